@@ -1,0 +1,76 @@
+# Entry points of the README. Each target sets up what it needs, so `make demo` and
+# `make test` work on a fresh Debian machine; re-running them only redoes what changed.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+CMAKE := $(VENV)/bin/cmake
+CTEST := $(VENV)/bin/ctest
+NINJA := $(VENV)/bin/ninja
+BUILD := build/cpp
+JOBS ?= $(shell nproc)
+
+# torch==2.13.0 is the CPU wheel on this machine's disk; a looser pin would pull a CUDA build.
+PY_DEPS := torch==2.13.0 tensordict==0.14.3 torchrl==0.14.1 "pybind11>=2.12,<4" \
+	"scikit-build-core>=0.10" ninja "cmake>=3.25" "pytest>=8" ruff
+APT_DEPS := libgtest-dev nlohmann-json3-dev
+
+CPP_SOURCES := CMakeLists.txt $(shell find cpp tests/cpp -name '*.cpp' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
+
+.PHONY: help setup demo test test-python test-cpp lint cpp clean
+
+help:
+	@echo "make demo   build the example policy, check parity, run it natively"
+	@echo "make test   run every Python and C++ test"
+	@echo "make clean  remove build outputs (keeps the venv)"
+
+# --- set-up -------------------------------------------------------------------------
+build/.apt-stamp:
+	@mkdir -p build
+	@if ! dpkg -s $(APT_DEPS) >/dev/null 2>&1; then \
+		echo "installing Debian packages: $(APT_DEPS)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $(APT_DEPS); \
+	fi
+	@touch $@
+
+$(VENV)/.deps-stamp: Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --disable-pip-version-check $(PY_DEPS)
+	@touch $@
+
+# The package (with tdaot._C) installed editable: Python edits are live, C++ edits
+# rebuild incrementally in build/<wheel tag>.
+$(VENV)/.tdaot-stamp: $(VENV)/.deps-stamp build/.apt-stamp pyproject.toml $(CPP_SOURCES)
+	$(PIP) install -q --no-build-isolation --no-deps -e .
+	@touch $@
+
+setup: $(VENV)/.tdaot-stamp
+
+$(BUILD)/build.ninja: $(VENV)/.deps-stamp build/.apt-stamp
+	$(CMAKE) -S . -B $(BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA)) \
+		-DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=Release
+
+cpp: $(BUILD)/build.ninja setup
+	$(CMAKE) --build $(BUILD) -j $(JOBS)
+
+# --- README entry points ------------------------------------------------------------
+demo: cpp
+	$(PY) examples/demo.py --tdaot-run $(BUILD)/tdaot-run --output dist/tutorial.pt2
+
+test: lint test-python test-cpp
+
+lint: $(VENV)/.deps-stamp
+	$(VENV)/bin/ruff check python tests examples benchmarks
+
+test-python: setup
+	$(PY) -m pytest
+
+test-cpp: cpp
+	$(CTEST) --test-dir $(BUILD) --output-on-failure
+
+clean:
+	rm -rf build dist

@@ -1,0 +1,106 @@
+// Exceptions thrown by the tdaot runtime.
+//
+// Every failure a caller can cause is reported as a subclass of tdaot::Error
+// (itself a std::runtime_error) whose message names the package path or the
+// input key at fault, what was expected and what was received. The Python
+// bindings map each class to the exception of the same name in tdaot.errors.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace tdaot {
+
+// Base class of every tdaot exception.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The package file is missing, unreadable, not a .pt2 archive, or AOTInductor refused it.
+class PackageError : public Error {
+ public:
+  PackageError(std::string path, const std::string& message)
+      : Error(message), path_(std::move(path)) {}
+  // The package path at fault.
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The package holds no tdaot manifest, or the manifest is malformed or of an unknown schema.
+class ManifestError : public PackageError {
+ public:
+  using PackageError::PackageError;
+};
+
+// The package was built for something this host or this runtime cannot provide
+// (another device, CPU instruction set or torch version).
+class HostMismatchError : public PackageError {
+ public:
+  using PackageError::PackageError;
+};
+
+// Base class of the input validation errors: an input does not match the manifest.
+class InputError : public Error {
+ public:
+  InputError(std::string key, const std::string& message) : Error(message), key_(std::move(key)) {}
+  // The manifest key ("a.b" for nested keys) of the input at fault; empty when
+  // the fault is not tied to one key (for example a wrong number of inputs).
+  const std::string& key() const noexcept { return key_; }
+
+ private:
+  std::string key_;
+};
+
+// A key the manifest lists as an input was not passed.
+class MissingKeyError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// A key was passed that the manifest does not list as an input.
+class UnknownKeyError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// An input has another dtype than the manifest's.
+class DtypeError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// An input has another rank or per-sample shape than the manifest's, or the
+// positional path got the wrong number of inputs.
+class ShapeError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// The batch size is outside the manifest's range or differs between inputs.
+class BatchSizeError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// An input lives on another device than the package was built for.
+class DeviceError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// An input is not contiguous (AOTInductor assumes the traced, contiguous strides).
+class LayoutError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+// The compiled model itself failed while running validated inputs.
+class ExecutionError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace tdaot

@@ -1,0 +1,90 @@
+// tdaot._C: the pybind11 bindings over tdaot::Policy, the same runner C++ services link.
+//
+// C++ exceptions are translated to the classes of the same name in tdaot.errors,
+// so Python code catches one tdaot.TdaotError hierarchy for build and run alike.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/extension.h>
+
+#include "tdaot/policy.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// Raises tdaot.errors.<name>(message, detail) as the pending Python exception.
+void raise_python(const char* name, const char* message, const std::string* detail = nullptr) {
+  py::object cls = py::module_::import("tdaot.errors").attr(name);
+  py::object instance = detail ? cls(message, *detail) : cls(message);
+  PyErr_SetObject(cls.ptr(), instance.ptr());
+}
+
+void translate(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const tdaot::MissingKeyError& e) {
+    raise_python("MissingKeyError", e.what(), &e.key());
+  } catch (const tdaot::UnknownKeyError& e) {
+    raise_python("UnknownKeyError", e.what(), &e.key());
+  } catch (const tdaot::DtypeError& e) {
+    raise_python("DtypeError", e.what(), &e.key());
+  } catch (const tdaot::ShapeError& e) {
+    raise_python("ShapeError", e.what(), &e.key());
+  } catch (const tdaot::BatchSizeError& e) {
+    raise_python("BatchSizeError", e.what(), &e.key());
+  } catch (const tdaot::DeviceError& e) {
+    raise_python("DeviceError", e.what(), &e.key());
+  } catch (const tdaot::LayoutError& e) {
+    raise_python("LayoutError", e.what(), &e.key());
+  } catch (const tdaot::InputError& e) {
+    raise_python("InputError", e.what(), &e.key());
+  } catch (const tdaot::ManifestError& e) {
+    raise_python("ManifestError", e.what(), &e.path());
+  } catch (const tdaot::HostMismatchError& e) {
+    raise_python("HostMismatchError", e.what(), &e.path());
+  } catch (const tdaot::PackageError& e) {
+    raise_python("PackageError", e.what(), &e.path());
+  } catch (const tdaot::ExecutionError& e) {
+    raise_python("ExecutionError", e.what());
+  } catch (const tdaot::Error& e) {
+    raise_python("TdaotError", e.what());
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "Native tdaot runner (tdaot::Policy); use tdaot.load() rather than this module.";
+  py::register_exception_translator(&translate);
+
+  py::class_<tdaot::Policy>(m, "Policy")
+      .def(py::init([](const std::string& path) {
+             py::gil_scoped_release unlocked;
+             return std::make_unique<tdaot::Policy>(path);
+           }),
+           py::arg("path"))
+      .def_property_readonly("path", &tdaot::Policy::path)
+      .def_property_readonly("manifest_json",
+                             [](const tdaot::Policy& p) { return p.manifest().to_json(); })
+      .def_property_readonly("metadata", &tdaot::Policy::metadata)
+      .def(
+          "run",
+          [](const tdaot::Policy& p, const tdaot::TensorMap& inputs) {
+            py::gil_scoped_release unlocked;
+            return p.run(inputs);
+          },
+          py::arg("inputs"), "Runs with inputs keyed by manifest key; returns outputs keyed alike.")
+      .def(
+          "run_positional",
+          [](const tdaot::Policy& p, const std::vector<at::Tensor>& inputs) {
+            py::gil_scoped_release unlocked;
+            return p.run_positional(inputs);
+          },
+          py::arg("inputs"), "Runs with inputs in manifest order; returns outputs in manifest order.");
+
+  // The C++ reading of a manifest, so tests can check both stages agree on the schema.
+  m.def("read_manifest_json", [](const std::string& path) { return tdaot::read_manifest(path).to_json(); });
+  m.def("parse_manifest_json", [](const std::string& json, const std::string& origin) {
+    return tdaot::Manifest::from_json(json, origin).to_json();
+  });
+}

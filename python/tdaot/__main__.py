@@ -1,0 +1,5 @@
+import sys
+
+from tdaot.cli import main
+
+sys.exit(main())

@@ -1,0 +1,66 @@
+"""Compile an exported program into a .pt2 package with AOTInductor."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import torch
+from torch._inductor import cpu_vec_isa
+
+from tdaot.errors import BuildError, CompileError
+from tdaot.manifest import METADATA_KEY, Manifest
+
+# CPU targets tdaot knows how to compile for. Only the build host's own ISA for
+# now; explicit -march targets are tracked in the CI-builds issue.
+CPU_TARGETS = ("native",)
+
+
+def host_cpu_isa() -> str:
+    """The vector ISA inductor generates CPU kernels for on this host ("" if none)."""
+    return str(cpu_vec_isa.pick_vec_isa())
+
+
+def check_output_path(path: str) -> str:
+    """Fail before a long export when the package could not be written."""
+    path = os.path.abspath(path)
+    if not path.endswith(".pt2"):
+        raise BuildError(f"output path {path!r} must end with .pt2 (AOTInductor's package suffix)")
+    if os.path.isdir(path):
+        raise BuildError(f"output path {path!r} is a directory")
+    parent = os.path.dirname(path)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as err:
+        raise BuildError(f"cannot create the directory of output path {path!r}: {err.strerror}") from None
+    if not os.access(parent, os.W_OK):
+        raise BuildError(f"output path {path!r} is not writable (no write permission on {parent!r})")
+    return path
+
+
+def compile_package(program: torch.export.ExportedProgram, manifest: Manifest, path: str) -> str:
+    """Compile ``program`` into a package at ``path`` carrying ``manifest``.
+
+    The package is written beside its destination and renamed into place, so a
+    failed or interrupted build never leaves a half-written artifact.
+    """
+    path = check_output_path(path)
+    if manifest.cpu_target not in CPU_TARGETS:
+        raise BuildError(f"CPU target {manifest.cpu_target!r} is not supported (known: {', '.join(CPU_TARGETS)})")
+    fd, staging = tempfile.mkstemp(suffix=".pt2", prefix=".tdaot-", dir=os.path.dirname(path))
+    os.close(fd)
+    try:
+        try:
+            torch._inductor.aoti_compile_and_package(
+                program,
+                package_path=staging,
+                inductor_configs={"aot_inductor.metadata": {METADATA_KEY: manifest.to_json()}},
+            )
+        except Exception as err:  # noqa: BLE001 - reported with the inductor error's first line
+            first = next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
+            raise CompileError(f"AOTInductor could not compile {manifest.source.module_class}: {first}") from err
+        os.replace(staging, path)
+    finally:
+        if os.path.exists(staging):
+            os.unlink(staging)
+    return path

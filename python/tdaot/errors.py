@@ -1,0 +1,109 @@
+"""Exceptions raised by tdaot.
+
+Every tdaot error derives from :class:`TdaotError`. The runtime classes mirror the
+C++ hierarchy in ``cpp/include/tdaot/errors.h`` one to one; the bindings raise
+them from C++ failures, so ``pytest.raises(tdaot.DtypeError, match="observation")``
+works for the native runner. Build-time errors exist only in Python.
+"""
+
+from __future__ import annotations
+
+
+class TdaotError(Exception):
+    """Base class of every tdaot error."""
+
+
+# --- loading a package (C++ runtime) -------------------------------------------------
+class PackageError(TdaotError):
+    """The package is missing, unreadable, not a .pt2 archive, or AOTInductor refused it."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ManifestError(PackageError):
+    """The package holds no tdaot manifest, or the manifest is malformed."""
+
+
+class HostMismatchError(PackageError):
+    """The package was built for a device, CPU or torch version this host does not have."""
+
+
+# --- running (C++ runtime input validation) ------------------------------------------
+class InputError(TdaotError):
+    """An input does not match the manifest; ``key`` names it when one key is at fault."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class MissingKeyError(InputError):
+    """A key the manifest lists as an input was not passed."""
+
+
+class UnknownKeyError(InputError):
+    """A key was passed that the manifest does not list as an input."""
+
+
+class DtypeError(InputError):
+    """An input has another dtype than the manifest's."""
+
+
+class ShapeError(InputError):
+    """An input has another rank or per-sample shape than the manifest's."""
+
+
+class BatchSizeError(InputError):
+    """The batch size is outside the manifest's range or differs between inputs."""
+
+
+class DeviceError(InputError):
+    """An input lives on another device than the package was built for."""
+
+
+class LayoutError(InputError):
+    """An input is not contiguous."""
+
+
+class ExecutionError(TdaotError):
+    """The compiled model failed while running validated inputs."""
+
+
+# --- building a package (Python only) ------------------------------------------------
+class BuildError(TdaotError):
+    """The policy, its example or the build options cannot make an artifact."""
+
+
+class KeyNameError(BuildError):
+    """A tensordict key cannot be represented in the manifest (a part contains '.')."""
+
+
+class ExportError(BuildError):
+    """torch.export could not trace the policy."""
+
+
+class CompileError(BuildError):
+    """AOTInductor could not compile the exported program."""
+
+
+__all__ = [
+    "BatchSizeError",
+    "BuildError",
+    "CompileError",
+    "DeviceError",
+    "DtypeError",
+    "ExecutionError",
+    "ExportError",
+    "HostMismatchError",
+    "InputError",
+    "KeyNameError",
+    "LayoutError",
+    "ManifestError",
+    "MissingKeyError",
+    "PackageError",
+    "ShapeError",
+    "TdaotError",
+    "UnknownKeyError",
+]

@@ -1,0 +1,312 @@
+"""Flatten a tensordict policy into positional tensors and trace it with torch.export.
+
+torch.export cannot be given a TensorDict with a dynamic batch through the module's
+own kwargs dispatch (the dynamic_shapes spec never matches), so the policy is
+wrapped in :class:`PositionalPolicy`: one tensor per in-key in manifest order in, a
+tuple in out-key order out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence, Union
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
+from torch import nn
+
+from tdaot import keys as keyutil
+from tdaot.errors import BuildError, ExportError
+from tdaot.manifest import BatchRange, TensorSpec, dtype_name
+
+INTERACTION_TYPES = tuple(t.value for t in InteractionType)
+DEFAULT_BATCH_RANGE = BatchRange(1, 1 << 20)
+# The batch size the program is traced with; torch.export specialises sizes 0 and 1.
+_MIN_TRACE_BATCH = 2
+# How much of a torch.export error to quote; the rest is a long internal traceback.
+_ERROR_LINES = 12
+
+BatchSpec = Union[str, int, tuple[int, int]]
+
+
+class StaticBatchWarning(UserWarning):
+    """The policy specialised the batch dim, so the artifact has a static batch."""
+
+
+@dataclass(frozen=True)
+class ExportedPolicy:
+    program: torch.export.ExportedProgram
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    batch: BatchRange
+
+
+class PositionalPolicy(nn.Module):
+    """Runs a tensordict module on positional tensors, one per in-key."""
+
+    def __init__(
+        self,
+        module: TensorDictModuleBase,
+        in_keys: Sequence[tuple[str, ...]],
+        out_keys: Sequence[tuple[str, ...]],
+        batch_shape: torch.Size,
+        nested_batch_shapes: dict[tuple[str, ...], torch.Size],
+    ) -> None:
+        super().__init__()
+        self.module = module
+        self.in_keys = list(in_keys)
+        self.out_keys = list(out_keys)
+        # Batch dims after the leading one, for the root and each nested tensordict
+        # whose batch is longer than the root's (e.g. an agent dim).
+        self._trailing_batch = tuple(batch_shape[1:])
+        self._nested_trailing = {k: tuple(v[1:]) for k, v in nested_batch_shapes.items()}
+
+    def make_tensordict(self, tensors: Sequence[torch.Tensor]) -> TensorDict:
+        """The TensorDict the module expects, rebuilt from positional tensors."""
+        batch = tensors[0].shape[0]
+        td = TensorDict(
+            {keyutil.td_key(k): t for k, t in zip(self.in_keys, tensors)},
+            batch_size=(batch, *self._trailing_batch),
+        )
+        for key, trailing in self._nested_trailing.items():
+            td.get(keyutil.td_key(key)).batch_size = (batch, *trailing)
+        return td
+
+    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.module(self.make_tensordict(tensors))
+        return tuple(out.get(keyutil.td_key(k)) for k in self.out_keys)
+
+
+@contextlib.contextmanager
+def export_context(interaction_type: str) -> Iterator[None]:
+    """The interaction type set and distribution argument validation off, for one export.
+
+    Validation makes a data-dependent guard on a dynamic batch; it is restored
+    afterwards so the user's eager code keeps its checks.
+    """
+    saved = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(False)
+    try:
+        with set_interaction_type(InteractionType(interaction_type)):
+            yield
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(saved)
+
+
+def module_class_name(module: nn.Module) -> str:
+    cls = type(module)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def export_policy(
+    module: TensorDictModuleBase,
+    example: TensorDictBase,
+    *,
+    out_keys: Optional[Sequence] = None,
+    batch: BatchSpec = "dynamic",
+    interaction_type: str = "deterministic",
+) -> ExportedPolicy:
+    """Trace ``module`` on ``example`` with a (by default dynamic) leading batch dim."""
+    if not isinstance(module, TensorDictModuleBase):
+        raise BuildError(
+            f"tdaot builds tensordict modules (TensorDictModuleBase); got {module_class_name(module)}. "
+            "Wrap a plain nn.Module in tensordict.nn.TensorDictModule(module, in_keys=..., out_keys=...)"
+        )
+    if not isinstance(example, TensorDictBase):
+        raise BuildError(f"the example must be a TensorDict, got {type(example).__name__}")
+    if interaction_type not in INTERACTION_TYPES:
+        raise BuildError(
+            f"interaction type {interaction_type!r} is not one of {', '.join(INTERACTION_TYPES)}"
+        )
+    if example.batch_dims == 0:
+        # One unbatched sample: give it the batch dim every artifact has.
+        example = example.unsqueeze(0)
+
+    in_keys = _unique([keyutil.as_tuple(k) for k in module.in_keys])
+    out_keys = _unique([keyutil.as_tuple(k) for k in (module.out_keys if out_keys is None else out_keys)])
+    if not out_keys:
+        raise BuildError(f"{module_class_name(module)} has no out keys to export")
+    input_tensors = _input_tensors(module, example, in_keys)
+    batch_range = resolve_batch(batch, example.batch_size[0])
+
+    wrapper = PositionalPolicy(
+        module, in_keys, out_keys, example.batch_size, _nested_batch_shapes(example, in_keys)
+    )
+    with export_context(interaction_type):
+        _check_eager_run(wrapper, input_tensors, out_keys)
+        program, batch_range = _export_with_fallback(wrapper, input_tensors, batch_range)
+
+    inputs = tuple(
+        TensorSpec(keyutil.to_manifest(k), dtype_name(t.dtype), tuple(t.shape[1:]))
+        for k, t in zip(in_keys, input_tensors)
+    )
+    outputs = _output_specs(program, out_keys, batch_range)
+    return ExportedPolicy(program=program, inputs=inputs, outputs=outputs, batch=batch_range)
+
+
+def resolve_batch(batch: BatchSpec, example_batch: int) -> BatchRange:
+    """The batch range asked for: "dynamic", "static", a fixed int, or (min, max)."""
+    if batch == "dynamic":
+        return DEFAULT_BATCH_RANGE
+    if batch == "static":
+        return BatchRange(example_batch, example_batch)
+    if isinstance(batch, int) and not isinstance(batch, bool):
+        low = high = batch
+    elif (
+        isinstance(batch, (tuple, list))
+        and len(batch) == 2
+        and all(isinstance(b, int) and not isinstance(b, bool) for b in batch)
+    ):
+        low, high = batch
+    else:
+        raise BuildError(
+            f"batch={batch!r}: expected 'dynamic', 'static', a batch size, or a (min, max) pair"
+        )
+    if not 1 <= low <= high:
+        raise BuildError(f"batch={batch!r}: need 1 <= min <= max")
+    return BatchRange(low, high)
+
+
+def _unique(items: list) -> list:
+    return list(dict.fromkeys(items))
+
+
+def _input_tensors(module, example: TensorDictBase, in_keys) -> list[torch.Tensor]:
+    tensors = []
+    for key in in_keys:
+        keyutil.to_manifest(key)  # refuse keys the manifest cannot hold before tracing
+        value = example.get(keyutil.td_key(key), None)
+        if value is None:
+            present = ", ".join(keyutil.to_manifest(k) for k in example.keys(True, True))
+            raise BuildError(
+                f"in-key {keyutil.to_manifest(key)!r} of {module_class_name(module)} is missing from "
+                f"the example TensorDict (it has: {present})"
+            )
+        if not isinstance(value, torch.Tensor):
+            raise BuildError(f"in-key {keyutil.to_manifest(key)!r} is a {type(value).__name__}, not a tensor")
+        dtype_name(value.dtype)
+        tensors.append(value.contiguous())
+    if not tensors:
+        raise BuildError(f"{module_class_name(module)} has no in keys: tdaot needs at least one input")
+    return tensors
+
+
+def _nested_batch_shapes(example: TensorDictBase, in_keys) -> dict[tuple[str, ...], torch.Size]:
+    """Batch shapes of nested tensordicts that are longer than the root's, outermost first."""
+    shapes = {}
+    for key in in_keys:
+        for depth in range(1, len(key)):
+            prefix = key[:depth]
+            sub = example.get(keyutil.td_key(prefix))
+            if sub.batch_dims > example.batch_dims:
+                shapes[prefix] = sub.batch_size
+    return shapes
+
+
+def _check_eager_run(wrapper: PositionalPolicy, tensors, out_keys) -> None:
+    """Run once eagerly so a missing out-key or a broken policy fails with a plain message."""
+    name = module_class_name(wrapper.module)
+    try:
+        td = wrapper.module(wrapper.make_tensordict(tensors))
+    except Exception as err:  # noqa: BLE001 - any failure of user code is reported as a build error
+        raise BuildError(f"{name} failed on the example TensorDict: {type(err).__name__}: {err}") from err
+    for key in out_keys:
+        value = td.get(keyutil.td_key(key), None)
+        if not isinstance(value, torch.Tensor):
+            produced = ", ".join(keyutil.to_manifest(k) for k in td.keys(True, True))
+            raise BuildError(
+                f"out-key {keyutil.to_manifest(key)!r} is not produced by {name} "
+                f"(its output has: {produced})"
+            )
+
+
+def _trace_example(tensors: list[torch.Tensor], batch: int) -> tuple[torch.Tensor, ...]:
+    """The example tensors resized to ``batch`` rows (repeating rows as needed)."""
+    if tensors[0].shape[0] == batch:
+        return tuple(tensors)
+    rows = torch.arange(batch) % tensors[0].shape[0]
+    return tuple(t[rows.to(t.device)].contiguous() for t in tensors)
+
+
+def _trace_batch(batch_range: BatchRange, example_batch: int) -> int:
+    if not batch_range.dynamic:
+        return batch_range.min
+    if example_batch in batch_range and example_batch >= _MIN_TRACE_BATCH:
+        return example_batch
+    return max(batch_range.min, _MIN_TRACE_BATCH)
+
+
+def _export(wrapper, tensors, batch_range: BatchRange) -> torch.export.ExportedProgram:
+    args = _trace_example(tensors, _trace_batch(batch_range, tensors[0].shape[0]))
+    if batch_range.dynamic:
+        dim = torch.export.Dim("batch", min=batch_range.min, max=batch_range.max)
+        dynamic_shapes = (tuple({0: dim} for _ in args),)
+    else:
+        dynamic_shapes = None
+    return torch.export.export(wrapper, args, dynamic_shapes=dynamic_shapes, strict=False)
+
+
+def _is_batch_specialisation(err: Exception) -> bool:
+    text = str(err)
+    return "specialized" in text and "batch" in text or "ConstraintViolation" in type(err).__name__
+
+
+def _export_with_fallback(wrapper, tensors, batch_range: BatchRange):
+    name = module_class_name(wrapper.module)
+    try:
+        return _export(wrapper, tensors, batch_range), batch_range
+    except Exception as err:  # noqa: BLE001 - reported as ExportError below
+        if not (batch_range.dynamic and _is_batch_specialisation(err)):
+            raise ExportError(_export_message(name, wrapper, err)) from err
+        static = BatchRange(tensors[0].shape[0], tensors[0].shape[0])
+        warnings.warn(
+            f"{name} specialises the batch dim, so it cannot be exported with a dynamic batch "
+            f"({_first_line(err)}); building with a static batch of {static.min} instead. "
+            f"The artifact accepts only batch {static.min}.",
+            StaticBatchWarning,
+            stacklevel=3,
+        )
+    try:
+        return _export(wrapper, tensors, static), static
+    except Exception as err:  # noqa: BLE001
+        raise ExportError(_export_message(name, wrapper, err)) from err
+
+
+def _first_line(err: Exception) -> str:
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
+
+
+def _export_message(name: str, wrapper: PositionalPolicy, err: Exception) -> str:
+    lines = [line for line in str(err).splitlines() if line.strip()][:_ERROR_LINES]
+    keys = ", ".join(keyutil.to_manifest(k) for k in wrapper.in_keys)
+    outs = ", ".join(keyutil.to_manifest(k) for k in wrapper.out_keys)
+    quoted = "\n    ".join(lines) or type(err).__name__
+    return (
+        f"torch.export failed for {name} (in keys: {keys}; out keys: {outs}):\n"
+        f"    {type(err).__name__}: {quoted}"
+    )
+
+
+def _output_specs(program, out_keys, batch_range: BatchRange) -> tuple[TensorSpec, ...]:
+    """Per-sample output specs; every output must carry the batch dim first."""
+    nodes = {n.name: n for n in program.graph.nodes}
+    batch_dim = nodes[program.graph_signature.user_inputs[0]].meta["val"].shape[0]
+    output_node = next(n for n in program.graph.nodes if n.op == "output")
+    specs = []
+    for key, node in zip(out_keys, output_node.args[0]):
+        name = keyutil.to_manifest(key)
+        value = node.meta["val"]
+        shape = tuple(value.shape)
+        # Compare symbols by name: == on SymInts would add a guard to the program.
+        batched = bool(shape) and str(shape[0]) == str(batch_dim)
+        if not batched or any(not isinstance(d, int) for d in shape[1:]):
+            raise BuildError(
+                f"out-key {name!r} has shape {[str(d) for d in shape]}: tdaot needs the batch dim "
+                f"({batch_dim}) first and a fixed per-sample shape"
+            )
+        specs.append(TensorSpec(name, dtype_name(value.dtype), tuple(shape[1:])))
+    return tuple(specs)

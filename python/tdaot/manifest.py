@@ -1,0 +1,266 @@
+"""The manifest a tdaot package carries, and how it is stored.
+
+The manifest is JSON stored as one string under the AOTInductor metadata key
+``tdaot.manifest``; AOTInductor writes its metadata beside the compiled library in
+the package (``<name>/data/aotinductor/<model>/*_metadata.json``), so both this
+module and the C++ runtime read it without loading any compiled code.
+
+Schema (version 1)::
+
+    {"schema_version": 1,
+     "inputs":  [{"key": "agents.observation", "dtype": "float32", "shape": [2, 5]}],
+     "outputs": [{"key": "sample", "dtype": "float32", "shape": [2]}],
+     "batch": {"min": 1, "max": 1048576},
+     "interaction_type": "deterministic", "device": "cpu",
+     "cpu_target": "native", "cpu_isa": "avx512",
+     "torch_version": "2.13.0+cpu", "tensordict_version": "0.14.3", "tdaot_version": "0.1.0",
+     "source": {"module_class": "...", "factory": "examples/policies.py:tutorial_policy"}}
+
+``shape`` is the per-sample shape: the tensor's shape without the leading batch dim.
+Inputs and outputs are listed in the compiled model's positional order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from tdaot.errors import ManifestError, PackageError
+
+METADATA_KEY = "tdaot.manifest"
+SCHEMA_VERSION = 1
+
+_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+_DTYPE_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The manifest name of a torch dtype; raises ManifestError for unsupported ones."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except KeyError:
+        raise ManifestError(
+            f"dtype {dtype} is not supported by tdaot (supported: {', '.join(_DTYPES)})"
+        ) from None
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ManifestError(f"unknown dtype {name!r} (known: {', '.join(_DTYPES)})") from None
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output: manifest key, dtype name and per-sample shape."""
+
+    key: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return dtype_from_name(self.dtype)
+
+
+@dataclass(frozen=True)
+class BatchRange:
+    """Inclusive range of batch sizes the artifact accepts; static when min == max."""
+
+    min: int
+    max: int
+
+    @property
+    def dynamic(self) -> bool:
+        return self.min != self.max
+
+    def __contains__(self, batch: int) -> bool:
+        return self.min <= batch <= self.max
+
+
+@dataclass(frozen=True)
+class Source:
+    module_class: str
+    factory: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    batch: BatchRange
+    interaction_type: str
+    device: str
+    cpu_target: str
+    cpu_isa: str
+    torch_version: str
+    tensordict_version: str
+    tdaot_version: str
+    source: Source
+    schema_version: int = SCHEMA_VERSION
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def input_keys(self) -> list[str]:
+        return [spec.key for spec in self.inputs]
+
+    @property
+    def output_keys(self) -> list[str]:
+        return [spec.key for spec in self.outputs]
+
+    def describe(self) -> str:
+        """The manifest as a human-readable table."""
+        batch = f"{self.batch.min}..{self.batch.max}" if self.batch.dynamic else f"{self.batch.min} (static)"
+        lines = [
+            f"tdaot manifest v{self.schema_version}",
+            f"  source            {self.source.module_class}"
+            + (f"  ({self.source.factory})" if self.source.factory else ""),
+            f"  batch             {batch}",
+            f"  interaction type  {self.interaction_type}",
+            f"  device            {self.device} (cpu target {self.cpu_target}, isa {self.cpu_isa or '-'})",
+            f"  built with        torch {self.torch_version}, tensordict {self.tensordict_version}, "
+            f"tdaot {self.tdaot_version}",
+        ]
+        width = max(len(s.key) for s in (*self.inputs, *self.outputs))
+        for title, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
+            lines.append(f"  {title}")
+            for spec in specs:
+                shape = ", ".join(["B", *map(str, spec.shape)])
+                lines.append(f"    {spec.key.ljust(width)}  {spec.dtype:<8}  [{shape}]")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("extra")
+        for section in ("inputs", "outputs"):
+            data[section] = [{**spec, "shape": list(spec["shape"])} for spec in data[section]]
+        return {**self.extra, **data}
+
+    def to_json(self, indent: Optional[int] = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=indent is not None)
+
+    @classmethod
+    def from_json(cls, text: str, origin: str = "<string>") -> "Manifest":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ManifestError(f"manifest of {origin!r} is not valid JSON: {err}") from None
+        return cls.from_dict(data, origin)
+
+    @classmethod
+    def from_dict(cls, data: Any, origin: str = "<dict>") -> "Manifest":
+        reader = _FieldReader(origin)
+        if not isinstance(data, dict):
+            reader.fail("", f"expected a JSON object, got {type(data).__name__}")
+        version = reader.get(data, "schema_version", int)
+        if version != SCHEMA_VERSION:
+            reader.fail(
+                "schema_version",
+                f"schema version {version} is not supported (this tdaot reads {SCHEMA_VERSION})",
+            )
+        batch = reader.get(data, "batch", dict)
+        source = reader.get(data, "source", dict)
+        known = {f for f in cls.__dataclass_fields__ if f != "extra"}
+        return cls(
+            inputs=reader.specs(data, "inputs"),
+            outputs=reader.specs(data, "outputs"),
+            batch=BatchRange(
+                min=reader.get(batch, "min", int, "batch.min"),
+                max=reader.get(batch, "max", int, "batch.max"),
+            ),
+            interaction_type=reader.get(data, "interaction_type", str),
+            device=reader.get(data, "device", str),
+            cpu_target=reader.get(data, "cpu_target", str),
+            cpu_isa=reader.get(data, "cpu_isa", str),
+            torch_version=reader.get(data, "torch_version", str),
+            tensordict_version=reader.get(data, "tensordict_version", str),
+            tdaot_version=reader.get(data, "tdaot_version", str),
+            source=Source(
+                module_class=reader.get(source, "module_class", str, "source.module_class"),
+                factory=reader.get(source, "factory", (str, type(None)), "source.factory"),
+            ),
+            schema_version=version,
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+
+class _FieldReader:
+    """Reads typed manifest fields, naming the package and field on failure."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+
+    def fail(self, path: str, message: str):
+        where = f"field {path!r}: " if path else ""
+        raise ManifestError(f"manifest of {self.origin!r}: {where}{message}")
+
+    def get(self, data: dict, name: str, kind, path: Optional[str] = None):
+        path = path or name
+        if name not in data:
+            self.fail(path, "missing")
+        value = data[name]
+        # bool is an int in Python; a manifest never means True by 1.
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+            self.fail(path, f"expected {getattr(kind, '__name__', kind)}, got {value!r}")
+        return value
+
+    def specs(self, data: dict, name: str) -> tuple[TensorSpec, ...]:
+        specs = []
+        for i, entry in enumerate(self.get(data, name, list)):
+            path = f"{name}[{i}]"
+            if not isinstance(entry, dict):
+                self.fail(path, f"expected an object, got {entry!r}")
+            dtype = self.get(entry, "dtype", str, f"{path}.dtype")
+            if dtype not in _DTYPES:
+                self.fail(f"{path}.dtype", f"unknown dtype {dtype!r}")
+            shape = self.get(entry, "shape", list, f"{path}.shape")
+            if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+                self.fail(f"{path}.shape", f"expected non-negative integers, got {shape!r}")
+            specs.append(
+                TensorSpec(key=self.get(entry, "key", str, f"{path}.key"), dtype=dtype, shape=tuple(shape))
+            )
+        return tuple(specs)
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """All AOTInductor metadata of a package, read from the archive without loading it."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise PackageError(f"package {path!r} does not exist or is not a file")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [
+                n for n in archive.namelist() if "/data/aotinductor/" in n and n.endswith("wrapper_metadata.json")
+            ]
+            if not names:
+                raise PackageError(f"{path!r} is a zip archive but not an AOTInductor .pt2 package")
+            return json.loads(archive.read(names[0]))
+    except (zipfile.BadZipFile, OSError) as err:
+        raise PackageError(f"{path!r} is not a .pt2 package: {err}") from None
+
+
+def read_manifest(path: str | os.PathLike) -> Manifest:
+    """The manifest of a tdaot package, read without loading its compiled library."""
+    metadata = read_metadata(path)
+    if METADATA_KEY not in metadata:
+        raise ManifestError(
+            f"{os.fspath(path)!r} holds no tdaot manifest: it was not built by tdaot.build"
+        )
+    return Manifest.from_json(metadata[METADATA_KEY], os.fspath(path))

@@ -1,12 +1,14 @@
 """tdaot: tensordict policies to native AOTInductor packages, run from C++ or Python.
 
-    art = tdaot.build(policy, example_td, "policy.pt2")
-    native = tdaot.load("policy.pt2")
-    out = native(example_td)
-    tdaot.testing.assert_parity(policy, "policy.pt2", example_td)
+art = tdaot.build(policy, example_td, "policy.pt2")
+native = tdaot.load("policy.pt2")
+out = native(example_td)
+tdaot.testing.assert_parity(policy, "policy.pt2", example_td)
 """
 
+from tdaot import testing
 from tdaot._version import __version__
+from tdaot.build import Artifact, build
 from tdaot.errors import (
     BatchSizeError,
     BuildError,
@@ -26,11 +28,9 @@ from tdaot.errors import (
     TdaotError,
     UnknownKeyError,
 )
-from tdaot.manifest import BatchRange, Manifest, Source, TensorSpec, read_manifest
-from tdaot.build import Artifact, build
 from tdaot.export import StaticBatchWarning
+from tdaot.manifest import BatchRange, Manifest, Source, TensorSpec, read_manifest
 from tdaot.runtime import NativePolicy, load
-from tdaot import testing
 
 __all__ = [
     "Artifact",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import tensordict
 import torch
@@ -41,11 +41,11 @@ def build(
     example: TensorDictBase,
     path: str | os.PathLike,
     *,
-    out_keys: Optional[Sequence] = None,
+    out_keys: Sequence | None = None,
     batch: BatchSpec = "dynamic",
     interaction_type: str = "deterministic",
     device: str = "cpu",
-    factory: Optional[str] = None,
+    factory: str | None = None,
 ) -> Artifact:
     """Export ``policy`` on ``example`` and compile it into a package at ``path``.
 

@@ -8,7 +8,7 @@ import importlib.util
 import json
 import os
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from tdaot.build import build
 from tdaot.errors import TdaotError
@@ -54,7 +54,9 @@ def call_factory(spec: str):
     except Exception as err:  # noqa: BLE001
         raise CliError(f"factory {spec!r} raised {type(err).__name__}: {err}") from err
     if not (isinstance(result, tuple) and len(result) == 2):
-        raise CliError(f"factory {spec!r} must return (module, example_tensordict), got {type(result).__name__}")
+        raise CliError(
+            f"factory {spec!r} must return (module, example_tensordict), got {type(result).__name__}"
+        )
     return result
 
 
@@ -71,16 +73,24 @@ def parse_batch(text: str) -> BatchSpec:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tdaot", description="Tensordict policies to native AOTInductor packages.")
+    parser = argparse.ArgumentParser(
+        prog="tdaot", description="Tensordict policies to native AOTInductor packages."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     b = commands.add_parser("build", help="export and compile a policy factory into a .pt2 package")
     b.add_argument("factory", help="FILE.py:FUNCTION or MODULE:FUNCTION returning (module, example_td)")
     b.add_argument("-o", "--output", required=True, help="package path (.pt2)")
-    b.add_argument("--out-key", action="append", dest="out_keys", metavar="KEY",
-                   help="an out key to export (repeatable; nested as a.b); default: the module's")
-    b.add_argument("--batch", type=parse_batch, default="dynamic",
-                   help="dynamic (default), static, N, or MIN:MAX")
+    b.add_argument(
+        "--out-key",
+        action="append",
+        dest="out_keys",
+        metavar="KEY",
+        help="an out key to export (repeatable; nested as a.b); default: the module's",
+    )
+    b.add_argument(
+        "--batch", type=parse_batch, default="dynamic", help="dynamic (default), static, N, or MIN:MAX"
+    )
     b.add_argument("--interaction-type", choices=INTERACTION_TYPES, default="deterministic")
     b.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     b.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -113,8 +123,10 @@ def _build(args) -> None:
     if args.json:
         print(json.dumps({**summary, "manifest": artifact.manifest.to_dict()}, indent=2))
         return
-    print(f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) in "
-          f"{artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s compile")
+    print(
+        f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) in "
+        f"{artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s compile"
+    )
     print(artifact.manifest.describe())
 
 
@@ -123,7 +135,7 @@ def _inspect(args) -> None:
     print(manifest.to_json(indent=2) if args.json else manifest.describe())
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         {"build": _build, "inspect": _inspect}[args.command](args)

@@ -46,7 +46,9 @@ def compile_package(program: torch.export.ExportedProgram, manifest: Manifest, p
     """
     path = check_output_path(path)
     if manifest.cpu_target not in CPU_TARGETS:
-        raise BuildError(f"CPU target {manifest.cpu_target!r} is not supported (known: {', '.join(CPU_TARGETS)})")
+        raise BuildError(
+            f"CPU target {manifest.cpu_target!r} is not supported (known: {', '.join(CPU_TARGETS)})"
+        )
     fd, staging = tempfile.mkstemp(suffix=".pt2", prefix=".tdaot-", dir=os.path.dirname(path))
     os.close(fd)
     try:
@@ -58,7 +60,9 @@ def compile_package(program: torch.export.ExportedProgram, manifest: Manifest, p
             )
         except Exception as err:  # noqa: BLE001 - reported with the inductor error's first line
             first = next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
-            raise CompileError(f"AOTInductor could not compile {manifest.source.module_class}: {first}") from err
+            raise CompileError(
+                f"AOTInductor could not compile {manifest.source.module_class}: {first}"
+            ) from err
         os.replace(staging, path)
     finally:
         if os.path.exists(staging):

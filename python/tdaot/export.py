@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence, Union
+from typing import Union
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -105,7 +106,7 @@ def export_policy(
     module: TensorDictModuleBase,
     example: TensorDictBase,
     *,
-    out_keys: Optional[Sequence] = None,
+    out_keys: Sequence | None = None,
     batch: BatchSpec = "dynamic",
     interaction_type: str = "deterministic",
 ) -> ExportedPolicy:
@@ -162,9 +163,7 @@ def resolve_batch(batch: BatchSpec, example_batch: int) -> BatchRange:
     ):
         low, high = batch
     else:
-        raise BuildError(
-            f"batch={batch!r}: expected 'dynamic', 'static', a batch size, or a (min, max) pair"
-        )
+        raise BuildError(f"batch={batch!r}: expected 'dynamic', 'static', a batch size, or a (min, max) pair")
     if not 1 <= low <= high:
         raise BuildError(f"batch={batch!r}: need 1 <= min <= max")
     return BatchRange(low, high)
@@ -218,8 +217,7 @@ def _check_eager_run(wrapper: PositionalPolicy, tensors, out_keys) -> None:
         if not isinstance(value, torch.Tensor):
             produced = ", ".join(keyutil.to_manifest(k) for k in td.keys(True, True))
             raise BuildError(
-                f"out-key {keyutil.to_manifest(key)!r} is not produced by {name} "
-                f"(its output has: {produced})"
+                f"out-key {keyutil.to_manifest(key)!r} is not produced by {name} (its output has: {produced})"
             )
 
 

@@ -26,7 +26,7 @@ import json
 import os
 import zipfile
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -98,7 +98,7 @@ class BatchRange:
 @dataclass(frozen=True)
 class Source:
     module_class: str
-    factory: Optional[str] = None
+    factory: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,19 +153,19 @@ class Manifest:
             data[section] = [{**spec, "shape": list(spec["shape"])} for spec in data[section]]
         return {**self.extra, **data}
 
-    def to_json(self, indent: Optional[int] = None) -> str:
+    def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=indent is not None)
 
     @classmethod
-    def from_json(cls, text: str, origin: str = "<string>") -> "Manifest":
+    def from_json(cls, text: str, origin: str = "<string>") -> Manifest:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise ManifestError(f"manifest of {origin!r} is not valid JSON: {err}") from None
+            raise ManifestError(f"manifest of {origin!r} is not valid JSON: {err}", origin) from None
         return cls.from_dict(data, origin)
 
     @classmethod
-    def from_dict(cls, data: Any, origin: str = "<dict>") -> "Manifest":
+    def from_dict(cls, data: Any, origin: str = "<dict>") -> Manifest:
         reader = _FieldReader(origin)
         if not isinstance(data, dict):
             reader.fail("", f"expected a JSON object, got {type(data).__name__}")
@@ -209,9 +209,9 @@ class _FieldReader:
 
     def fail(self, path: str, message: str):
         where = f"field {path!r}: " if path else ""
-        raise ManifestError(f"manifest of {self.origin!r}: {where}{message}")
+        raise ManifestError(f"manifest of {self.origin!r}: {where}{message}", self.origin)
 
-    def get(self, data: dict, name: str, kind, path: Optional[str] = None):
+    def get(self, data: dict, name: str, kind, path: str | None = None):
         path = path or name
         if name not in data:
             self.fail(path, "missing")
@@ -243,17 +243,19 @@ def read_metadata(path: str | os.PathLike) -> dict[str, str]:
     """All AOTInductor metadata of a package, read from the archive without loading it."""
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise PackageError(f"package {path!r} does not exist or is not a file")
+        raise PackageError(f"package {path!r} does not exist or is not a file", path)
     try:
         with zipfile.ZipFile(path) as archive:
             names = [
-                n for n in archive.namelist() if "/data/aotinductor/" in n and n.endswith("wrapper_metadata.json")
+                n
+                for n in archive.namelist()
+                if "/data/aotinductor/" in n and n.endswith("wrapper_metadata.json")
             ]
             if not names:
-                raise PackageError(f"{path!r} is a zip archive but not an AOTInductor .pt2 package")
+                raise PackageError(f"{path!r} is a zip archive but not an AOTInductor .pt2 package", path)
             return json.loads(archive.read(names[0]))
     except (zipfile.BadZipFile, OSError) as err:
-        raise PackageError(f"{path!r} is not a .pt2 package: {err}") from None
+        raise PackageError(f"{path!r} is not a .pt2 package: {err}", path) from None
 
 
 def read_manifest(path: str | os.PathLike) -> Manifest:
@@ -261,6 +263,7 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     metadata = read_metadata(path)
     if METADATA_KEY not in metadata:
         raise ManifestError(
-            f"{os.fspath(path)!r} holds no tdaot manifest: it was not built by tdaot.build"
+            f"package {os.fspath(path)!r} has no {METADATA_KEY!r} metadata: it was not built by tdaot.build",
+            os.fspath(path),
         )
     return Manifest.from_json(metadata[METADATA_KEY], os.fspath(path))

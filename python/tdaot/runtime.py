@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Optional, Union
+from typing import Union
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -24,14 +24,16 @@ class NativePolicy:
     Safe to call from several threads; the GIL is released while the model runs.
     """
 
-    def __init__(self, path: Union[str, os.PathLike]) -> None:
+    def __init__(self, path: str | os.PathLike) -> None:
         self._policy = _C.Policy(os.fspath(path))
         self.path = self._policy.path
         self.manifest = Manifest.from_json(self._policy.manifest_json, self.path)
-        self._in_keys = [(spec.key, keyutil.td_key(keyutil.from_manifest(spec.key))) for spec in self.manifest.inputs]
+        self._in_keys = [
+            (spec.key, keyutil.td_key(keyutil.from_manifest(spec.key))) for spec in self.manifest.inputs
+        ]
         self._out_keys = [keyutil.td_key(keyutil.from_manifest(spec.key)) for spec in self.manifest.outputs]
 
-    def __call__(self, inputs: Optional[Inputs] = None, /, **tensors: torch.Tensor) -> TensorDict:
+    def __call__(self, inputs: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDict:
         """Runs the policy. A TensorDict may hold more keys than the manifest's inputs;
         only those are passed. A mapping or keyword tensors must match the inputs exactly
         (manifest keys such as ``"agents.observation"`` or tuples)."""
@@ -48,7 +50,7 @@ class NativePolicy:
         """All AOTInductor metadata of the package, the manifest JSON included."""
         return dict(self._policy.metadata)
 
-    def _keyed_inputs(self, inputs: Optional[Inputs], tensors: dict) -> dict[str, torch.Tensor]:
+    def _keyed_inputs(self, inputs: Inputs | None, tensors: dict) -> dict[str, torch.Tensor]:
         if isinstance(inputs, TensorDictBase):
             if tensors:
                 raise TypeError("pass either a TensorDict or keyword tensors, not both")
@@ -68,6 +70,6 @@ class NativePolicy:
         return f"NativePolicy({self.path!r}, inputs=[{ins}], outputs=[{outs}])"
 
 
-def load(path: Union[str, os.PathLike]) -> NativePolicy:
+def load(path: str | os.PathLike) -> NativePolicy:
     """Loads a tdaot package into the native runner."""
     return NativePolicy(path)

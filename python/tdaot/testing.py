@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
 
 import torch
 from tensordict import TensorDictBase
@@ -68,19 +68,21 @@ class ParityReport:
             for r in self.rows
         ]
         widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *body])
+        return "\n".join(
+            "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *body]
+        )
 
     __str__ = table
 
 
 def assert_parity(
     policy: TensorDictModuleBase,
-    artifact: Union[str, os.PathLike, Artifact, NativePolicy],
+    artifact: str | os.PathLike | Artifact | NativePolicy,
     example: TensorDictBase,
     *,
-    batch_sizes: Optional[Sequence[int]] = None,
-    rtol: Optional[float] = None,
-    atol: Optional[float] = None,
+    batch_sizes: Sequence[int] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
 ) -> ParityReport:
     """Asserts the native artifact matches the eager policy on every out key.
 
@@ -89,8 +91,10 @@ def assert_parity(
     example's, limited to the artifact's batch range). Raises AssertionError with
     a table of max abs / rel error per key and batch size; returns the report.
     """
-    native = artifact if isinstance(artifact, NativePolicy) else load(
-        artifact.path if isinstance(artifact, Artifact) else artifact
+    native = (
+        artifact
+        if isinstance(artifact, NativePolicy)
+        else load(artifact.path if isinstance(artifact, Artifact) else artifact)
     )
     manifest = native.manifest
     if manifest.interaction_type == "random":
@@ -112,7 +116,9 @@ def assert_parity(
             rows.append(_compare(spec.key, batch, expected.get(key), actual.get(key), rtol, atol))
     report = ParityReport(tuple(rows))
     if not report.ok:
-        raise AssertionError(f"native artifact {native.path!r} differs from the eager policy:\n{report.table()}")
+        raise AssertionError(
+            f"native artifact {native.path!r} differs from the eager policy:\n{report.table()}"
+        )
     return report
 
 
@@ -122,7 +128,8 @@ def _batch_sizes(requested, example_batch: int, batch_range) -> list[int]:
         outside = [b for b in sizes if b not in batch_range]
         if outside:
             raise ValueError(
-                f"batch sizes {outside} are outside the artifact's batch range [{batch_range.min}, {batch_range.max}]"
+                f"batch sizes {outside} are outside the artifact's batch range "
+                f"[{batch_range.min}, {batch_range.max}]"
             )
         return sizes
     candidates = (1, ODD_BATCH, example_batch) if batch_range.dynamic else (batch_range.min,)
@@ -139,7 +146,9 @@ def _compare(name, batch, expected, actual, rtol, atol) -> ParityRow:
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
     if not isinstance(expected, torch.Tensor):
-        return ParityRow(name, batch, "-", float("nan"), float("nan"), rtol, atol, False, "eager policy lacks it")
+        return ParityRow(
+            name, batch, "-", float("nan"), float("nan"), rtol, atol, False, "eager policy lacks it"
+        )
     dtype = str(expected.dtype).replace("torch.", "")
     if actual.dtype != expected.dtype:
         problem = f"dtype {str(actual.dtype).replace('torch.', '')}"

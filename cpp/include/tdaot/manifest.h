@@ -77,5 +77,7 @@ c10::ScalarType dtype_from_name(const std::string& name, const std::string& orig
 
 // Formats a shape as "[a, b, c]" for messages.
 std::string format_shape(const std::vector<int64_t>& shape);
+// Formats a per-sample shape behind its batch dim as "[B, a, b]" for messages.
+std::string format_batched_shape(const std::vector<int64_t>& shape);
 
 }  // namespace tdaot

@@ -1,0 +1,145 @@
+// Input validation. The checks only compare sizes, dtypes and flags; a message is built only
+// where its error is thrown.
+#include "validation.h"
+
+#include <c10/core/Device.h>
+
+#include <string>
+
+#include "tdaot/errors.h"
+
+namespace tdaot::detail {
+namespace {
+
+std::string quoted(const std::string& key) { return "'" + key + "'"; }
+
+std::string key_list(const std::vector<TensorSpec>& specs) {
+  std::string out;
+  for (const auto& spec : specs) out += (out.empty() ? "" : ", ") + spec.key;
+  return out;
+}
+
+std::string sizes_text(const at::Tensor& tensor) { return format_shape(tensor.sizes().vec()); }
+
+bool shape_matches(const TensorSpec& spec, const at::Tensor& tensor) {
+  const auto sizes = tensor.sizes();
+  if (sizes.size() != spec.shape.size() + 1) return false;
+  for (size_t i = 0; i < spec.shape.size(); ++i) {
+    if (sizes[i + 1] != spec.shape[i]) return false;
+  }
+  return true;
+}
+
+[[noreturn]] void throw_batch_range(const TensorSpec& spec, int64_t batch,
+                                    const BatchRange& range) {
+  const std::string head =
+      "input " + quoted(spec.key) + " has batch size " + std::to_string(batch) + ", but ";
+  if (!range.dynamic()) {
+    throw BatchSizeError(spec.key, head + "the package was built for a static batch size of " +
+                                       std::to_string(range.min));
+  }
+  throw BatchSizeError(spec.key, head + "the package accepts batch sizes " +
+                                     std::to_string(range.min) + ".." + std::to_string(range.max));
+}
+
+[[noreturn]] void throw_batch_differs(const TensorSpec& spec, int64_t batch,
+                                      const TensorSpec& first, int64_t first_batch) {
+  throw BatchSizeError(spec.key, "input " + quoted(spec.key) + " has batch size " +
+                                     std::to_string(batch) + ", but input " + quoted(first.key) +
+                                     " has batch size " + std::to_string(first_batch) +
+                                     "; all inputs must share the batch size");
+}
+
+}  // namespace
+
+// Policy runs check_host, which refuses every other device, before any input is validated.
+InputValidator::InputValidator(const Manifest& manifest)
+    : manifest_(manifest),
+      device_type_(manifest.device == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::CPU) {}
+
+void InputValidator::check_positional(const std::vector<at::Tensor>& inputs) const {
+  if (inputs.size() != manifest_.inputs.size()) {
+    throw ShapeError("", "expected " + std::to_string(manifest_.inputs.size()) + " inputs (" +
+                             key_list(manifest_.inputs) + "), got " +
+                             std::to_string(inputs.size()));
+  }
+  check_tensors(inputs);
+}
+
+std::vector<at::Tensor> InputValidator::order_keyed(const TensorMap& inputs) const {
+  std::vector<at::Tensor> ordered;
+  ordered.reserve(manifest_.inputs.size());
+  for (const auto& spec : manifest_.inputs) {
+    auto it = inputs.find(spec.key);
+    if (it == inputs.end()) throw_missing(inputs);
+    ordered.push_back(it->second);
+  }
+  // Every manifest key is present, so any surplus entry is a key the manifest lacks.
+  if (inputs.size() != manifest_.inputs.size()) throw_unknown(inputs);
+  check_tensors(ordered);
+  return ordered;
+}
+
+void InputValidator::check_tensors(const std::vector<at::Tensor>& inputs) const {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorSpec& spec = manifest_.inputs[i];
+    check_tensor(spec, inputs[i]);
+    const int64_t batch = inputs[i].size(0);
+    if (i == 0) {
+      if (!manifest_.batch.contains(batch)) throw_batch_range(spec, batch, manifest_.batch);
+    } else if (batch != inputs[0].size(0)) {
+      throw_batch_differs(spec, batch, manifest_.inputs[0], inputs[0].size(0));
+    }
+    // Checked last: a wrong shape or batch is the likelier mistake and says more.
+    if (!inputs[i].is_contiguous()) {
+      throw LayoutError(spec.key, "input " + quoted(spec.key) + " is not contiguous (shape " +
+                                      sizes_text(inputs[i]) + ", strides " +
+                                      format_shape(inputs[i].strides().vec()) +
+                                      "); AOTInductor assumes contiguous inputs: pass "
+                                      "tensor.contiguous()");
+    }
+  }
+}
+
+void InputValidator::check_tensor(const TensorSpec& spec, const at::Tensor& tensor) const {
+  const std::string& key = spec.key;
+  if (!tensor.defined()) {
+    throw InputError(key, "input " + quoted(key) + " is an undefined tensor");
+  }
+  if (tensor.device().type() != device_type_) {
+    throw DeviceError(key, "input " + quoted(key) + " is on device " + tensor.device().str() +
+                               ", but the package was built for device " + manifest_.device);
+  }
+  if (tensor.scalar_type() != spec.dtype) {
+    throw DtypeError(key, "input " + quoted(key) + " has dtype " +
+                              dtype_name(tensor.scalar_type()) + ", expected " +
+                              dtype_name(spec.dtype));
+  }
+  if (!shape_matches(spec, tensor)) {
+    throw ShapeError(key, "input " + quoted(key) + " has shape " + sizes_text(tensor) +
+                              ", expected " + format_batched_shape(spec.shape));
+  }
+}
+
+void InputValidator::throw_missing(const TensorMap& inputs) const {
+  std::string missing;
+  std::string first;
+  for (const auto& spec : manifest_.inputs) {
+    if (inputs.count(spec.key) != 0) continue;
+    if (first.empty()) first = spec.key;
+    missing += (missing.empty() ? "" : ", ") + quoted(spec.key);
+  }
+  throw MissingKeyError(
+      first, "missing input key(s) " + missing + "; expected keys: " + key_list(manifest_.inputs));
+}
+
+void InputValidator::throw_unknown(const TensorMap& inputs) const {
+  for (const auto& [key, tensor] : inputs) {
+    if (manifest_.input_index(key)) continue;
+    throw UnknownKeyError(
+        key, "unknown input key " + quoted(key) + "; expected keys: " + key_list(manifest_.inputs));
+  }
+  throw UnknownKeyError("", "unexpected inputs; expected keys: " + key_list(manifest_.inputs));
+}
+
+}  // namespace tdaot::detail

@@ -1,0 +1,79 @@
+"""`make demo`: build the tutorial policy, check parity, run it natively and time it."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from examples.policies import tutorial_policy  # noqa: E402
+
+import tdaot  # noqa: E402
+
+
+def python_latency(native: tdaot.NativePolicy, iters: int) -> tuple[float, float]:
+    """p50 and p99 in microseconds of the bindings' positional path at batch 1."""
+    obs = torch.randn(1, 3)
+    for _ in range(200):
+        native.run_positional(obs)
+    samples = []
+    for _ in range(iters):
+        start = time.perf_counter_ns()
+        native.run_positional(obs)
+        samples.append(time.perf_counter_ns() - start)
+    samples.sort()
+    return samples[len(samples) // 2] / 1e3, samples[int(len(samples) * 0.99)] / 1e3
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--output", default="dist/tutorial.pt2")
+    parser.add_argument("--tdaot-run", default="build/cpp/tdaot-run", help="path of the tdaot-run tool")
+    parser.add_argument("--iters", type=int, default=5000)
+    args = parser.parse_args()
+
+    print("== build: examples/policies.py:tutorial_policy")
+    policy, example = tutorial_policy()
+    artifact = tdaot.build(policy, example, args.output, factory="examples/policies.py:tutorial_policy")
+    print(f"artifact    {artifact.path}")
+    print(f"size        {artifact.size_bytes / 1024:.0f} KiB")
+    print(f"build time  {artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s compile")
+    print(artifact.manifest.describe())
+
+    print("\n== parity: eager TensorDictModule vs native artifact")
+    report = tdaot.testing.assert_parity(policy, artifact, example, batch_sizes=[1, 7, 256])
+    print(report.table())
+
+    print("\n== native run (tdaot-run run)")
+    subprocess.run([args.tdaot_run, "run", artifact.path, "--batch", "2", "--random"], check=True)
+
+    print("\n== native latency at batch 1, one intra-op thread")
+    print("C++ (tdaot-run bench):")
+    subprocess.run(
+        [
+            args.tdaot_run,
+            "bench",
+            artifact.path,
+            "--batch",
+            "1",
+            "--iters",
+            str(args.iters),
+            "--threads",
+            "1",
+        ],
+        check=True,
+    )
+    torch.set_num_threads(1)
+    p50, p99 = python_latency(tdaot.load(artifact.path), args.iters)
+    print(f"Python bindings (run_positional): p50 {p50:.1f} us, p99 {p99:.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

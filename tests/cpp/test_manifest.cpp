@@ -1,0 +1,352 @@
+// The manifest JSON schema and reading manifests out of package files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "tdaot/errors.h"
+#include "tdaot/manifest.h"
+#include "tdaot/policy.h"
+#include "test_support.h"
+
+namespace tdaot {
+namespace {
+
+using nlohmann::json;
+using test::catch_error;
+using test::Contains;
+
+// The example manifest of the schema documentation, as the Python stage writes it.
+json sample_json() {
+  return json::parse(R"({
+    "schema_version": 1,
+    "inputs": [{"key": "agents.observation", "dtype": "float32", "shape": [2, 5]},
+               {"key": "agents.mask", "dtype": "bool", "shape": []}],
+    "outputs": [{"key": "sample", "dtype": "float32", "shape": [2]}],
+    "batch": {"min": 1, "max": 1048576},
+    "interaction_type": "deterministic", "device": "cpu",
+    "cpu_target": "native", "cpu_isa": "avx512",
+    "torch_version": "2.13.0+cpu", "tensordict_version": "0.14.3", "tdaot_version": "0.1.0",
+    "source": {"module_class": "tensordict.nn.sequence.TensorDictSequential",
+               "factory": "examples/policies.py:tutorial_policy"}})");
+}
+
+Manifest parse(const json& value) { return Manifest::from_json(value.dump(), "x.pt2"); }
+
+void expect_same(const Manifest& a, const Manifest& b) {
+  ASSERT_EQ(a.inputs.size(), b.inputs.size());
+  ASSERT_EQ(a.outputs.size(), b.outputs.size());
+  for (size_t i = 0; i < a.inputs.size(); ++i) {
+    EXPECT_EQ(a.inputs[i].key, b.inputs[i].key);
+    EXPECT_EQ(a.inputs[i].dtype, b.inputs[i].dtype);
+    EXPECT_EQ(a.inputs[i].shape, b.inputs[i].shape);
+  }
+  for (size_t i = 0; i < a.outputs.size(); ++i) {
+    EXPECT_EQ(a.outputs[i].key, b.outputs[i].key);
+    EXPECT_EQ(a.outputs[i].dtype, b.outputs[i].dtype);
+    EXPECT_EQ(a.outputs[i].shape, b.outputs[i].shape);
+  }
+  EXPECT_EQ(a.schema_version, b.schema_version);
+  EXPECT_EQ(a.batch.min, b.batch.min);
+  EXPECT_EQ(a.batch.max, b.batch.max);
+  EXPECT_EQ(a.interaction_type, b.interaction_type);
+  EXPECT_EQ(a.device, b.device);
+  EXPECT_EQ(a.cpu_target, b.cpu_target);
+  EXPECT_EQ(a.cpu_isa, b.cpu_isa);
+  EXPECT_EQ(a.torch_version, b.torch_version);
+  EXPECT_EQ(a.tensordict_version, b.tensordict_version);
+  EXPECT_EQ(a.tdaot_version, b.tdaot_version);
+  EXPECT_EQ(a.source.module_class, b.source.module_class);
+  EXPECT_EQ(a.source.factory, b.source.factory);
+}
+
+TEST(ManifestJson, ParsesEveryField) {
+  const Manifest m = parse(sample_json());
+  EXPECT_EQ(m.schema_version, 1);
+  ASSERT_EQ(m.inputs.size(), 2u);
+  EXPECT_EQ(m.inputs[0].key, "agents.observation");
+  EXPECT_EQ(m.inputs[0].dtype, c10::ScalarType::Float);
+  EXPECT_EQ(m.inputs[0].shape, (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(m.inputs[1].dtype, c10::ScalarType::Bool);
+  EXPECT_TRUE(m.inputs[1].shape.empty());
+  ASSERT_EQ(m.outputs.size(), 1u);
+  EXPECT_EQ(m.outputs[0].key, "sample");
+  EXPECT_EQ(m.batch.min, 1);
+  EXPECT_EQ(m.batch.max, 1048576);
+  EXPECT_TRUE(m.batch.dynamic());
+  EXPECT_EQ(m.interaction_type, "deterministic");
+  EXPECT_EQ(m.device, "cpu");
+  EXPECT_EQ(m.cpu_target, "native");
+  EXPECT_EQ(m.cpu_isa, "avx512");
+  EXPECT_EQ(m.torch_version, "2.13.0+cpu");
+  EXPECT_EQ(m.tensordict_version, "0.14.3");
+  EXPECT_EQ(m.tdaot_version, "0.1.0");
+  EXPECT_EQ(m.source.module_class, "tensordict.nn.sequence.TensorDictSequential");
+  EXPECT_EQ(m.source.factory, "examples/policies.py:tutorial_policy");
+  EXPECT_EQ(m.input_index("agents.mask"), 1u);
+  EXPECT_EQ(m.output_index("sample"), 0u);
+  EXPECT_FALSE(m.input_index("sample").has_value());
+  EXPECT_FALSE(m.output_index("agents.mask").has_value());
+}
+
+TEST(ManifestJson, RoundTrips) {
+  const Manifest m = parse(sample_json());
+  expect_same(m, Manifest::from_json(m.to_json(), "again"));
+  expect_same(m, Manifest::from_json(m.to_json(2), "indented"));
+  // The serialised form is the Python stage's schema, field for field.
+  EXPECT_EQ(json::parse(m.to_json()), sample_json());
+}
+
+TEST(ManifestJson, NullOrAbsentFactoryIsEmptyAndSerialisesAsNull) {
+  json value = sample_json();
+  value["source"]["factory"] = nullptr;
+  const Manifest m = parse(value);
+  EXPECT_EQ(m.source.factory, "");
+  EXPECT_TRUE(json::parse(m.to_json())["source"]["factory"].is_null());
+  value["source"].erase("factory");
+  EXPECT_EQ(parse(value).source.factory, "");
+}
+
+TEST(ManifestJson, IgnoresUnknownFields) {
+  json value = sample_json();
+  value["future_field"] = {{"anything", 1}};
+  value["inputs"][0]["names"] = {"agent", "obs"};
+  value["batch"]["step"] = 2;
+  expect_same(parse(value), parse(sample_json()));
+}
+
+TEST(ManifestJson, StaticBatch) {
+  json value = sample_json();
+  value["batch"] = {{"min", 4}, {"max", 4}};
+  const Manifest m = parse(value);
+  EXPECT_FALSE(m.batch.dynamic());
+  EXPECT_TRUE(m.batch.contains(4));
+  EXPECT_FALSE(m.batch.contains(5));
+}
+
+struct BadManifest {
+  std::string name;
+  std::function<void(json&)> edit;
+  std::string message;  // expected after "manifest of 'x.pt2': "
+};
+
+class ManifestErrors : public ::testing::TestWithParam<BadManifest> {};
+
+TEST_P(ManifestErrors, NameOriginAndField) {
+  json value = sample_json();
+  GetParam().edit(value);
+  const auto error = catch_error<ManifestError>([&] { parse(value); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(), "manifest of 'x.pt2': " + GetParam().message));
+  EXPECT_EQ(error->path(), "x.pt2");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schema, ManifestErrors,
+    ::testing::Values(
+        BadManifest{"UnknownDtype", [](json& v) { v["inputs"][1]["dtype"] = "float8"; },
+                    "field 'inputs[1].dtype': unknown dtype 'float8' (known: float32"},
+        BadManifest{"SchemaVersion2", [](json& v) { v["schema_version"] = 2; },
+                    "field 'schema_version': unsupported schema version 2 (this runtime reads "
+                    "version 1)"},
+        BadManifest{"SchemaVersionMissing", [](json& v) { v.erase("schema_version"); },
+                    "field 'schema_version': missing"},
+        BadManifest{"SchemaVersionString", [](json& v) { v["schema_version"] = "1"; },
+                    "field 'schema_version': expected an integer, got \"1\""},
+        BadManifest{"InputsMissing", [](json& v) { v.erase("inputs"); }, "field 'inputs': missing"},
+        BadManifest{"InputsNotArray", [](json& v) { v["inputs"] = json::object(); },
+                    "field 'inputs': expected an array, got object"},
+        BadManifest{"SpecNotObject", [](json& v) { v["outputs"][0] = 3; },
+                    "field 'outputs[0]': expected an object, got 3"},
+        BadManifest{"ShapeMissing", [](json& v) { v["inputs"][0].erase("shape"); },
+                    "field 'inputs[0].shape': missing"},
+        BadManifest{"ShapeNegative", [](json& v) { v["inputs"][0]["shape"][1] = -5; },
+                    "field 'inputs[0].shape[1]': expected an integer >= 0, got -5"},
+        BadManifest{"ShapeFloat", [](json& v) { v["inputs"][0]["shape"][0] = 2.5; },
+                    "field 'inputs[0].shape[0]': expected an integer, got 2.5"},
+        BadManifest{"KeyEmpty", [](json& v) { v["outputs"][0]["key"] = ""; },
+                    "field 'outputs[0].key': empty key"},
+        BadManifest{"KeyDuplicate", [](json& v) { v["inputs"][1]["key"] = "agents.observation"; },
+                    "field 'inputs[1].key': duplicate key 'agents.observation'"},
+        BadManifest{"DtypeNotString", [](json& v) { v["outputs"][0]["dtype"] = nullptr; },
+                    "field 'outputs[0].dtype': expected a string, got null"},
+        BadManifest{"BatchMaxString", [](json& v) { v["batch"]["max"] = "64"; },
+                    "field 'batch.max': expected an integer, got \"64\""},
+        BadManifest{"BatchMinAboveMax",
+                    [](json& v) {
+                      v["batch"] = {{"min", 8}, {"max", 4}};
+                    },
+                    "field 'batch': min 8 > max 4"},
+        BadManifest{"DeviceMissing", [](json& v) { v.erase("device"); }, "field 'device': missing"},
+        BadManifest{"CpuIsaNumber", [](json& v) { v["cpu_isa"] = 512; },
+                    "field 'cpu_isa': expected a string, got 512"},
+        BadManifest{"SourceMissing", [](json& v) { v.erase("source"); }, "field 'source': missing"},
+        BadManifest{"ModuleClassMissing", [](json& v) { v["source"].erase("module_class"); },
+                    "field 'source.module_class': missing"},
+        BadManifest{"FactoryNumber", [](json& v) { v["source"]["factory"] = 1; },
+                    "field 'source.factory': expected a string, got 1"},
+        BadManifest{"TopLevelArray", [](json& v) { v = json::array({1}); },
+                    "expected a JSON object, got array"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(ManifestJson, InvalidJson) {
+  const auto error =
+      catch_error<ManifestError>([] { Manifest::from_json("{\"inputs\": [", "x.pt2"); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(), "manifest of 'x.pt2': invalid JSON: "));
+  EXPECT_EQ(error->path(), "x.pt2");
+}
+
+TEST(Dtypes, NamesRoundTrip) {
+  for (const char* name : {"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16",
+                           "int8", "uint8", "bool"}) {
+    EXPECT_EQ(dtype_name(dtype_from_name(name, "x")), name);
+  }
+  EXPECT_EQ(dtype_from_name("int64", "x"), c10::ScalarType::Long);
+  EXPECT_EQ(dtype_from_name("bfloat16", "x"), c10::ScalarType::BFloat16);
+}
+
+TEST(Dtypes, UnknownNameNamesOrigin) {
+  const auto error = catch_error<ManifestError>([] { dtype_from_name("float8", "p.pt2"); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(), "manifest of 'p.pt2': unknown dtype 'float8'"));
+  EXPECT_EQ(error->path(), "p.pt2");
+}
+
+TEST(Dtypes, NonManifestDtypeStillHasAName) {
+  EXPECT_FALSE(dtype_name(c10::ScalarType::ComplexFloat).empty());
+}
+
+TEST(Shapes, Format) {
+  EXPECT_EQ(format_shape({}), "[]");
+  EXPECT_EQ(format_shape({3}), "[3]");
+  EXPECT_EQ(format_shape({2, 5}), "[2, 5]");
+  EXPECT_EQ(format_batched_shape({}), "[B]");
+  EXPECT_EQ(format_batched_shape({2, 5}), "[B, 2, 5]");
+}
+
+// ---- reading manifests out of package files ----
+
+TEST(ReadManifest, FixturePackages) {
+  const Manifest tutorial = read_manifest(test::package_path("tutorial.pt2"));
+  ASSERT_EQ(tutorial.inputs.size(), 1u);
+  EXPECT_EQ(tutorial.inputs[0].key, "observation");
+  EXPECT_EQ(tutorial.inputs[0].shape, (std::vector<int64_t>{3}));
+  EXPECT_EQ(tutorial.batch.min, 1);
+  EXPECT_EQ(tutorial.batch.max, 64);
+  const Manifest nested = read_manifest(test::package_path("nested.pt2"));
+  ASSERT_EQ(nested.inputs.size(), 2u);
+  EXPECT_EQ(nested.inputs[0].key, "agents.observation");
+  EXPECT_EQ(nested.inputs[1].key, "robot.joints");
+}
+
+// Both read_manifest and the Policy constructor must refuse `path` with E naming it.
+template <typename E>
+void expect_refused(const std::string& path, const std::string& message) {
+  for (const bool via_policy : {false, true}) {
+    SCOPED_TRACE(via_policy ? "Policy" : "read_manifest");
+    const auto error = catch_error<E>([&] {
+      if (via_policy) {
+        Policy policy(path);
+      } else {
+        read_manifest(path);
+      }
+    });
+    ASSERT_TRUE(error);
+    EXPECT_TRUE(Contains(error->what(), message));
+    EXPECT_TRUE(Contains(error->what(), path));
+    EXPECT_EQ(error->path(), path);
+  }
+}
+
+TEST(ReadManifest, MissingFile) {
+  test::TempDir dir;
+  expect_refused<PackageError>(dir.file("absent.pt2"), "does not exist");
+}
+
+TEST(ReadManifest, Directory) {
+  test::TempDir dir;
+  expect_refused<PackageError>(dir.path(), "is a directory, not a .pt2 file");
+}
+
+TEST(ReadManifest, DevNull) {
+  expect_refused<PackageError>("/dev/null", "is not a .pt2 package (not a zip archive)");
+}
+
+TEST(ReadManifest, RandomBytes) {
+  test::TempDir dir;
+  std::mt19937 random(7);
+  std::string bytes(4096, '\0');
+  for (char& c : bytes) c = static_cast<char>(random());
+  test::write_file(dir.file("random.pt2"), bytes);
+  expect_refused<PackageError>(dir.file("random.pt2"), "is not a .pt2 package (not a zip archive)");
+}
+
+TEST(ReadManifest, TruncatedZip) {
+  test::TempDir dir;
+  test::write_file(dir.file("truncated.pt2"), std::string("PK\x03\x04", 4) + "garbage");
+  expect_refused<PackageError>(dir.file("truncated.pt2"), "is not a .pt2 package: ");
+}
+
+TEST(ReadManifest, Unreadable) {
+  if (geteuid() == 0) GTEST_SKIP() << "root reads files whatever their mode";
+  test::TempDir dir;
+  test::write_file(dir.file("locked.pt2"), "PK");
+  std::filesystem::permissions(dir.file("locked.pt2"), std::filesystem::perms::none);
+  expect_refused<PackageError>(dir.file("locked.pt2"), "cannot be read");
+}
+
+TEST(ReadManifest, ZipWithoutAotiModel) {
+  test::TempDir dir;
+  // A .pt2 archive whose only AOTInductor files were dropped.
+  test::rewrite_package(test::package_path("tutorial.pt2"), dir.file("empty.pt2"),
+                        [](const std::string& name, std::string&) {
+                          return name.find("aotinductor") == std::string::npos;
+                        });
+  expect_refused<PackageError>(dir.file("empty.pt2"),
+                               "is not a .pt2 package with an AOTInductor model 'model'");
+}
+
+TEST(ReadManifest, EntryEscapingTheExtractionDir) {
+  // AOTInductor's loader extracts entries by their stored names; "../" must not reach it.
+  test::TempDir dir;
+  const std::string canary = "tdaot-canary-" + std::to_string(std::random_device()());
+  const auto canary_path = std::filesystem::temp_directory_path() / canary;
+  const std::string path = dir.file("evil.pt2");
+  test::rewrite_package(test::package_path("tutorial.pt2"), path,
+                        [](const std::string&, std::string&) { return true; },
+                        {{"data/aotinductor/model/../../../../../" + canary, "pwned"}});
+  expect_refused<PackageError>(
+      path, "has an unsafe entry 'data/aotinductor/model/../../../../../" + canary + "'");
+  EXPECT_FALSE(std::filesystem::exists(canary_path)) << canary_path;
+  std::filesystem::remove(canary_path);
+}
+
+TEST(ReadManifest, PackageWithoutManifest) {
+  test::TempDir dir;
+  test::rewrite_metadata(test::package_path("tutorial.pt2"), dir.file("plain.pt2"),
+                         [](json& metadata) { metadata.erase(kManifestMetadataKey); });
+  expect_refused<ManifestError>(
+      dir.file("plain.pt2"), "has no 'tdaot.manifest' metadata: it was not built by tdaot.build");
+}
+
+TEST(ReadManifest, PackageWithBadManifestJson) {
+  test::TempDir dir;
+  test::rewrite_metadata(test::package_path("tutorial.pt2"), dir.file("bad.pt2"),
+                         [](json& metadata) { metadata[kManifestMetadataKey] = "{not json"; });
+  expect_refused<ManifestError>(dir.file("bad.pt2"), "invalid JSON");
+}
+
+TEST(ReadManifest, PackageWithFutureSchema) {
+  test::TempDir dir;
+  test::rewrite_manifest(test::package_path("tutorial.pt2"), dir.file("future.pt2"),
+                         [](json& manifest) { manifest["schema_version"] = 2; });
+  expect_refused<ManifestError>(dir.file("future.pt2"),
+                                "field 'schema_version': unsupported schema version 2");
+}
+
+}  // namespace
+}  // namespace tdaot

@@ -1,0 +1,115 @@
+#include "test_support.h"
+
+#include <caffe2/serialize/inline_container.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <new>
+#include <random>
+
+#include "tdaot/manifest.h"
+
+namespace {
+thread_local size_t* allocation_count = nullptr;
+}  // namespace
+
+// Replaced so that AllocationCounter sees every plain new; arrays and sized deletes forward here.
+void* operator new(size_t size) {
+  if (allocation_count != nullptr) ++*allocation_count;
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace tdaot::test {
+
+AllocationCounter::AllocationCounter() : previous_(allocation_count) { allocation_count = &count_; }
+AllocationCounter::~AllocationCounter() { allocation_count = previous_; }
+
+namespace fs = std::filesystem;
+
+std::string package_path(const std::string& name) {
+  const char* dir = std::getenv("TDAOT_TEST_PACKAGES");
+  if (dir == nullptr || *dir == '\0') {
+    ADD_FAILURE() << "TDAOT_TEST_PACKAGES is not set; run the tests through ctest, whose "
+                     "build_test_packages fixture writes the packages";
+    return "TDAOT_TEST_PACKAGES-unset/" + name;
+  }
+  return (fs::path(dir) / name).string();
+}
+
+TempDir::TempDir() {
+  std::random_device random;
+  for (;;) {
+    path_ = fs::temp_directory_path() / ("tdaot-test-" + std::to_string(random()));
+    if (fs::create_directory(path_)) return;
+  }
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  fs::remove_all(path_, ignored);
+}
+
+std::string TempDir::file(const std::string& name) const { return (path_ / name).string(); }
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good()) << "cannot write " << path;
+}
+
+void rewrite_package(const std::string& src, const std::string& dst, const RecordEdit& edit,
+                     const std::map<std::string, std::string>& extra) {
+  caffe2::serialize::PyTorchStreamReader reader(src);
+  // The writer prefixes records with dst's file stem, as torch's own .pt2 writer does.
+  caffe2::serialize::PyTorchStreamWriter writer(dst);
+  for (const std::string& name : reader.getAllRecords()) {
+    // Records the writer adds by itself (version, serialization id) must not be written twice.
+    if (writer.getAllWrittenRecords().count(name) != 0 || name == ".data/version" ||
+        name == ".data/serialization_id") {
+      continue;
+    }
+    auto [data, size] = reader.getRecord(name);
+    std::string bytes(static_cast<const char*>(data.get()), size);
+    if (edit(name, bytes)) writer.writeRecord(name, bytes.data(), bytes.size());
+  }
+  for (const auto& [name, bytes] : extra) writer.writeRecord(name, bytes.data(), bytes.size());
+  writer.writeEndOfFile();
+}
+
+void rewrite_metadata(const std::string& src, const std::string& dst,
+                      const std::function<void(nlohmann::json&)>& edit) {
+  bool found = false;
+  rewrite_package(src, dst, [&](const std::string& name, std::string& bytes) {
+    // The loaders read the wrapper's metadata; the kernel's copy is left alone.
+    const std::string suffix = "wrapper_metadata.json";
+    if (name.size() >= suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      nlohmann::json metadata = nlohmann::json::parse(bytes);
+      edit(metadata);
+      bytes = metadata.dump();
+      found = true;
+    }
+    return true;
+  });
+  ASSERT_TRUE(found) << src << " has no *wrapper_metadata.json record";
+}
+
+void rewrite_manifest(const std::string& src, const std::string& dst,
+                      const std::function<void(nlohmann::json&)>& edit) {
+  rewrite_metadata(src, dst, [&](nlohmann::json& metadata) {
+    nlohmann::json manifest =
+        nlohmann::json::parse(metadata.at(kManifestMetadataKey).get<std::string>());
+    edit(manifest);
+    metadata[kManifestMetadataKey] = manifest.dump();
+  });
+}
+
+::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
+}
+
+}  // namespace tdaot::test

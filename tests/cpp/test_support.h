@@ -1,0 +1,88 @@
+// Helpers shared by the C++ tests: fixture packages, temp dirs, rewritten package copies and
+// exception checks.
+#pragma once
+
+#include <c10/util/Type.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace tdaot::test {
+
+// Path of a package written by the build_test_packages fixture ($TDAOT_TEST_PACKAGES/<name>).
+std::string package_path(const std::string& name);
+
+// A fresh directory under the system temp dir, removed with the object.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  // Path of `name` inside the directory.
+  std::string file(const std::string& name) const;
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Writes `bytes` to `path`.
+void write_file(const std::string& path, const std::string& bytes);
+
+// Copies the zip `src` to `dst` record by record. `edit` sees each record's name (without the
+// archive prefix) and bytes, may change the bytes, and returns false to drop the record;
+// `extra` records are appended.
+using RecordEdit = std::function<bool(const std::string& name, std::string& bytes)>;
+void rewrite_package(const std::string& src, const std::string& dst, const RecordEdit& edit,
+                     const std::map<std::string, std::string>& extra = {});
+
+// Copies a package with its AOTInductor metadata (a JSON object of strings) edited.
+void rewrite_metadata(const std::string& src, const std::string& dst,
+                      const std::function<void(nlohmann::json&)>& edit);
+
+// Copies a package with its tdaot manifest (parsed from the metadata) edited.
+void rewrite_manifest(const std::string& src, const std::string& dst,
+                      const std::function<void(nlohmann::json&)>& edit);
+
+// Runs `f` and returns the exception of type E it throws; records a failure (naming what was
+// thrown instead) and returns nullopt otherwise.
+template <typename E, typename F>
+std::optional<E> catch_error(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected " << ::testing::internal::GetTypeName<E>() << ", got "
+                  << c10::demangle(typeid(e).name()) << ": " << e.what();
+    return std::nullopt;
+  }
+  ADD_FAILURE() << "expected " << ::testing::internal::GetTypeName<E>() << ", nothing thrown";
+  return std::nullopt;
+}
+
+// Counts the heap allocations (operator new) this thread makes while the counter lives; the
+// test binary replaces the global operator new for this.
+class AllocationCounter {
+ public:
+  AllocationCounter();
+  ~AllocationCounter();
+  AllocationCounter(const AllocationCounter&) = delete;
+  AllocationCounter& operator=(const AllocationCounter&) = delete;
+  size_t count() const { return count_; }
+
+ private:
+  size_t count_ = 0;
+  size_t* previous_;
+};
+
+// EXPECT_TRUE(Contains(text, part)) prints both strings when it fails.
+::testing::AssertionResult Contains(const std::string& text, const std::string& part);
+
+}  // namespace tdaot::test

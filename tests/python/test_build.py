@@ -1,0 +1,189 @@
+"""tdaot.build and the export stage: manifests, options and every build-time error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tensordict
+import torch
+from examples.policies import nested_policy, tutorial_policy
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+import tdaot
+from tdaot import _C
+from tdaot.export import DEFAULT_BATCH_RANGE, export_policy
+from tdaot.manifest import Manifest
+
+
+def test_tutorial_manifest_describes_the_policy(tutorial):
+    _, _, artifact = tutorial
+    m = artifact.manifest
+    assert [(s.key, s.dtype, s.shape) for s in m.inputs] == [("observation", "float32", (3,))]
+    assert [(s.key, s.dtype, s.shape) for s in m.outputs] == [
+        ("loc", "float32", (2,)),
+        ("scale", "float32", (2,)),
+        ("sample", "float32", (2,)),
+    ]
+    assert m.batch == DEFAULT_BATCH_RANGE and m.batch.dynamic
+    assert (m.interaction_type, m.device, m.cpu_target) == ("deterministic", "cpu", "native")
+    assert m.cpu_isa == str(torch._inductor.cpu_vec_isa.pick_vec_isa())
+    assert (m.torch_version, m.tensordict_version) == (torch.__version__, tensordict.__version__)
+    assert m.tdaot_version == tdaot.__version__
+    assert m.source == tdaot.Source("tensordict.nn.sequence.TensorDictSequential", "tutorial_policy")
+    assert artifact.size_bytes > 0 and artifact.export_seconds > 0 and artifact.compile_seconds > 0
+
+
+def test_nested_keys_are_dot_joined_in_order(nested):
+    m = nested[2].manifest
+    assert [(s.key, s.shape) for s in m.inputs] == [("agents.observation", (2, 5)), ("robot.joints", (7,))]
+    assert [(s.key, s.shape) for s in m.outputs] == [("agents.action", (2, 2)), ("robot.command", (7,))]
+
+
+def test_manifest_round_trips_through_the_package_and_cpp(tutorial):
+    artifact = tutorial[2]
+    from_package = tdaot.read_manifest(artifact.path)
+    assert from_package == artifact.manifest
+    assert Manifest.from_json(from_package.to_json()) == from_package
+    # The C++ reader parses and re-serialises the same schema.
+    assert json.loads(_C.read_manifest_json(artifact.path)) == from_package.to_dict()
+
+
+def test_out_keys_can_be_selected():
+    policy, example = tutorial_policy()
+    exported = export_policy(policy, example, out_keys=["sample"])
+    assert [s.key for s in exported.outputs] == ["sample"]
+
+
+def test_unbatched_example_gets_a_batch_dim():
+    policy, example = tutorial_policy()
+    exported = export_policy(policy, example[0])
+    assert exported.inputs[0].shape == (3,) and exported.batch.dynamic
+
+
+@pytest.mark.parametrize(
+    ("batch", "expected"),
+    [
+        ("dynamic", DEFAULT_BATCH_RANGE),
+        ("static", tdaot.BatchRange(4, 4)),
+        (6, tdaot.BatchRange(6, 6)),
+        ((2, 32), tdaot.BatchRange(2, 32)),
+        ((1, 1), tdaot.BatchRange(1, 1)),
+    ],
+)
+def test_batch_options(batch, expected):
+    policy, example = tutorial_policy()
+    assert export_policy(policy, example, batch=batch).batch == expected
+
+
+@pytest.mark.parametrize(
+    ("batch", "message"),
+    [
+        ("sometimes", "'sometimes': expected 'dynamic', 'static'"),
+        ((8, 2), r"\(8, 2\): need 1 <= min <= max"),
+        (0, "batch=0: need 1 <= min <= max"),
+    ],
+)
+def test_bad_batch_option_is_refused(batch, message):
+    policy, example = tutorial_policy()
+    with pytest.raises(tdaot.BuildError, match=message):
+        export_policy(policy, example, batch=batch)
+
+
+def test_unknown_out_key_names_the_key():
+    policy, example = tutorial_policy()
+    with pytest.raises(
+        tdaot.BuildError, match=r"out-key 'action' is not produced by .*TensorDictSequential.*loc"
+    ):
+        export_policy(policy, example, out_keys=["action"])
+
+
+def test_missing_in_key_names_the_key():
+    policy, _ = tutorial_policy()
+    with pytest.raises(
+        tdaot.BuildError, match=r"in-key 'observation' .* missing from the example .*has: obs"
+    ):
+        export_policy(policy, TensorDict({"obs": torch.zeros(2, 3)}, batch_size=[2]))
+
+
+def test_key_with_a_dot_is_refused():
+    module = TensorDictModule(nn.Linear(3, 2), in_keys=["obs.raw"], out_keys=["action"])
+    with pytest.raises(tdaot.KeyNameError, match=r"part 'obs.raw' .* contains '\.'.*'obs_raw'"):
+        export_policy(module, TensorDict({"obs.raw": torch.zeros(2, 3)}, batch_size=[2]))
+
+
+def test_plain_module_is_refused_with_a_hint():
+    with pytest.raises(tdaot.BuildError, match="got torch.nn.modules.linear.Linear.*TensorDictModule"):
+        export_policy(nn.Linear(3, 2), TensorDict({}, batch_size=[2]))
+
+
+def test_unknown_interaction_type_is_refused():
+    policy, example = tutorial_policy()
+    with pytest.raises(tdaot.BuildError, match="interaction type 'greedy' is not one of"):
+        export_policy(policy, example, interaction_type="greedy")
+
+
+class _BatchSpecialising(nn.Module):
+    def forward(self, x):
+        # Reshaping with the literal batch size pins the batch dim, as LSTMModule does.
+        return x.reshape(4, 3) * 2
+
+
+def test_batch_specialisation_falls_back_to_static_with_a_warning():
+    module = TensorDictModule(_BatchSpecialising(), in_keys=["x"], out_keys=["y"])
+    example = TensorDict({"x": torch.randn(4, 3)}, batch_size=[4])
+    with pytest.warns(
+        tdaot.StaticBatchWarning, match=r"_BatchSpecialising|TensorDictModule.*static batch of 4"
+    ):
+        exported = export_policy(module, example)
+    assert exported.batch == tdaot.BatchRange(4, 4)
+
+
+class _DataDependent(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # Python control flow on a tensor value cannot be traced
+            return x
+        return -x
+
+
+def test_export_failure_names_the_module_and_quotes_the_error():
+    module = TensorDictModule(_DataDependent(), in_keys=["x"], out_keys=["y"])
+    example = TensorDict({"x": torch.randn(4, 3)}, batch_size=[4])
+    with pytest.raises(
+        tdaot.ExportError, match=r"torch.export failed for .*TensorDictModule \(in keys: x; out keys: y\)"
+    ):
+        export_policy(module, example)
+
+
+def test_distribution_validation_is_restored_after_export():
+    previous = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(True)
+    try:
+        policy, example = tutorial_policy()
+        export_policy(policy, example)
+        assert torch.distributions.Distribution._validate_args is True
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(previous)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("policy.onnx", r"must end with \.pt2"),
+        ("/dev/null/policy.pt2", "cannot create the directory of output path '/dev/null/policy.pt2'"),
+    ],
+)
+def test_unwritable_output_path_fails_before_export(path, message):
+    policy, example = tutorial_policy()
+    with pytest.raises(tdaot.BuildError, match=message):
+        tdaot.build(policy, example, path)
+
+
+def test_cuda_device_without_cuda_is_refused():
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    policy, example = nested_policy()
+    with pytest.raises(tdaot.BuildError, match="device 'cuda' .* no CUDA device"):
+        tdaot.build(policy, example, "x.pt2", device="cuda")

@@ -20,11 +20,12 @@ APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev
 
 CPP_SOURCES := CMakeLists.txt $(shell find cpp tests/cpp -name '*.cpp' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
-.PHONY: help setup demo test test-python test-cpp lint cpp clean
+.PHONY: help setup demo test test-python test-cpp lint bench cpp clean
 
 help:
 	@echo "make demo   build the example policy, check parity, run it natively"
 	@echo "make test   run every Python and C++ test"
+	@echo "make bench  batch-1 latency across runtimes, side by side (benchmarks/results/)"
 	@echo "make clean  remove build outputs (keeps the venv)"
 
 # --- set-up -------------------------------------------------------------------------
@@ -71,6 +72,9 @@ test-python: setup
 
 test-cpp: cpp
 	$(CTEST) --test-dir $(BUILD) --output-on-failure
+
+bench: cpp
+	$(PY) benchmarks/latency.py --tdaot-run $(BUILD)/tdaot-run
 
 clean:
 	rm -rf build dist

@@ -62,26 +62,33 @@ Policy::~Policy() = default;
 Policy::Policy(Policy&&) noexcept = default;
 Policy& Policy::operator=(Policy&&) noexcept = default;
 
-const Manifest& Policy::manifest() const noexcept { return impl_->manifest; }
+const Policy::Impl& Policy::impl() const {
+  if (!impl_) throw Error("this tdaot::Policy was moved from; use the Policy it was moved to");
+  return *impl_;
+}
 
-const std::string& Policy::path() const noexcept { return impl_->path; }
+const Manifest& Policy::manifest() const { return impl().manifest; }
 
-const std::unordered_map<std::string, std::string>& Policy::metadata() const noexcept {
-  return impl_->metadata;
+const std::string& Policy::path() const { return impl().path; }
+
+const std::unordered_map<std::string, std::string>& Policy::metadata() const {
+  return impl().metadata;
 }
 
 TensorMap Policy::run(const TensorMap& inputs) const {
-  std::vector<at::Tensor> outputs = impl_->execute(impl_->validator.order_keyed(inputs));
+  const Impl& self = impl();
+  std::vector<at::Tensor> outputs = self.execute(self.validator.order_keyed(inputs));
   TensorMap result;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    result.emplace(impl_->manifest.outputs[i].key, std::move(outputs[i]));
+    result.emplace(self.manifest.outputs[i].key, std::move(outputs[i]));
   }
   return result;
 }
 
 std::vector<at::Tensor> Policy::run_positional(const std::vector<at::Tensor>& inputs) const {
-  impl_->validator.check_positional(inputs);
-  return impl_->execute(inputs);
+  const Impl& self = impl();
+  self.validator.check_positional(inputs);
+  return self.execute(inputs);
 }
 
 }  // namespace tdaot

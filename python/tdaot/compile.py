@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 
 import torch
 from torch._inductor import cpu_vec_isa
@@ -53,11 +54,14 @@ def compile_package(program: torch.export.ExportedProgram, manifest: Manifest, p
     os.close(fd)
     try:
         try:
-            torch._inductor.aoti_compile_and_package(
-                program,
-                package_path=staging,
-                inductor_configs={"aot_inductor.metadata": {METADATA_KEY: manifest.to_json()}},
-            )
+            with warnings.catch_warnings():
+                # torch 2.13's own packaging code trips its pytree deprecation; not the user's concern.
+                warnings.filterwarnings("ignore", message=r"`isinstance\(treespec", category=FutureWarning)
+                torch._inductor.aoti_compile_and_package(
+                    program,
+                    package_path=staging,
+                    inductor_configs={"aot_inductor.metadata": {METADATA_KEY: manifest.to_json()}},
+                )
         except Exception as err:  # noqa: BLE001 - reported with the inductor error's first line
             first = next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
             raise CompileError(

@@ -102,6 +102,15 @@ def module_class_name(module: nn.Module) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def describe_module(module: nn.Module) -> str:
+    """The class name, plus the wrapped module's for a TensorDictModule, for messages."""
+    inner = getattr(module, "module", None)
+    # TensorDictSequential keeps its children in a ModuleList: not worth naming.
+    if isinstance(inner, nn.Module) and not isinstance(inner, (TensorDictModuleBase, nn.ModuleList)):
+        return f"{module_class_name(module)} wrapping {module_class_name(inner)}"
+    return module_class_name(module)
+
+
 def export_policy(
     module: TensorDictModuleBase,
     example: TensorDictBase,
@@ -207,7 +216,7 @@ def _nested_batch_shapes(example: TensorDictBase, in_keys) -> dict[tuple[str, ..
 
 def _check_eager_run(wrapper: PositionalPolicy, tensors, out_keys) -> None:
     """Run once eagerly so a missing out-key or a broken policy fails with a plain message."""
-    name = module_class_name(wrapper.module)
+    name = describe_module(wrapper.module)
     try:
         td = wrapper.module(wrapper.make_tensordict(tensors))
     except Exception as err:  # noqa: BLE001 - any failure of user code is reported as a build error
@@ -253,7 +262,7 @@ def _is_batch_specialisation(err: Exception) -> bool:
 
 
 def _export_with_fallback(wrapper, tensors, batch_range: BatchRange):
-    name = module_class_name(wrapper.module)
+    name = describe_module(wrapper.module)
     try:
         return _export(wrapper, tensors, batch_range), batch_range
     except Exception as err:  # noqa: BLE001 - reported as ExportError below
@@ -279,14 +288,25 @@ def _first_line(err: Exception) -> str:
 
 
 def _export_message(name: str, wrapper: PositionalPolicy, err: Exception) -> str:
-    lines = [line for line in str(err).splitlines() if line.strip()][:_ERROR_LINES]
+    """The export error's first lines, the user's line that raised it, and a hint."""
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    quoted = lines[:_ERROR_LINES] or [type(err).__name__]
+    marker = next((i for i, line in enumerate(lines) if "The following call raised this error" in line), None)
+    if marker is not None and marker >= _ERROR_LINES:
+        quoted += ["...", *lines[marker : marker + 3]]
     keys = ", ".join(keyutil.to_manifest(k) for k in wrapper.in_keys)
     outs = ", ".join(keyutil.to_manifest(k) for k in wrapper.out_keys)
-    quoted = "\n    ".join(lines) or type(err).__name__
-    return (
-        f"torch.export failed for {name} (in keys: {keys}; out keys: {outs}):\n"
-        f"    {type(err).__name__}: {quoted}"
+    message = (
+        f"torch.export failed for {name} (in keys: {keys}; out keys: {outs}):\n    {type(err).__name__}: "
     )
+    message += "\n    ".join(quoted)
+    if "data-dependent" in str(err) or "DataDependent" in type(err).__name__:
+        message += (
+            "\nHint: the policy branches on a tensor's value (a Python `if` on a tensor, or .item()). "
+            "Write the branch with torch.cond(pred, true_fn, false_fn, operands), or compute both "
+            "sides and pick with torch.where."
+        )
+    return message
 
 
 def _output_specs(program, out_keys, batch_range: BatchRange) -> tuple[TensorSpec, ...]:

@@ -167,6 +167,10 @@ TEST_F(PolicyTest, PolicyIsMovable) {
   Policy target = std::move(moved);
   EXPECT_EQ(target.manifest().inputs[0].key, "observation");
   EXPECT_NO_THROW(target.run_positional({at::randn({2, 3})}));
+  // Using the moved-from object is the point: it must throw, not crash.
+  const auto error = test::catch_error<Error>([&] { moved.run_positional({at::randn({2, 3})}); });
+  ASSERT_TRUE(error);
+  EXPECT_NE(std::string(error->what()).find("moved from"), std::string::npos) << error->what();
 }
 
 TEST_F(PolicyTest, ThreadsSharingOnePolicyMatchTheReference) {

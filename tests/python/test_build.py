@@ -135,7 +135,8 @@ def test_batch_specialisation_falls_back_to_static_with_a_warning():
     module = TensorDictModule(_BatchSpecialising(), in_keys=["x"], out_keys=["y"])
     example = TensorDict({"x": torch.randn(4, 3)}, batch_size=[4])
     with pytest.warns(
-        tdaot.StaticBatchWarning, match=r"_BatchSpecialising|TensorDictModule.*static batch of 4"
+        tdaot.StaticBatchWarning,
+        match=r"TensorDictModule wrapping .*_BatchSpecialising specialises the batch dim.*static batch of 4",
     ):
         exported = export_policy(module, example)
     assert exported.batch == tdaot.BatchRange(4, 4)
@@ -151,10 +152,33 @@ class _DataDependent(nn.Module):
 def test_export_failure_names_the_module_and_quotes_the_error():
     module = TensorDictModule(_DataDependent(), in_keys=["x"], out_keys=["y"])
     example = TensorDict({"x": torch.randn(4, 3)}, batch_size=[4])
-    with pytest.raises(
-        tdaot.ExportError, match=r"torch.export failed for .*TensorDictModule \(in keys: x; out keys: y\)"
-    ):
+    with pytest.raises(tdaot.ExportError) as info:
         export_policy(module, example)
+    message = str(info.value)
+    assert message.startswith(
+        "torch.export failed for tensordict.nn.common.TensorDictModule wrapping test_build._DataDependent "
+        "(in keys: x; out keys: y):\n    GuardOnDataDependentSymNode"
+    )
+    assert "if x.sum() > 0:" in message  # the user's line that raised it
+    assert "Hint: the policy branches on a tensor's value" in message and "torch.cond" in message
+
+
+@pytest.mark.parametrize("interaction_type", ["deterministic", "mode", "mean", "random"])
+def test_every_interaction_type_exports(interaction_type):
+    policy, example = tutorial_policy()
+    exported = export_policy(policy, example, interaction_type=interaction_type)
+    targets = {n.target for n in exported.program.graph.nodes if n.op == "call_function"}
+    sampled = any("normal" in str(t) for t in targets)
+    assert sampled == (interaction_type == "random")
+
+
+def test_policy_failing_eagerly_is_a_build_error_naming_it():
+    policy, example = tutorial_policy()
+    with pytest.raises(
+        tdaot.BuildError,
+        match=r"TensorDictSequential failed on the example TensorDict: .*Normal'>.median is not implemented",
+    ):
+        export_policy(policy, example, interaction_type="median")
 
 
 def test_distribution_validation_is_restored_after_export():

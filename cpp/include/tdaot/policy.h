@@ -43,11 +43,11 @@ class Policy {
   Policy& operator=(const Policy&) = delete;
 
   // The manifest read from the package.
-  const Manifest& manifest() const noexcept;
+  const Manifest& manifest() const;
   // The path the package was loaded from.
-  const std::string& path() const noexcept;
+  const std::string& path() const;
   // All AOTInductor metadata of the package (the manifest JSON included).
-  const std::unordered_map<std::string, std::string>& metadata() const noexcept;
+  const std::unordered_map<std::string, std::string>& metadata() const;
 
   // Runs with inputs keyed by manifest key; returns the outputs keyed the same way.
   TensorMap run(const TensorMap& inputs) const;
@@ -56,6 +56,8 @@ class Policy {
 
  private:
   struct Impl;
+  // The implementation; throws tdaot::Error on a moved-from Policy instead of crashing.
+  const Impl& impl() const;
   std::unique_ptr<Impl> impl_;
 };
 

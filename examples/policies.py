@@ -80,3 +80,40 @@ def nested_policy():
         batch_size=[EXAMPLE_BATCH],
     )
     return policy, example
+
+
+class _RecurrentCell(nn.Module):
+    """A GRU-like cell: zeroes its state where is_init, returns the action and the new state."""
+
+    def __init__(self, features: int, hidden: int, actions: int) -> None:
+        super().__init__()
+        self.cell = nn.GRUCell(features, hidden)
+        self.head = nn.Linear(hidden, actions)
+
+    def forward(self, observation, hidden, is_init):
+        hidden = torch.where(is_init, torch.zeros_like(hidden), hidden)
+        hidden = self.cell(observation, hidden)
+        return self.head(hidden), hidden
+
+
+def recurrent_policy():
+    """A recurrent policy in torchrl's convention, without torchrl.
+
+    inputs  observation [3], hidden [8], is_init bool [1]
+    outputs action [2], next.hidden [8]  (next.hidden feeds hidden at the next step)
+    """
+    torch.manual_seed(0)
+    policy = TensorDictModule(
+        _RecurrentCell(3, 8, 2),
+        in_keys=["observation", "hidden", "is_init"],
+        out_keys=["action", ("next", "hidden")],
+    )
+    example = TensorDict(
+        {
+            "observation": torch.randn(EXAMPLE_BATCH, 3),
+            "hidden": torch.zeros(EXAMPLE_BATCH, 8),
+            "is_init": torch.ones(EXAMPLE_BATCH, 1, dtype=torch.bool),
+        },
+        batch_size=[EXAMPLE_BATCH],
+    )
+    return policy, example

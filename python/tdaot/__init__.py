@@ -29,7 +29,7 @@ from tdaot.errors import (
     UnknownKeyError,
 )
 from tdaot.export import StaticBatchWarning
-from tdaot.manifest import BatchRange, Manifest, Source, TensorSpec, read_manifest
+from tdaot.manifest import BatchRange, Manifest, Recurrent, Source, StatePair, TensorSpec, read_manifest
 from tdaot.runtime import NativePolicy, load
 
 __all__ = [
@@ -51,8 +51,10 @@ __all__ = [
     "MissingKeyError",
     "NativePolicy",
     "PackageError",
+    "Recurrent",
     "ShapeError",
     "Source",
+    "StatePair",
     "StaticBatchWarning",
     "TdaotError",
     "TensorSpec",

@@ -79,6 +79,7 @@ def build(
         tensordict_version=tensordict.__version__,
         tdaot_version=__version__,
         source=Source(module_class=module_class_name(policy), factory=factory),
+        recurrent=exported.recurrent,
     )
     compile_package(exported.program, manifest, path)
     return Artifact(

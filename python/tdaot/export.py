@@ -21,7 +21,7 @@ from torch import nn
 
 from tdaot import keys as keyutil
 from tdaot.errors import BuildError, ExportError
-from tdaot.manifest import BatchRange, TensorSpec, dtype_name
+from tdaot.manifest import BatchRange, Recurrent, StatePair, TensorSpec, dtype_name
 
 INTERACTION_TYPES = tuple(t.value for t in InteractionType)
 DEFAULT_BATCH_RANGE = BatchRange(1, 1 << 20)
@@ -43,6 +43,7 @@ class ExportedPolicy:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     batch: BatchRange
+    recurrent: Recurrent | None = None
 
 
 class PositionalPolicy(nn.Module):
@@ -154,7 +155,36 @@ def export_policy(
         for k, t in zip(in_keys, input_tensors)
     )
     outputs = _output_specs(program, out_keys, batch_range)
-    return ExportedPolicy(program=program, inputs=inputs, outputs=outputs, batch=batch_range)
+    return ExportedPolicy(
+        program=program,
+        inputs=inputs,
+        outputs=outputs,
+        batch=batch_range,
+        recurrent=recurrent_state(inputs, outputs),
+    )
+
+
+def recurrent_state(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> Recurrent | None:
+    """State pairs by torchrl's convention: out key ("next", *k) feeds in key k next step."""
+    by_key = {spec.key: spec for spec in outputs}
+    pairs = []
+    for spec in inputs:
+        carried = by_key.get(keyutil.SEPARATOR.join(("next", spec.key)))
+        if carried is None:
+            continue
+        if (carried.dtype, carried.shape) != (spec.dtype, spec.shape):
+            raise BuildError(
+                f"recurrent state {spec.key!r} is {spec.dtype} {list(spec.shape)} but its next-step "
+                f"output {carried.key!r} is {carried.dtype} {list(carried.shape)}; they must match"
+            )
+        pairs.append(StatePair(input=spec.key, output=carried.key))
+    if not pairs:
+        return None
+    # torchrl marks the first step after a reset with a bool "is_init" input.
+    is_init = next(
+        (s.key for s in inputs if keyutil.from_manifest(s.key)[-1] == "is_init" and s.dtype == "bool"), None
+    )
+    return Recurrent(state=tuple(pairs), is_init=is_init)
 
 
 def resolve_batch(batch: BatchSpec, example_batch: int) -> BatchRange:

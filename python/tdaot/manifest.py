@@ -102,6 +102,26 @@ class Source:
 
 
 @dataclass(frozen=True)
+class StatePair:
+    """Recurrent state: output ``output`` of one step is input ``input`` of the next."""
+
+    input: str
+    output: str
+
+
+@dataclass(frozen=True)
+class Recurrent:
+    """The state a session carries between steps (torchrl's ("next", k) -> k convention).
+
+    ``is_init`` is the manifest key of the bool input that marks the first step after
+    a reset (torchrl's "is_init"), or None when the policy has none.
+    """
+
+    state: tuple[StatePair, ...]
+    is_init: str | None = None
+
+
+@dataclass(frozen=True)
 class Manifest:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
@@ -114,6 +134,7 @@ class Manifest:
     tensordict_version: str
     tdaot_version: str
     source: Source
+    recurrent: Recurrent | None = None
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -151,6 +172,10 @@ class Manifest:
         data.pop("extra")
         for section in ("inputs", "outputs"):
             data[section] = [{**spec, "shape": list(spec["shape"])} for spec in data[section]]
+        if self.recurrent is None:
+            del data["recurrent"]  # optional: only recurrent policies carry it
+        else:
+            data["recurrent"]["state"] = list(data["recurrent"]["state"])
         return {**self.extra, **data}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -196,6 +221,7 @@ class Manifest:
                 module_class=reader.get(source, "module_class", str, "source.module_class"),
                 factory=reader.get(source, "factory", (str, type(None)), "source.factory"),
             ),
+            recurrent=reader.recurrent(data),
             schema_version=version,
             extra={k: v for k, v in data.items() if k not in known},
         )
@@ -220,6 +246,26 @@ class _FieldReader:
         if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
             self.fail(path, f"expected {getattr(kind, '__name__', kind)}, got {value!r}")
         return value
+
+    def recurrent(self, data: dict) -> Recurrent | None:
+        if data.get("recurrent") is None:
+            return None
+        section = self.get(data, "recurrent", dict)
+        pairs = []
+        for i, entry in enumerate(self.get(section, "state", list, "recurrent.state")):
+            path = f"recurrent.state[{i}]"
+            if not isinstance(entry, dict):
+                self.fail(path, f"expected an object, got {entry!r}")
+            pairs.append(
+                StatePair(
+                    input=self.get(entry, "input", str, f"{path}.input"),
+                    output=self.get(entry, "output", str, f"{path}.output"),
+                )
+            )
+        is_init = section.get("is_init")
+        if is_init is not None and not isinstance(is_init, str):
+            self.fail("recurrent.is_init", f"expected str or null, got {is_init!r}")
+        return Recurrent(state=tuple(pairs), is_init=is_init)
 
     def specs(self, data: dict, name: str) -> tuple[TensorSpec, ...]:
         specs = []

@@ -7,7 +7,7 @@ import json
 import pytest
 import tensordict
 import torch
-from examples.policies import nested_policy, tutorial_policy
+from examples.policies import nested_policy, recurrent_policy, tutorial_policy
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -49,6 +49,49 @@ def test_manifest_round_trips_through_the_package_and_cpp(tutorial):
     assert Manifest.from_json(from_package.to_json()) == from_package
     # The C++ reader parses and re-serialises the same schema.
     assert json.loads(_C.read_manifest_json(artifact.path)) == from_package.to_dict()
+
+
+def test_recurrent_state_pairs_are_recorded():
+    policy, example = recurrent_policy()
+    exported = export_policy(policy, example)
+    assert exported.recurrent == tdaot.Recurrent(
+        state=(tdaot.StatePair(input="hidden", output="next.hidden"),), is_init="is_init"
+    )
+    assert export_policy(policy, example, out_keys=["action"]).recurrent is None
+
+
+def test_recurrent_manifest_round_trips():
+    policy, example = recurrent_policy()
+    exported = export_policy(policy, example)
+    data = {
+        "schema_version": 1,
+        "inputs": [{"key": s.key, "dtype": s.dtype, "shape": list(s.shape)} for s in exported.inputs],
+        "outputs": [{"key": s.key, "dtype": s.dtype, "shape": list(s.shape)} for s in exported.outputs],
+        "batch": {"min": 1, "max": 8},
+        "interaction_type": "deterministic",
+        "device": "cpu",
+        "cpu_target": "native",
+        "cpu_isa": "",
+        "torch_version": "2.13.0",
+        "tensordict_version": "0.14.3",
+        "tdaot_version": "0.1.0",
+        "source": {"module_class": "m", "factory": None},
+        "recurrent": {"state": [{"input": "hidden", "output": "next.hidden"}], "is_init": "is_init"},
+    }
+    manifest = Manifest.from_dict(data)
+    assert manifest.recurrent == exported.recurrent
+    assert Manifest.from_json(manifest.to_json()) == manifest
+    assert manifest.to_dict() == data
+
+
+def test_mismatched_recurrent_state_is_refused():
+    module = TensorDictModule(lambda h: h[..., :2], in_keys=["hidden"], out_keys=[("next", "hidden")])
+    example = TensorDict({"hidden": torch.zeros(4, 3)}, batch_size=[4])
+    with pytest.raises(
+        tdaot.BuildError,
+        match=r"recurrent state 'hidden' is float32 \[3\] but .*'next.hidden' is float32 \[2\]",
+    ):
+        export_policy(module, example)
 
 
 def test_out_keys_can_be_selected():

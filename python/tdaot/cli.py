@@ -1,63 +1,25 @@
-"""The tdaot command line: build packages from policy factories, inspect them."""
+"""The tdaot command line: build packages (one factory, or a config of many), inspect
+them, and merge the reports of sharded CI builds."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
+import dataclasses
 import json
-import os
 import sys
 from collections.abc import Sequence
 
 from tdaot.build import build
+from tdaot.config import ConfigError, load_config
 from tdaot.errors import TdaotError
 from tdaot.export import INTERACTION_TYPES, BatchSpec
+from tdaot.factories import FactoryError, call_factory
 from tdaot.manifest import read_manifest
+from tdaot.targets import CPU_TARGETS
 
 
 class CliError(Exception):
     """A usage problem reported as one line on stderr with exit code 2."""
-
-
-def load_factory(spec: str):
-    """Resolves "path/to/file.py:function" or "package.module:function"."""
-    source, sep, name = spec.rpartition(":")
-    if not sep or not source or not name.isidentifier():
-        raise CliError(f"factory {spec!r} must look like FILE.py:FUNCTION or MODULE:FUNCTION")
-    if source.endswith(".py") or os.sep in source:
-        if not os.path.isfile(source):
-            raise CliError(f"factory file {source!r} does not exist")
-        module_name = f"_tdaot_factory_{abs(hash(os.path.abspath(source)))}"
-        loader_spec = importlib.util.spec_from_file_location(module_name, source)
-        module = importlib.util.module_from_spec(loader_spec)
-        sys.modules[module_name] = module
-        try:
-            loader_spec.loader.exec_module(module)
-        except Exception as err:  # noqa: BLE001 - user code; reported with its own message
-            raise CliError(f"importing {source!r} failed: {type(err).__name__}: {err}") from err
-    else:
-        try:
-            module = importlib.import_module(source)
-        except Exception as err:  # noqa: BLE001
-            raise CliError(f"cannot import module {source!r}: {type(err).__name__}: {err}") from err
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise CliError(f"{source!r} has no callable {name!r}")
-    return factory
-
-
-def call_factory(spec: str):
-    factory = load_factory(spec)
-    try:
-        result = factory()
-    except Exception as err:  # noqa: BLE001
-        raise CliError(f"factory {spec!r} raised {type(err).__name__}: {err}") from err
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise CliError(
-            f"factory {spec!r} must return (module, example_tensordict), got {type(result).__name__}"
-        )
-    return result
 
 
 def parse_batch(text: str) -> BatchSpec:
@@ -78,9 +40,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    b = commands.add_parser("build", help="export and compile a policy factory into a .pt2 package")
-    b.add_argument("factory", help="FILE.py:FUNCTION or MODULE:FUNCTION returning (module, example_td)")
-    b.add_argument("-o", "--output", required=True, help="package path (.pt2)")
+    b = commands.add_parser(
+        "build", help="export and compile a policy factory (or a config of many) into .pt2"
+    )
+    b.add_argument(
+        "factory", nargs="?", help="FILE.py:FUNCTION or MODULE:FUNCTION returning (module, example_td)"
+    )
+    b.add_argument("-o", "--output", help="package path (.pt2), with a factory")
     b.add_argument(
         "--out-key",
         action="append",
@@ -93,15 +59,41 @@ def _parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--interaction-type", choices=INTERACTION_TYPES, default="deterministic")
     b.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    b.add_argument("--cpu-target", default="native", choices=tuple(CPU_TARGETS))
     b.add_argument("--json", action="store_true", help="print the result as JSON")
+    many = b.add_argument_group("config builds")
+    many.add_argument("--config", help="tdaot.toml, or a pyproject.toml with [tool.tdaot]")
+    many.add_argument("--jobs", type=int, default=1, help="parallel build processes")
+    many.add_argument("--shard", metavar="I/N", help="build only shard I of N (stable, covers the list once)")
+    many.add_argument("--no-cache", action="store_true", help="compile even when the cache has the artifact")
+    many.add_argument("--cache-dir", help="cache directory (default $TDAOT_CACHE_DIR or ~/.cache/tdaot)")
+    many.add_argument("--no-parity", action="store_true", help="skip the parity check after each build")
+    many.add_argument(
+        "--check-reproducible", action="store_true", help="build each artifact twice more and compare bytes"
+    )
+    many.add_argument("--report", metavar="JSON", help="write the JSON report here")
+    many.add_argument("--junit", metavar="XML", help="write a JUnit XML report here")
 
     i = commands.add_parser("inspect", help="print a package's manifest")
     i.add_argument("package")
     i.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
+    r = commands.add_parser("report", help="work with build reports")
+    r_commands = r.add_subparsers(dest="report_command", required=True)
+    m = r_commands.add_parser("merge", help="join the JSON reports of sharded builds")
+    m.add_argument("reports", nargs="+")
+    m.add_argument("-o", "--output", required=True, help="merged JSON report")
+    m.add_argument("--junit", metavar="XML", help="also write a JUnit XML report")
     return parser
 
 
-def _build(args) -> None:
+def _build(args) -> int:
+    if args.config:
+        if args.factory or args.output:
+            raise CliError("give either a factory with -o, or --config, not both")
+        return _build_config(args)
+    if not args.factory or not args.output:
+        raise CliError("give a factory and -o OUTPUT.pt2, or --config FILE")
     module, example = call_factory(args.factory)
     out_keys = [tuple(k.split(".")) for k in args.out_keys] if args.out_keys else None
     artifact = build(
@@ -112,6 +104,7 @@ def _build(args) -> None:
         batch=args.batch,
         interaction_type=args.interaction_type,
         device=args.device,
+        cpu_target=args.cpu_target,
         factory=args.factory,
     )
     summary = {
@@ -122,30 +115,73 @@ def _build(args) -> None:
     }
     if args.json:
         print(json.dumps({**summary, "manifest": artifact.manifest.to_dict()}, indent=2))
-        return
+        return 0
     print(
         f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) in "
         f"{artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s compile"
     )
     print(artifact.manifest.describe())
+    return 0
 
 
-def _inspect(args) -> None:
+def _build_config(args) -> int:
+    # Imported here: the pipeline pulls in multiprocessing and the parity checker.
+    from tdaot.pipeline import build_all, select_shard
+    from tdaot.progress import Progress
+    from tdaot.report import summary, write_json, write_junit
+
+    specs = select_shard(load_config(args.config), args.shard)
+    if args.no_parity:
+        specs = [dataclasses.replace(spec, parity=False) for spec in specs]
+    progress = Progress([spec.id for spec in specs])
+    results = build_all(
+        specs,
+        progress,
+        jobs=args.jobs,
+        cache_dir=args.cache_dir,
+        use_cache=not args.no_cache,
+        check_reproducible=args.check_reproducible,
+    )
+    if args.report:
+        write_json(args.report, results, shard=args.shard)
+    if args.junit:
+        write_junit(args.junit, results)
+    counts = summary(results)
+    print(f"tdaot: {counts['built']} built, {counts['cached']} cached, {counts['failed']} failed")
+    failed = [r for r in results if r.failed]
+    for result in failed:
+        print(f"tdaot: {result.id} failed: {result.error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _inspect(args) -> int:
     manifest = read_manifest(args.package)
     print(manifest.to_json(indent=2) if args.json else manifest.describe())
+    return 0
+
+
+def _report(args) -> int:
+    from tdaot.report import merge, summary, write_json, write_junit
+
+    results = merge(args.reports)
+    write_json(args.output, results, shard=None)
+    if args.junit:
+        write_junit(args.junit, results)
+    counts = summary(results)
+    print(f"merged {len(args.reports)} reports: {counts['total']} artifacts, {counts['failed']} failed")
+    return 1 if counts["failed"] else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        {"build": _build, "inspect": _inspect}[args.command](args)
-    except CliError as err:
+        return {"build": _build, "inspect": _inspect, "report": _report}[args.command](args)
+    except (CliError, FactoryError, ConfigError) as err:
         print(f"tdaot {args.command}: error: {err}", file=sys.stderr)
         return 2
     except TdaotError as err:
         print(f"tdaot {args.command}: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -7,19 +7,10 @@ import tempfile
 import warnings
 
 import torch
-from torch._inductor import cpu_vec_isa
 
 from tdaot.errors import BuildError, CompileError
 from tdaot.manifest import METADATA_KEY, Manifest
-
-# CPU targets tdaot knows how to compile for. Only the build host's own ISA for
-# now; explicit -march targets are tracked in the CI-builds issue.
-CPU_TARGETS = ("native",)
-
-
-def host_cpu_isa() -> str:
-    """The vector ISA inductor generates CPU kernels for on this host ("" if none)."""
-    return str(cpu_vec_isa.pick_vec_isa())
+from tdaot.targets import compiling_for, cpu_target, inductor_options
 
 
 def check_output_path(path: str) -> str:
@@ -46,21 +37,21 @@ def compile_package(program: torch.export.ExportedProgram, manifest: Manifest, p
     failed or interrupted build never leaves a half-written artifact.
     """
     path = check_output_path(path)
-    if manifest.cpu_target not in CPU_TARGETS:
-        raise BuildError(
-            f"CPU target {manifest.cpu_target!r} is not supported (known: {', '.join(CPU_TARGETS)})"
-        )
+    target = cpu_target(manifest.cpu_target)
     fd, staging = tempfile.mkstemp(suffix=".pt2", prefix=".tdaot-", dir=os.path.dirname(path))
     os.close(fd)
     try:
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), compiling_for(target):
                 # torch 2.13's own packaging code trips its pytree deprecation; not the user's concern.
                 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec", category=FutureWarning)
                 torch._inductor.aoti_compile_and_package(
                     program,
                     package_path=staging,
-                    inductor_configs={"aot_inductor.metadata": {METADATA_KEY: manifest.to_json()}},
+                    inductor_configs={
+                        "aot_inductor.metadata": {METADATA_KEY: manifest.to_json()},
+                        **inductor_options(target),
+                    },
                 )
         except Exception as err:  # noqa: BLE001 - reported with the inductor error's first line
             first = next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)

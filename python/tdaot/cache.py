@@ -1,0 +1,93 @@
+"""Content-addressed cache of built packages.
+
+The key hashes everything that changes the artifact: the exported program (graph,
+signature, range constraints, every parameter, buffer and constant), the manifest
+(keys, shapes, batch range, interaction type, device, CPU target and ISA, torch,
+tensordict and tdaot versions, source) and the inductor options of the target.
+A hit copies the cached package into place; nothing is compiled.
+
+The cache lives in ``$TDAOT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tdaot``, else
+``~/.cache/tdaot``. A CI system keeps it between runs by caching that directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from tdaot.manifest import Manifest
+from tdaot.targets import cpu_target, inductor_options
+
+# Bump when the build itself changes what a given key produces.
+CACHE_FORMAT = 1
+
+
+def default_cache_dir() -> Path:
+    if os.environ.get("TDAOT_CACHE_DIR"):
+        return Path(os.environ["TDAOT_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tdaot"
+
+
+def artifact_key(program: torch.export.ExportedProgram, manifest: Manifest) -> str:
+    digest = hashlib.sha256()
+
+    def add(label: str, data: bytes) -> None:
+        # Length-prefixed, so no two different sequences of parts hash alike.
+        digest.update(f"{label}:{len(data)}:".encode())
+        digest.update(data)
+
+    add("format", str(CACHE_FORMAT).encode())
+    add("manifest", manifest.to_json(indent=1).encode())
+    add("inductor", json.dumps(inductor_options(cpu_target(manifest.cpu_target)), sort_keys=True).encode())
+    add("graph", str(program.graph).encode())
+    add("signature", str(program.graph_signature).encode())
+    add("ranges", str(sorted((str(k), str(v)) for k, v in program.range_constraints.items())).encode())
+    tensors = {**program.state_dict, **program.constants}
+    for name in sorted(tensors):
+        value = tensors[name]
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().to("cpu").contiguous().reshape(-1)
+            add(f"tensor {name} {value.dtype} {list(value.shape)}", flat.view(torch.uint8).numpy().tobytes())
+        else:  # a torchbind object or other constant: its repr is the best we have
+            add(f"constant {name}", repr(value).encode())
+    return digest.hexdigest()
+
+
+class ArtifactCache:
+    def __init__(self, directory: str | os.PathLike | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else default_cache_dir()
+
+    def _entry(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.pt2"
+
+    def fetch(self, key: str, destination: str) -> bool:
+        """Copies the cached package for ``key`` to ``destination``; False on a miss."""
+        entry = self._entry(key)
+        if not entry.is_file():
+            return False
+        _copy_atomically(entry, Path(destination))
+        return True
+
+    def store(self, key: str, package: str) -> None:
+        entry = self._entry(key)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        _copy_atomically(Path(package), entry)
+
+
+def _copy_atomically(source: Path, destination: Path) -> None:
+    """Copy then rename, so readers (other CI jobs sharing the cache) never see half a file."""
+    fd, staging = tempfile.mkstemp(dir=destination.parent, prefix=".tdaot-", suffix=".pt2")
+    os.close(fd)
+    try:
+        shutil.copyfile(source, staging)
+        os.replace(staging, destination)
+    finally:
+        if os.path.exists(staging):
+            os.unlink(staging)

@@ -1,0 +1,80 @@
+"""CPU targets: which instructions the compiled kernels may use.
+
+``native`` compiles for the build host (-march=native, its widest vector ISA). The
+x86-64 microarchitecture levels pin both gcc's -march and inductor's vector width, so a
+package built on an AVX-512 CI machine for ``x86-64-v3`` holds no AVX-512 instruction
+and runs on any AVX2 robot computer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from unittest import mock
+
+import torch
+from torch._inductor import cpu_vec_isa
+
+from tdaot.errors import BuildError
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    name: str
+    march: str | None  # gcc -march; None keeps inductor's default (native)
+    simdlen: int | None  # inductor vector width in bits; None picks the host's widest; 1 disables
+    # Inductor ISA classes allowed; None allows all. Inductor adds each ISA's own flags
+    # (-mavx512vnni, -mavx512bf16, AMX) on top of -march, so a level must exclude the
+    # ISAs that go beyond it.
+    isa_classes: tuple[str, ...] | None = None
+
+
+CPU_TARGETS: dict[str, CpuTarget] = {
+    t.name: t
+    for t in (
+        CpuTarget("native", None, None),
+        # v2 has SSE4.2 at most: inductor has no 128-bit x86 ISA, so its kernels stay scalar.
+        CpuTarget("x86-64-v2", "x86-64-v2", 1, ()),
+        CpuTarget("x86-64-v3", "x86-64-v3", 256, ("VecAVX2",)),
+        CpuTarget("x86-64-v4", "x86-64-v4", 512, ("VecAVX512",)),
+    )
+}
+
+
+def cpu_target(name: str) -> CpuTarget:
+    try:
+        return CPU_TARGETS[name]
+    except KeyError:
+        raise BuildError(f"CPU target {name!r} is not one of {', '.join(CPU_TARGETS)}") from None
+
+
+def inductor_options(target: CpuTarget) -> dict:
+    """The inductor config entries that compile for ``target``."""
+    options = {}
+    if target.march is not None:
+        options["cpp.march"] = target.march
+    if target.simdlen is not None:
+        options["cpp.simdlen"] = target.simdlen
+    return options
+
+
+@contextlib.contextmanager
+def compiling_for(target: CpuTarget) -> Iterator[None]:
+    """Inductor configured to generate code for ``target`` only, for the duration."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch._inductor.config.patch(inductor_options(target)))
+        if target.isa_classes is not None:
+            allowed = [
+                isa for isa in cpu_vec_isa.valid_vec_isa_list() if type(isa).__name__ in target.isa_classes
+            ]
+            # pick_vec_isa looks the list up through the module on every call.
+            stack.enter_context(mock.patch.object(cpu_vec_isa, "valid_vec_isa_list", lambda: allowed))
+        yield
+
+
+def vector_isa(target: CpuTarget) -> str:
+    """The vector ISA inductor generates kernels for ("" when scalar), as the manifest records it."""
+    with compiling_for(target):
+        isa = cpu_vec_isa.pick_vec_isa()
+    return str(isa) if isa else ""

@@ -1,0 +1,47 @@
+"""Helpers shared by the benchmark's build step and its Python workers."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+
+from tdaot import keys as keyutil
+
+
+def make_inputs(specs: list[dict], batch: int) -> list[torch.Tensor]:
+    """Seeded inputs for every manifest input at ``batch``, like the C++ server makes them:
+    normal floats, full-range bytes, false flags (is_init false: a recurrent policy's steady
+    state)."""
+    torch.manual_seed(batch)
+    tensors = []
+    for spec in specs:
+        shape = (batch, *spec["shape"])
+        dtype = getattr(torch, spec["dtype"])
+        if dtype == torch.bool:
+            tensors.append(torch.zeros(shape, dtype=dtype))
+        elif dtype == torch.uint8:
+            tensors.append(torch.randint(0, 256, shape, dtype=dtype))
+        elif not dtype.is_floating_point:
+            tensors.append(torch.randint(0, 10, shape, dtype=dtype))
+        else:
+            tensors.append(torch.randn(shape, dtype=dtype))
+    return tensors
+
+
+def as_tensordict(keys: list[str], tensors: list[torch.Tensor]) -> TensorDict:
+    """A TensorDict holding ``tensors`` under the (dot-joined) manifest ``keys``."""
+    return TensorDict(
+        {keyutil.td_key(keyutil.from_manifest(k)): t for k, t in zip(keys, tensors)},
+        batch_size=[tensors[0].shape[0]],
+    )
+
+
+def memory() -> dict:
+    """This process's resident set now and at its peak (VmRSS, VmHWM), in KiB."""
+    out = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            for field in ("VmRSS", "VmHWM"):
+                if line.startswith(field + ":"):
+                    out[field + "_kib"] = int(line.split()[1])
+    return out

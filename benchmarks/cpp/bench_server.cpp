@@ -1,0 +1,224 @@
+// tdaot-bench-server: the C++ side of benchmarks/run.py. One process holds one loaded model
+// (TorchScript through torch::jit::load, AOTInductor's raw AOTIModelPackageLoader, or
+// tdaot::Policy) and answers timing commands, so the Python driver can alternate between
+// runtimes round by round the same way it does with its Python workers.
+//
+// Protocol: one JSON object per line on stdin, one JSON answer per line on stdout.
+//   {"cmd": "load", "runtime": "torchscript|aoti|aoti-single-threaded|tdaot", "path": P,
+//    "inputs": [{"dtype": "float32", "shape": [48]}, ...]}
+//   {"cmd": "first", "batch": B}            -> seconds of the first call
+//   {"cmd": "run", "batch": B, "iters": N, "min_iters": M, "max_seconds": S}
+//                                           -> per-call latencies in ns
+//   {"cmd": "memory"}                       -> VmRSS and VmHWM (peak RSS) in KiB
+//   {"cmd": "quit"}
+// Every answer carries "ok"; failures carry "error" instead of crashing the driver.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/script.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tdaot/policy.h"
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct InputSpec {
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
+at::ScalarType parse_dtype(const std::string& name) {
+  static const std::map<std::string, at::ScalarType> names = {
+      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf},
+      {"bfloat16", at::kBFloat16}, {"uint8", at::kByte}, {"int8", at::kChar},
+      {"int16", at::kShort}, {"int32", at::kInt}, {"int64", at::kLong}, {"bool", at::kBool}};
+  auto it = names.find(name);
+  if (it == names.end()) throw std::runtime_error("unknown dtype " + name);
+  return it->second;
+}
+
+// The same kind of values the Python workers feed: normal floats, full-range bytes, and
+// false flags (is_init false is the steady state of a recurrent policy).
+std::vector<at::Tensor> make_inputs(const std::vector<InputSpec>& specs, int64_t batch) {
+  at::manual_seed(batch);
+  std::vector<at::Tensor> out;
+  for (const auto& spec : specs) {
+    std::vector<int64_t> shape{batch};
+    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+    const auto options = at::TensorOptions().dtype(spec.dtype);
+    if (spec.dtype == at::kBool) {
+      out.push_back(at::zeros(shape, options));
+    } else if (spec.dtype == at::kByte) {
+      out.push_back(at::randint(0, 256, shape, options));
+    } else if (c10::isIntegralType(spec.dtype, /*includeBool=*/false)) {
+      out.push_back(at::randint(0, 10, shape, options));
+    } else {
+      out.push_back(at::randn(shape, options));
+    }
+  }
+  return out;
+}
+
+// Kernel of one runtime: load once, then call with inputs in positional order.
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual void call(const std::vector<at::Tensor>& inputs) = 0;
+};
+
+class TorchScriptRunner : public Runner {
+ public:
+  explicit TorchScriptRunner(const std::string& path) : module_(torch::jit::load(path)) {
+    module_.eval();
+  }
+  void call(const std::vector<at::Tensor>& inputs) override {
+    // What a user writes: IValues in, forward under InferenceMode.
+    c10::InferenceMode guard;
+    std::vector<c10::IValue> args(inputs.begin(), inputs.end());
+    module_.forward(args);
+  }
+
+ private:
+  torch::jit::Module module_;
+};
+
+class AotiRunner : public Runner {
+ public:
+  AotiRunner(const std::string& path, bool single_threaded)
+      : loader_(path, "model", single_threaded) {}
+  void call(const std::vector<at::Tensor>& inputs) override { loader_.run(inputs); }
+
+ private:
+  torch::inductor::AOTIModelPackageLoader loader_;
+};
+
+class TdaotRunner : public Runner {
+ public:
+  explicit TdaotRunner(const std::string& path) : policy_(path) {}
+  void call(const std::vector<at::Tensor>& inputs) override { policy_.run_positional(inputs); }
+
+ private:
+  tdaot::Policy policy_;
+};
+
+std::unique_ptr<Runner> make_runner(const std::string& runtime, const std::string& path) {
+  if (runtime == "torchscript") return std::make_unique<TorchScriptRunner>(path);
+  if (runtime == "aoti") return std::make_unique<AotiRunner>(path, false);
+  if (runtime == "aoti-single-threaded") return std::make_unique<AotiRunner>(path, true);
+  if (runtime == "tdaot") return std::make_unique<TdaotRunner>(path);
+  throw std::runtime_error("unknown runtime " + runtime);
+}
+
+json memory() {
+  std::ifstream status("/proc/self/status");
+  json out = {{"ok", true}};
+  std::string line;
+  while (std::getline(status, line)) {
+    for (const char* field : {"VmRSS", "VmHWM"}) {
+      const std::string prefix = std::string(field) + ":";
+      if (line.rfind(prefix, 0) == 0) out[std::string(field) + "_kib"] = std::stol(line.substr(prefix.size()));
+    }
+  }
+  return out;
+}
+
+class Server {
+ public:
+  json handle(const json& request) {
+    const std::string cmd = request.at("cmd");
+    if (cmd == "load") return load(request);
+    if (cmd == "memory") return memory();
+    if (!runner_) throw std::runtime_error("no model loaded");
+    if (cmd == "first") {
+      const auto& inputs = inputs_for(request.at("batch"));
+      const auto t0 = Clock::now();
+      runner_->call(inputs);
+      return {{"ok", true}, {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}};
+    }
+    if (cmd == "run") return run(request);
+    throw std::runtime_error("unknown command " + cmd);
+  }
+
+ private:
+  json load(const json& request) {
+    specs_.clear();
+    inputs_.clear();
+    for (const auto& spec : request.at("inputs")) {
+      specs_.push_back({parse_dtype(spec.at("dtype")), spec.at("shape").get<std::vector<int64_t>>()});
+    }
+    const auto t0 = Clock::now();
+    runner_ = make_runner(request.at("runtime"), request.at("path"));
+    return {{"ok", true}, {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}};
+  }
+
+  const std::vector<at::Tensor>& inputs_for(int64_t batch) {
+    auto it = inputs_.find(batch);
+    if (it == inputs_.end()) it = inputs_.emplace(batch, make_inputs(specs_, batch)).first;
+    return it->second;
+  }
+
+  // Times calls one by one until `iters` or, past `min_iters`, until `max_seconds` ran out.
+  json run(const json& request) {
+    const auto& inputs = inputs_for(request.at("batch"));
+    const int64_t iters = request.at("iters");
+    const int64_t min_iters = request.value("min_iters", int64_t{1});
+    const auto budget = std::chrono::duration<double>(request.value("max_seconds", 1e9));
+    std::vector<int64_t> samples;
+    samples.reserve(iters);
+    const auto start = Clock::now();
+    for (int64_t i = 0; i < iters; ++i) {
+      const auto t0 = Clock::now();
+      runner_->call(inputs);
+      const auto t1 = Clock::now();
+      samples.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+      if (i + 1 >= min_iters && t1 - start > budget) break;
+    }
+    return {{"ok", true}, {"ns", samples}};
+  }
+
+  std::unique_ptr<Runner> runner_;
+  std::vector<InputSpec> specs_;
+  std::map<int64_t, std::vector<at::Tensor>> inputs_;
+};
+
+}  // namespace
+
+int main() {
+  // Answers go to the original stdout; anything a library prints goes to stderr instead.
+  FILE* answers = fdopen(dup(STDOUT_FILENO), "w");
+  dup2(STDERR_FILENO, STDOUT_FILENO);
+  at::set_num_threads(1);
+
+  Server server;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    json answer;
+    try {
+      const json request = json::parse(line);
+      if (request.at("cmd") == "quit") break;
+      answer = server.handle(request);
+    } catch (const std::exception& e) {
+      answer = {{"ok", false}, {"error", e.what()}};
+    }
+    const std::string text = answer.dump() + "\n";
+    std::fwrite(text.data(), 1, text.size(), answers);
+    std::fflush(answers);
+  }
+  return 0;
+}

@@ -1,0 +1,115 @@
+"""The benchmark's policies: factories returning ``(policy, example_tensordict)``.
+
+Each factory seeds torch itself, so every process that calls it gets the same weights;
+the benchmark also checks every runtime's outputs against eager before timing it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from examples.policies import tutorial_policy  # noqa: E402
+
+EXAMPLE_BATCH = 4
+
+
+def mlp_actor():
+    """A legged-robot-sized actor: observation [48] -> 256 -> 256 -> action [12] (ELU)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(48, 256), nn.ELU(), nn.Linear(256, 256), nn.ELU(), nn.Linear(256, 12))
+    policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
+    example = TensorDict({"observation": torch.randn(EXAMPLE_BATCH, 48)}, batch_size=[EXAMPLE_BATCH])
+    return policy, example
+
+
+class _PixelEncoder(nn.Module):
+    """uint8 pixels [3, 64, 64] -> action [12]: three convolutions and an MLP head."""
+
+    def __init__(self, actions: int = 12) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv2d(3, 16, 8, stride=4),
+            nn.ReLU(),  # -> 16 x 15 x 15
+            nn.Conv2d(16, 32, 4, stride=2),
+            nn.ReLU(),  # -> 32 x 6 x 6
+            nn.Conv2d(32, 32, 3, stride=1),
+            nn.ReLU(),  # -> 32 x 4 x 4
+            nn.Flatten(),
+        )
+        self.head = nn.Sequential(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, actions))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.head(self.convs(pixels.float() / 255.0))
+
+
+def conv_actor():
+    """A ConvNet actor on uint8 pixels [3, 64, 64] -> action [12]."""
+    torch.manual_seed(0)
+    policy = TensorDictModule(_PixelEncoder(), in_keys=["pixels"], out_keys=["action"])
+    pixels = torch.randint(0, 256, (EXAMPLE_BATCH, 3, 64, 64), dtype=torch.uint8)
+    example = TensorDict({"pixels": pixels}, batch_size=[EXAMPLE_BATCH])
+    return policy, example
+
+
+class _LSTMStep(nn.Module):
+    """One step of an nn.LSTM with (h, c) carried by the caller, zeroed where is_init.
+
+    torchrl's LSTMModule specialises the batch dim under torch.export (tdaot would fall
+    back to a static batch, so one artifact could not serve batch 1, 64 and 4096); a
+    plain nn.LSTM stepped once per call exports with a dynamic batch.
+    """
+
+    def __init__(self, features: int = 48, hidden: int = 128, actions: int = 12) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(features, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, actions)
+
+    def forward(self, observation, h, c, is_init):
+        h = torch.where(is_init, torch.zeros_like(h), h)
+        c = torch.where(is_init, torch.zeros_like(c), c)
+        out, (h, c) = self.lstm(observation.unsqueeze(1), (h.unsqueeze(0), c.unsqueeze(0)))
+        return self.head(out.squeeze(1)), h.squeeze(0), c.squeeze(0)
+
+
+def lstm_policy():
+    """An LSTM policy in torchrl's recurrent convention: observation [48], recurrent_state_h/c
+    [128], is_init [1] -> action [12], next.recurrent_state_h/c [128]."""
+    torch.manual_seed(0)
+    policy = TensorDictModule(
+        _LSTMStep(),
+        in_keys=["observation", "recurrent_state_h", "recurrent_state_c", "is_init"],
+        out_keys=["action", ("next", "recurrent_state_h"), ("next", "recurrent_state_c")],
+    )
+    example = TensorDict(
+        {
+            "observation": torch.randn(EXAMPLE_BATCH, 48),
+            "recurrent_state_h": torch.randn(EXAMPLE_BATCH, 128),
+            "recurrent_state_c": torch.randn(EXAMPLE_BATCH, 128),
+            "is_init": torch.zeros(EXAMPLE_BATCH, 1, dtype=torch.bool),
+        },
+        batch_size=[EXAMPLE_BATCH],
+    )
+    return policy, example
+
+
+POLICIES = {
+    "tutorial": tutorial_policy,
+    "mlp": mlp_actor,
+    "conv": conv_actor,
+    "lstm": lstm_policy,
+}
+
+DESCRIPTIONS = {
+    "tutorial": "tensordict export tutorial: obs [3] -> 64 -> Normal(loc, scale) [2], deterministic",
+    "mlp": "MLP actor: obs [48] -> 256 -> 256 -> action [12], ELU",
+    "conv": "ConvNet actor: uint8 pixels [3,64,64] -> 3 convs -> 256 -> action [12]",
+    "lstm": "LSTM policy: nn.LSTM(48, 128) one step + Linear -> action [12], (h, c) in and out",
+}

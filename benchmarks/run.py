@@ -1,0 +1,421 @@
+"""tdaot against the runtimes users would pick instead, side by side in one run (`make bench`).
+
+For each policy (benchmarks/policies.py) it builds every runtime's artifact from the same
+weights, timing export and compile cold (empty inductor cache) and cached, then starts one
+process per (runtime, policy): a Python worker (benchmarks/worker.py) or the C++ server
+(benchmarks/cpp/bench_server.cpp). Each process loads its model (load time), makes a first
+call (first-call time) and is checked against the eager policy's outputs. Then the timing
+rounds: every round visits every policy and batch size, and at each one runs a chunk of calls
+in every runtime, in an order rotated from round to round, so drift on the machine hits all
+runtimes alike. Samples are pooled over the rounds. Peak RSS is each process's VmHWM at the end.
+Every process gets one intra-op thread (OMP/MKL_NUM_THREADS=1, set_num_threads(1), ONNX
+Runtime intra_op_num_threads=1) and is pinned to one CPU (--cpu).
+
+    .venv/bin/python benchmarks/run.py --server build/bench/cpp/tdaot-bench-server [--rounds 5]
+
+Writes benchmarks/results/<date>-<host>.json, .md and .png (see benchmarks/report.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import report  # noqa: E402
+from policies import DESCRIPTIONS, POLICIES  # noqa: E402
+
+# (key, label, kind): kind "py" runs in benchmarks/worker.py, "cpp" in the C++ server.
+RUNTIMES = [
+    ("eager", "eager TensorDictModule (Py)", "py"),
+    ("export-module", "ExportedProgram.module() (Py)", "py"),
+    ("torch-compile", "torch.compile (Py)", "py"),
+    ("aoti-python", "AOTI aoti_load_package (Py)", "py"),
+    ("torchscript-python", "TorchScript (Py)", "py"),
+    ("onnxruntime", "ONNX Runtime (Py)", "py"),
+    ("tdaot-python-td", "tdaot Python, TensorDict (Py)", "py"),
+    ("tdaot-python", "tdaot Python, positional (Py)", "py"),
+    ("torchscript", "TorchScript torch::jit::load (C++)", "cpp"),
+    ("aoti", "AOTI AOTIModelPackageLoader (C++)", "cpp"),
+    ("aoti-single-threaded", "AOTI loader, run_single_threaded (C++)", "cpp"),
+    ("tdaot", "tdaot native (C++)", "cpp"),
+]
+NATIVE = "tdaot"
+LABELS = {key: label for key, label, _ in RUNTIMES}
+
+# Per batch size: calls per chunk, the fewest calls per chunk, and a chunk's time budget.
+CHUNKS = {1: (2000, 20, 0.2), 64: (500, 10, 0.2), 4096: (40, 2, 0.3)}
+# Untimed calls before the rounds (or their time budget), per batch size.
+WARMUP = {1: (300, 0.15), 64: (100, 0.15), 4096: (2, 0.3)}
+ARTIFACT_FILE = {
+    "export-module": "program.pt2",
+    "torch-compile": "program.pt2",
+    "aoti-python": "policy.pt2",
+    "torchscript-python": "policy.ts",
+    "onnxruntime": "policy.onnx",
+    "tdaot-python-td": "policy.pt2",
+    "tdaot-python": "policy.pt2",
+    "torchscript": "policy.ts",
+    "aoti": "policy.pt2",
+    "aoti-single-threaded": "policy.pt2",
+    "tdaot": "policy.pt2",
+    "eager": "weights.pt",
+}
+COMMAND_TIMEOUT_S = 600
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_revision() -> str:
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        )
+        return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except OSError:
+        return "unknown"
+
+
+def base_env(cache_dir: Path | None = None) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    env["PYTHONWARNINGS"] = "ignore"
+    if cache_dir is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    return env
+
+
+def pinned(cpu: int | None):
+    if cpu is None:
+        return None
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
+# --- build -----------------------------------------------------------------------------------
+def build_phase(policies: list[str], work: Path, python: str) -> dict:
+    """Every artifact of every policy, cold (fresh process, empty inductor cache) then cached."""
+    builds = {}
+    for name in policies:
+        cache = work / "inductor-cache" / name
+        shutil.rmtree(cache, ignore_errors=True)
+        builds[name] = {}
+        for phase, out in (("cold", work / "artifacts" / name), ("cached", work / "rebuild" / name)):
+            timings = work / f"build-{name}-{phase}.json"
+            log(f"build {name} ({phase})")
+            with open(work / "logs" / f"build-{name}-{phase}.log", "w") as errors:
+                started = time.perf_counter()
+                subprocess.run(
+                    [python, str(HERE / "artifacts.py"), name, str(out), str(timings)],
+                    check=True,
+                    stdout=errors,
+                    stderr=errors,
+                    env=base_env(cache),
+                )
+            builds[name][phase] = json.loads(timings.read_text())
+            builds[name][phase]["process_s"] = time.perf_counter() - started
+    return builds
+
+
+# --- workers ---------------------------------------------------------------------------------
+class Worker:
+    """One runtime holding one policy in its own process, driven over a JSON line protocol."""
+
+    def __init__(self, runtime: str, kind: str, policy: str, args, work: Path) -> None:
+        self.runtime, self.kind, self.policy = runtime, kind, policy
+        self.artifacts = work / "artifacts" / policy
+        self.error: str | None = None
+        if kind == "py":
+            command = [args.python, str(HERE / "worker.py"), runtime, policy, str(self.artifacts)]
+        else:
+            command = [str(args.server)]
+        self.log = open(work / "logs" / f"{runtime}-{policy}.log", "w")
+        self.proc = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            bufsize=1,
+            env=base_env(work / "inductor-cache" / policy),
+            preexec_fn=pinned(args.cpu),
+        )
+
+    def ask(self, request: dict, timeout: float = COMMAND_TIMEOUT_S) -> dict:
+        if self.error:
+            raise RuntimeError(self.error)
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            line = self.proc.stdout.readline() if ready else ""
+        except (BrokenPipeError, OSError) as err:
+            line, self.error = "", f"worker pipe: {err}"
+        if not line:
+            self.error = (
+                self.error or f"no answer to {request['cmd']} (exit code {self.proc.poll()}); see the log"
+            )
+            self.close()
+            raise RuntimeError(self.error)
+        answer = json.loads(line)
+        if not answer.get("ok"):
+            raise RuntimeError(answer.get("error", "unknown error"))
+        return answer
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write('{"cmd": "quit"}\n')
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def start_worker(runtime: str, kind: str, policy: str, args, work: Path, info: dict, record: dict):
+    """Start, load, first call, parity check and warm-up; fills ``record`` with what it saw."""
+    worker = Worker(runtime, kind, policy, args, work)
+    try:
+        load = {"cmd": "load"}
+        if kind == "cpp":
+            load.update(
+                runtime=runtime, path=str(worker.artifacts / ARTIFACT_FILE[runtime]), inputs=info["inputs"]
+            )
+        record["load_s"] = worker.ask(load)["seconds"]
+        record["first_call_s"] = worker.ask({"cmd": "first", "batch": 1})["seconds"]
+        record["rss_after_first_call_mib"] = worker.ask({"cmd": "memory"})["VmRSS_kib"] / 1024
+        if kind == "py":
+            cases = worker.ask({"cmd": "check", "path": str(worker.artifacts / "check.pt")})["cases"]
+            record["parity_max_abs_error"] = max(c["max_abs_error"] for c in cases)
+        else:
+            record["parity_max_abs_error"] = None  # the same files the Python rows checked
+        for batch in args.batches:
+            iters, budget = WARMUP[batch]
+            worker.ask({"cmd": "run", "batch": batch, "iters": iters, "min_iters": 1, "max_seconds": budget})
+    except RuntimeError as err:
+        record["error"] = str(err)
+        log(f"  {runtime} / {policy}: {err}")
+    return worker
+
+
+def skipped(runtime: str, policy: str, batch: int, args) -> str | None:
+    """Why a combination is not timed, or None."""
+    if runtime in args.skip_runtimes:
+        return "skipped by --skip"
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--server",
+        default=str(ROOT / "build/bench/cpp/tdaot-bench-server"),
+        help="the C++ bench server (benchmarks/cpp)",
+    )
+    parser.add_argument(
+        "--tdaot-run",
+        default=str(ROOT / "build/cpp/tdaot-run"),
+        help="tdaot-run, for a cross-check of the native numbers (skipped if missing)",
+    )
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--runtimes", default=",".join(key for key, _, _ in RUNTIMES))
+    parser.add_argument("--skip", dest="skip_runtimes", default="", help="runtimes to leave out")
+    parser.add_argument("--batches", default="1,64,4096")
+    parser.add_argument(
+        "--cpu",
+        type=int,
+        default=os.cpu_count() - 1,
+        help="the CPU every timed process is pinned to (-1: no pinning)",
+    )
+    parser.add_argument("--work", default=str(ROOT / "build/bench"), help="artifacts, logs, caches")
+    parser.add_argument("--results", default=str(HERE / "results"))
+    parser.add_argument("--no-build", action="store_true", help="reuse the artifacts of the last run")
+    args = parser.parse_args()
+    args.cpu = None if args.cpu < 0 else args.cpu
+    args.batches = [int(b) for b in args.batches.split(",")]
+    args.skip_runtimes = set(filter(None, args.skip_runtimes.split(",")))
+    policies = args.policies.split(",")
+    wanted = args.runtimes.split(",")
+    runtimes = [(key, kind) for key, _, kind in RUNTIMES if key in wanted and key not in args.skip_runtimes]
+    work = Path(args.work)
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+
+    started = time.perf_counter()
+    now = datetime.datetime.now(datetime.UTC)
+    context = {
+        "date": now.strftime("%Y-%m-%d %H:%M UTC"),
+        "host": socket.gethostname(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "pinned_cpu": args.cpu,
+        "command": "make bench  (" + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) + ")",
+        "git": git_revision(),
+        "rounds": args.rounds,
+        "chunks": {str(b): dict(zip(("iters", "min_iters", "max_seconds"), CHUNKS[b])) for b in args.batches},
+        "load_average_start": load_average(),
+    }
+    versions = subprocess.run(
+        [
+            args.python,
+            "-c",
+            "import torch, tensordict, onnxruntime, onnx; print(torch.__version__, "
+            "tensordict.__version__, onnxruntime.__version__, onnx.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    context["versions"] = dict(zip(("torch", "tensordict", "onnxruntime", "onnx"), versions))
+
+    if args.no_build:
+        builds = json.loads((work / "builds.json").read_text())
+    else:
+        builds = build_phase(policies, work, args.python)
+        (work / "builds.json").write_text(json.dumps(builds, indent=2) + "\n")
+    context["build_seconds"] = time.perf_counter() - started
+    infos = {p: json.loads((work / "artifacts" / p / "info.json").read_text()) for p in policies}
+
+    # Start every (runtime, policy) process, one at a time so loads do not overlap.
+    workers: dict[tuple[str, str], Worker] = {}
+    startup: dict[str, dict[str, dict]] = {p: {} for p in policies}
+    for policy in policies:
+        for runtime, kind in runtimes:
+            log(f"start {runtime} / {policy}")
+            record = startup[policy].setdefault(runtime, {})
+            workers[runtime, policy] = start_worker(runtime, kind, policy, args, work, infos[policy], record)
+
+    context["load_average_rounds_start"] = load_average()
+    samples: dict[tuple[str, str, int], list[int]] = {}
+    skips: dict[str, str] = {}
+    for round_index in range(args.rounds):
+        log(f"round {round_index + 1}/{args.rounds} (load average {load_average()})")
+        for policy in policies:
+            for batch in args.batches:
+                shift = round_index % len(runtimes)
+                for runtime, _ in runtimes[shift:] + runtimes[:shift]:
+                    worker = workers[runtime, policy]
+                    reason = skipped(runtime, policy, batch, args)
+                    if reason or worker.error or "error" in startup[policy][runtime]:
+                        skips[f"{runtime}/{policy}/{batch}"] = (
+                            reason or startup[policy][runtime].get("error") or worker.error
+                        )
+                        continue
+                    iters, min_iters, budget = CHUNKS[batch]
+                    try:
+                        ns = worker.ask(
+                            {
+                                "cmd": "run",
+                                "batch": batch,
+                                "iters": iters,
+                                "min_iters": min_iters,
+                                "max_seconds": budget,
+                            }
+                        )["ns"]
+                    except RuntimeError as err:
+                        skips[f"{runtime}/{policy}/{batch}"] = str(err)
+                        continue
+                    samples.setdefault((runtime, policy, batch), []).extend(ns)
+    context["load_average_rounds_end"] = load_average()
+
+    for (runtime, policy), worker in workers.items():
+        try:
+            memory = worker.ask({"cmd": "memory"})
+            startup[policy][runtime]["peak_rss_mib"] = memory["VmHWM_kib"] / 1024
+        except RuntimeError:
+            pass
+        worker.close()
+
+    crosscheck = tdaot_run_crosscheck(args, work, policies)
+    context["total_seconds"] = time.perf_counter() - started
+
+    results = {
+        "context": context,
+        "policies": {p: {"description": DESCRIPTIONS[p], **infos[p]} for p in policies},
+        "runtimes": {key: LABELS[key] for key, _ in runtimes},
+        "native": NATIVE,
+        "timing": [
+            {"runtime": r, "policy": p, "batch": b, **report.stats(ns, b)}
+            for (r, p, b), ns in samples.items()
+        ],
+        "startup": startup,
+        "builds": builds,
+        "skipped": skips,
+        "tdaot_run_crosscheck": crosscheck,
+    }
+    results_dir = Path(args.results)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stem = results_dir / f"{now.strftime('%Y-%m-%d')}-{context['host']}"
+    stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    markdown = report.markdown(results)
+    stem.with_suffix(".md").write_text(markdown)
+    report.plot(results, stem.with_suffix(".png"))
+    print(markdown)
+    log(f"wrote {stem}.json, .md, .png in {context['total_seconds']:.0f} s")
+    return 0
+
+
+def tdaot_run_crosscheck(args, work: Path, policies: list[str]) -> dict:
+    """`tdaot-run bench` at batch 1, as the README quotes it, beside the C++ server's number."""
+    out = {}
+    if not Path(args.tdaot_run).exists():
+        return out
+    for policy in policies:
+        command = [
+            args.tdaot_run,
+            "bench",
+            str(work / "artifacts" / policy / "policy.pt2"),
+            "--batch",
+            "1",
+            "--iters",
+            "5000",
+            "--threads",
+            "1",
+            "--json",
+        ]
+        result = subprocess.run(
+            command, capture_output=True, text=True, env=base_env(), preexec_fn=pinned(args.cpu)
+        )
+        if result.returncode == 0:
+            data = json.loads(result.stdout)
+            out[policy] = {k: data[k] for k in ("p50_us", "p99_us", "p999_us", "max_us") if k in data}
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,7 +25,7 @@ CPP_SOURCES := CMakeLists.txt $(shell find cpp tests/cpp -name '*.cpp' -o -name 
 help:
 	@echo "make demo   build the example policy, check parity, run it natively"
 	@echo "make test   run every Python and C++ test"
-	@echo "make bench  batch-1 latency across runtimes, side by side (benchmarks/results/)"
+	@echo "make bench  tdaot against other runtimes, side by side (benchmarks/results/, ~15 min)"
 	@echo "make clean  remove build outputs (keeps the venv)"
 
 # --- set-up -------------------------------------------------------------------------
@@ -73,8 +73,22 @@ test-python: setup
 test-cpp: cpp
 	$(CTEST) --test-dir $(BUILD) --output-on-failure
 
-bench: cpp
-	$(PY) benchmarks/latency.py --tdaot-run $(BUILD)/tdaot-run
+# Benchmark-only Python packages (pinned; torch pinned again so pip never swaps it) and the
+# C++ bench server, a separate CMake project against the venv's torch (benchmarks/cpp).
+BENCH_PY_DEPS := torch==2.13.0 onnxruntime==1.31.1 onnx==1.23.2 onnxscript==0.7.2 matplotlib==3.11.2
+BENCH_BUILD := build/bench/cpp
+BENCH_ARGS ?=
+
+$(VENV)/.bench-deps-stamp: $(VENV)/.deps-stamp
+	$(PIP) install -q --disable-pip-version-check $(BENCH_PY_DEPS)
+	@touch $@
+
+bench: cpp $(VENV)/.bench-deps-stamp
+	$(CMAKE) -S benchmarks/cpp -B $(BENCH_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA)) \
+		-DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=Release \
+		-DTorch_DIR=$$($(PY) -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch
+	$(CMAKE) --build $(BENCH_BUILD) -j $(JOBS)
+	$(PY) benchmarks/run.py --server $(BENCH_BUILD)/tdaot-bench-server --tdaot-run $(BUILD)/tdaot-run $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist

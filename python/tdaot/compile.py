@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import warnings
 
@@ -11,6 +12,8 @@ import torch
 from tdaot.errors import BuildError, CompileError
 from tdaot.manifest import METADATA_KEY, Manifest
 from tdaot.targets import compiling_for, cpu_target, inductor_options
+
+ARCHIVE_NAME = "package"
 
 
 def check_output_path(path: str) -> str:
@@ -38,8 +41,11 @@ def compile_package(program: torch.export.ExportedProgram, manifest: Manifest, p
     """
     path = check_output_path(path)
     target = cpu_target(manifest.cpu_target)
-    fd, staging = tempfile.mkstemp(suffix=".pt2", prefix=".tdaot-", dir=os.path.dirname(path))
-    os.close(fd)
+    # AOTInductor names the archive's top folder after the file, so every package is
+    # staged under one fixed name: its bytes then depend on neither the output name
+    # nor a random temp name (reproducible builds, shareable cache entries).
+    staging_dir = tempfile.mkdtemp(prefix=".tdaot-", dir=os.path.dirname(path))
+    staging = os.path.join(staging_dir, ARCHIVE_NAME + ".pt2")
     try:
         try:
             with warnings.catch_warnings(), compiling_for(target):
@@ -60,6 +66,5 @@ def compile_package(program: torch.export.ExportedProgram, manifest: Manifest, p
             ) from err
         os.replace(staging, path)
     finally:
-        if os.path.exists(staging):
-            os.unlink(staging)
+        shutil.rmtree(staging_dir, ignore_errors=True)
     return path

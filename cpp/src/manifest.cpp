@@ -166,6 +166,60 @@ Source parse_source(const Parser& p, const json& root) {
   return result;
 }
 
+// The spec `key` names in `specs`, or a failure at `field` saying which list lacks it.
+const TensorSpec& spec_named(const Parser& p, const std::vector<TensorSpec>& specs,
+                             const std::string& key, const std::string& field, const char* list) {
+  for (const auto& spec : specs) {
+    if (spec.key == key) return spec;
+  }
+  p.fail(field, "'" + key + "' is not one of the manifest's " + list);
+}
+
+// The optional "recurrent" section: absent or null means the policy is not recurrent. Every
+// pair must name an input and an output of the same dtype and per-sample shape, since a
+// session copies one into the other after each step.
+std::optional<Recurrent> parse_recurrent(const Parser& p, const json& root, const Manifest& m) {
+  auto it = root.find("recurrent");
+  if (it == root.end() || it->is_null()) return std::nullopt;
+  const json& section = p.object(*it, "recurrent");
+  const json& list = p.array(p.member(section, "recurrent", "state"), "recurrent.state");
+  if (list.empty()) p.fail("recurrent.state", "empty; a recurrent policy carries some state");
+  Recurrent recurrent;
+  std::unordered_set<std::string> inputs_seen;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string field = Parser::index("recurrent.state", i);
+    p.object(list[i], field);
+    StatePair pair{p.string_member(list[i], field, "input"),
+                   p.string_member(list[i], field, "output")};
+    const TensorSpec& in = spec_named(p, m.inputs, pair.input, field + ".input", "inputs");
+    const TensorSpec& out = spec_named(p, m.outputs, pair.output, field + ".output", "outputs");
+    if (in.dtype != out.dtype || in.shape != out.shape) {
+      p.fail(field, "input '" + in.key + "' is " + dtype_name(in.dtype) + " " +
+                        format_batched_shape(in.shape) + " but output '" + out.key + "' is " +
+                        dtype_name(out.dtype) + " " + format_batched_shape(out.shape) +
+                        "; a state output must match its input");
+    }
+    if (!inputs_seen.insert(pair.input).second) {
+      p.fail(field + ".input", "input '" + pair.input + "' is already state");
+    }
+    recurrent.state.push_back(std::move(pair));
+  }
+  auto is_init = section.find("is_init");
+  if (is_init != section.end() && !is_init->is_null()) {
+    recurrent.is_init = p.string(*is_init, "recurrent.is_init");
+    const TensorSpec& spec =
+        spec_named(p, m.inputs, recurrent.is_init, "recurrent.is_init", "inputs");
+    if (spec.dtype != c10::ScalarType::Bool) {
+      p.fail("recurrent.is_init", "input '" + spec.key + "' has dtype " + dtype_name(spec.dtype) +
+                                      "; is_init must be bool");
+    }
+    if (inputs_seen.count(spec.key) != 0) {
+      p.fail("recurrent.is_init", "input '" + spec.key + "' is also state");
+    }
+  }
+  return recurrent;
+}
+
 json spec_to_json(const TensorSpec& spec) {
   return json::object(
       {{"key", spec.key}, {"dtype", dtype_name(spec.dtype)}, {"shape", spec.shape}});
@@ -226,6 +280,7 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin)
   m.tensordict_version = p.string_member(root, "", "tensordict_version");
   m.tdaot_version = p.string_member(root, "", "tdaot_version");
   m.source = parse_source(p, root);
+  m.recurrent = parse_recurrent(p, root, m);
   return m;
 }
 
@@ -245,6 +300,16 @@ std::string Manifest::to_json(int indent) const {
   out["tdaot_version"] = tdaot_version;
   out["source"] = {{"module_class", source.module_class},
                    {"factory", source.factory.empty() ? json(nullptr) : json(source.factory)}};
+  // Written only when present, as the Python stage does: older readers never see it.
+  if (recurrent) {
+    json state = json::array();
+    for (const auto& pair : recurrent->state) {
+      state.push_back({{"input", pair.input}, {"output", pair.output}});
+    }
+    out["recurrent"] = {
+        {"state", state},
+        {"is_init", recurrent->is_init.empty() ? json(nullptr) : json(recurrent->is_init)}};
+  }
   return out.dump(indent);
 }
 

@@ -1,62 +1,140 @@
 // tdaot::Policy: manifest and host checks, then AOTInductor's loader behind input validation.
 #include "tdaot/policy.h"
 
-#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <mutex>
 #include <utility>
 
 #include "host.h"
-#include "package.h"
-#include "validation.h"
+#include "policy_impl.h"
+
+#ifdef TDAOT_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace tdaot {
+namespace {
 
-struct Policy::Impl {
-  Impl(std::string package_path, const PolicyOptions& options)
-      : path(std::move(package_path)),
-        // The manifest is read before AOTI touches the file, so missing or foreign files and
-        // packages built for another host never reach dlopen.
-        metadata(detail::read_package_metadata(path, options.model_name)),
-        manifest(detail::manifest_from_metadata(metadata, path)),
-        validator(manifest) {
-    detail::check_host(manifest, path);
-    try {
-      std::lock_guard<std::mutex> lock(detail::aoti_metadata_mutex());
-      loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path, options.model_name);
-    } catch (const std::exception& e) {
-      throw PackageError(path, "package '" + path + "' could not be loaded by AOTInductor: " +
-                                   detail::exception_text(e));
+void check_options(const PolicyOptions& options) {
+  const auto require = [](bool ok, const char* name, int value, const char* rule) {
+    if (!ok) {
+      throw Error(std::string("PolicyOptions.") + name + " must be " + rule + ", got " +
+                  std::to_string(value));
     }
+  };
+  require(options.intra_op_threads >= 0, "intra_op_threads", options.intra_op_threads,
+          ">= 0 (0 leaves torch's setting alone)");
+  require(options.num_runners >= 1, "num_runners", options.num_runners, ">= 1");
+  require(options.warmup_runs >= 0, "warmup_runs", options.warmup_runs, ">= 0");
+  require(options.device_index >= -1, "device_index", options.device_index,
+          ">= -1 (-1 is the current device)");
+}
+
+// check_host has already refused cuda packages on hosts without CUDA.
+c10::Device model_device(const Manifest& manifest, const PolicyOptions& options,
+                         const std::string& path) {
+  if (manifest.device != "cuda") return c10::Device(c10::DeviceType::CPU);
+#ifdef TDAOT_WITH_CUDA
+  (void)path;
+  const auto index = options.device_index >= 0 ? static_cast<c10::DeviceIndex>(options.device_index)
+                                               : c10::cuda::current_device();
+  return c10::Device(c10::DeviceType::CUDA, index);
+#else
+  (void)options;
+  throw HostMismatchError(path, "package '" + path +
+                                    "' was built for device 'cuda', but this tdaot runtime was "
+                                    "compiled against a torch without CUDA");
+#endif
+}
+
+}  // namespace
+
+Policy::Impl::Impl(std::string package_path, const PolicyOptions& opts)
+    : path(std::move(package_path)),
+      options((check_options(opts), opts)),
+      // The manifest is read before AOTI touches the file, so missing or foreign files and
+      // packages built for another host never reach dlopen.
+      metadata(detail::read_package_metadata(path, options.model_name)),
+      manifest(detail::manifest_from_metadata(metadata, path)),
+      device((detail::check_host(manifest, path), model_device(manifest, options, path))),
+      validator(manifest, device) {
+  if (options.intra_op_threads > 0) at::set_num_threads(options.intra_op_threads);
+  try {
+    std::lock_guard<std::mutex> lock(detail::aoti_metadata_mutex());
+    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        path, options.model_name, /*run_single_threaded=*/false,
+        static_cast<size_t>(options.num_runners), device.is_cuda() ? device.index() : -1);
+  } catch (const std::exception& e) {
+    throw PackageError(path, "package '" + path + "' could not be loaded by AOTInductor: " +
+                                 detail::exception_text(e));
   }
+  warm_up();
+}
 
-  std::vector<at::Tensor> execute(const std::vector<at::Tensor>& inputs) const {
-    std::vector<at::Tensor> outputs;
-    try {
-      outputs = loader->run(inputs);
-    } catch (const std::exception& e) {
-      throw ExecutionError("package '" + path +
-                           "': the compiled model failed: " + detail::exception_text(e));
-    }
-    if (outputs.size() != manifest.outputs.size()) {
-      throw ExecutionError("package '" + path + "': the compiled model returned " +
-                           std::to_string(outputs.size()) + " outputs, but the manifest lists " +
-                           std::to_string(manifest.outputs.size()));
-    }
-    return outputs;
+void Policy::Impl::warm_up() const {
+  if (options.warmup_runs == 0 || manifest.batch.max < 1) return;
+  const std::vector<at::Tensor> inputs =
+      detail::zero_inputs(manifest, std::max<int64_t>(manifest.batch.min, 1), device);
+  // Sequential calls cycle through the container's runners (a finished runner goes to the back
+  // of the queue), so runs x num_runners calls warm every one of them.
+  const int calls = options.warmup_runs * options.num_runners;
+  try {
+    for (int i = 0; i < calls; ++i) execute(inputs);
+  } catch (const ExecutionError& e) {
+    throw ExecutionError(std::string(e.what()) + " (in a warm-up run at load)");
   }
+}
 
-  std::string path;
-  detail::Metadata metadata;
-  Manifest manifest;
-  detail::InputValidator validator;  // refers to `manifest`; Impl never moves (held by pointer)
-  // run() is thread-safe: the AOTI container hands each call a runner and blocks while none is
-  // free. The pointer is non-const only because AOTIModelPackageLoader::run is not const.
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
-};
+std::vector<at::Tensor> Policy::Impl::execute(const std::vector<at::Tensor>& inputs) const {
+  std::vector<at::Tensor> outputs;
+  try {
+    // No stream handle: AOTI's CUDA runner then uses the caller's current stream.
+    outputs = loader->run(inputs);
+  } catch (const std::exception& e) {
+    throw ExecutionError("package '" + path +
+                         "': the compiled model failed: " + detail::exception_text(e));
+  }
+  if (outputs.size() != manifest.outputs.size()) {
+    throw ExecutionError("package '" + path + "': the compiled model returned " +
+                         std::to_string(outputs.size()) + " outputs, but the manifest lists " +
+                         std::to_string(manifest.outputs.size()));
+  }
+  return outputs;
+}
+
+namespace detail {
+
+TensorMap keyed_outputs(const Manifest& manifest, std::vector<at::Tensor>&& outputs) {
+  TensorMap result;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    result.emplace(manifest.outputs[i].key, std::move(outputs[i]));
+  }
+  return result;
+}
+
+std::vector<int64_t> batched_shape(int64_t batch, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> out{batch};
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
+}
+
+std::vector<at::Tensor> zero_inputs(const Manifest& manifest, int64_t batch, c10::Device device) {
+  std::vector<at::Tensor> inputs;
+  inputs.reserve(manifest.inputs.size());
+  for (const auto& spec : manifest.inputs) {
+    inputs.push_back(at::zeros(batched_shape(batch, spec.shape),
+                               at::TensorOptions().dtype(spec.dtype).device(device)));
+  }
+  return inputs;
+}
+
+}  // namespace detail
 
 Policy::Policy(const std::string& package_path, const PolicyOptions& options)
-    : impl_(std::make_unique<Impl>(package_path, options)) {}
+    : impl_(std::make_shared<const Impl>(package_path, options)) {}
 
 Policy::~Policy() = default;
 Policy::Policy(Policy&&) noexcept = default;
@@ -77,12 +155,7 @@ const std::unordered_map<std::string, std::string>& Policy::metadata() const {
 
 TensorMap Policy::run(const TensorMap& inputs) const {
   const Impl& self = impl();
-  std::vector<at::Tensor> outputs = self.execute(self.validator.order_keyed(inputs));
-  TensorMap result;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    result.emplace(self.manifest.outputs[i].key, std::move(outputs[i]));
-  }
-  return result;
+  return detail::keyed_outputs(self.manifest, self.execute(self.validator.order_keyed(inputs)));
 }
 
 std::vector<at::Tensor> Policy::run_positional(const std::vector<at::Tensor>& inputs) const {

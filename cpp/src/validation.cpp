@@ -4,6 +4,7 @@
 
 #include <c10/core/Device.h>
 
+#include <algorithm>
 #include <string>
 
 #include "tdaot/errors.h"
@@ -12,12 +13,6 @@ namespace tdaot::detail {
 namespace {
 
 std::string quoted(const std::string& key) { return "'" + key + "'"; }
-
-std::string key_list(const std::vector<TensorSpec>& specs) {
-  std::string out;
-  for (const auto& spec : specs) out += (out.empty() ? "" : ", ") + spec.key;
-  return out;
-}
 
 std::string sizes_text(const at::Tensor& tensor) { return format_shape(tensor.sizes().vec()); }
 
@@ -50,12 +45,53 @@ bool shape_matches(const TensorSpec& spec, const at::Tensor& tensor) {
                                      "; all inputs must share the batch size");
 }
 
+[[noreturn]] void throw_missing(const std::vector<TensorSpec>& specs, const TensorMap& inputs) {
+  std::string missing;
+  std::string first;
+  for (const auto& spec : specs) {
+    if (inputs.count(spec.key) != 0) continue;
+    if (first.empty()) first = spec.key;
+    missing += (missing.empty() ? "" : ", ") + quoted(spec.key);
+  }
+  throw MissingKeyError(first,
+                        "missing input key(s) " + missing + "; expected keys: " + key_list(specs));
+}
+
+[[noreturn]] void throw_unknown(const std::vector<TensorSpec>& specs, const TensorMap& inputs) {
+  for (const auto& [key, tensor] : inputs) {
+    const bool known =
+        std::any_of(specs.begin(), specs.end(), [&](const TensorSpec& s) { return s.key == key; });
+    if (known) continue;
+    throw UnknownKeyError(
+        key, "unknown input key " + quoted(key) + "; expected keys: " + key_list(specs));
+  }
+  throw UnknownKeyError("", "unexpected inputs; expected keys: " + key_list(specs));
+}
+
 }  // namespace
 
+std::string key_list(const std::vector<TensorSpec>& specs) {
+  std::string out;
+  for (const auto& spec : specs) out += (out.empty() ? "" : ", ") + spec.key;
+  return out;
+}
+
+std::vector<at::Tensor> pick_keyed(const std::vector<TensorSpec>& specs, const TensorMap& inputs) {
+  std::vector<at::Tensor> ordered;
+  ordered.reserve(specs.size());
+  for (const auto& spec : specs) {
+    auto it = inputs.find(spec.key);
+    if (it == inputs.end()) throw_missing(specs, inputs);
+    ordered.push_back(it->second);
+  }
+  // Every listed key is present, so any surplus entry is a key the list lacks.
+  if (inputs.size() != specs.size()) throw_unknown(specs, inputs);
+  return ordered;
+}
+
 // Policy runs check_host, which refuses every other device, before any input is validated.
-InputValidator::InputValidator(const Manifest& manifest)
-    : manifest_(manifest),
-      device_type_(manifest.device == "cuda" ? c10::DeviceType::CUDA : c10::DeviceType::CPU) {}
+InputValidator::InputValidator(const Manifest& manifest, c10::Device device)
+    : manifest_(manifest), device_(device) {}
 
 void InputValidator::check_positional(const std::vector<at::Tensor>& inputs) const {
   if (inputs.size() != manifest_.inputs.size()) {
@@ -67,15 +103,7 @@ void InputValidator::check_positional(const std::vector<at::Tensor>& inputs) con
 }
 
 std::vector<at::Tensor> InputValidator::order_keyed(const TensorMap& inputs) const {
-  std::vector<at::Tensor> ordered;
-  ordered.reserve(manifest_.inputs.size());
-  for (const auto& spec : manifest_.inputs) {
-    auto it = inputs.find(spec.key);
-    if (it == inputs.end()) throw_missing(inputs);
-    ordered.push_back(it->second);
-  }
-  // Every manifest key is present, so any surplus entry is a key the manifest lacks.
-  if (inputs.size() != manifest_.inputs.size()) throw_unknown(inputs);
+  std::vector<at::Tensor> ordered = pick_keyed(manifest_.inputs, inputs);
   check_tensors(ordered);
   return ordered;
 }
@@ -106,9 +134,13 @@ void InputValidator::check_tensor(const TensorSpec& spec, const at::Tensor& tens
   if (!tensor.defined()) {
     throw InputError(key, "input " + quoted(key) + " is an undefined tensor");
   }
-  if (tensor.device().type() != device_type_) {
+  if (tensor.device().type() != device_.type()) {
     throw DeviceError(key, "input " + quoted(key) + " is on device " + tensor.device().str() +
                                ", but the package was built for device " + manifest_.device);
+  }
+  if (device_.has_index() && tensor.device().index() != device_.index()) {
+    throw DeviceError(key, "input " + quoted(key) + " is on device " + tensor.device().str() +
+                               ", but the policy was loaded on " + device_.str());
   }
   if (tensor.scalar_type() != spec.dtype) {
     throw DtypeError(key, "input " + quoted(key) + " has dtype " +
@@ -119,27 +151,6 @@ void InputValidator::check_tensor(const TensorSpec& spec, const at::Tensor& tens
     throw ShapeError(key, "input " + quoted(key) + " has shape " + sizes_text(tensor) +
                               ", expected " + format_batched_shape(spec.shape));
   }
-}
-
-void InputValidator::throw_missing(const TensorMap& inputs) const {
-  std::string missing;
-  std::string first;
-  for (const auto& spec : manifest_.inputs) {
-    if (inputs.count(spec.key) != 0) continue;
-    if (first.empty()) first = spec.key;
-    missing += (missing.empty() ? "" : ", ") + quoted(spec.key);
-  }
-  throw MissingKeyError(
-      first, "missing input key(s) " + missing + "; expected keys: " + key_list(manifest_.inputs));
-}
-
-void InputValidator::throw_unknown(const TensorMap& inputs) const {
-  for (const auto& [key, tensor] : inputs) {
-    if (manifest_.input_index(key)) continue;
-    throw UnknownKeyError(
-        key, "unknown input key " + quoted(key) + "; expected keys: " + key_list(manifest_.inputs));
-  }
-  throw UnknownKeyError("", "unexpected inputs; expected keys: " + key_list(manifest_.inputs));
 }
 
 }  // namespace tdaot::detail

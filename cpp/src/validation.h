@@ -3,7 +3,7 @@
 #pragma once
 
 #include <ATen/Tensor.h>
-#include <c10/core/DeviceType.h>
+#include <c10/core/Device.h>
 
 #include <vector>
 
@@ -17,8 +17,9 @@ namespace tdaot::detail {
 // problem, naming the key, what was expected and what was received.
 class InputValidator {
  public:
-  // Keeps a reference: `manifest` must outlive the validator.
-  explicit InputValidator(const Manifest& manifest);
+  // Keeps a reference: `manifest` must outlive the validator. Inputs must be on `device`; a
+  // device without an index accepts any index of its type.
+  InputValidator(const Manifest& manifest, c10::Device device);
 
   // Inputs in manifest order.
   void check_positional(const std::vector<at::Tensor>& inputs) const;
@@ -29,11 +30,16 @@ class InputValidator {
  private:
   void check_tensors(const std::vector<at::Tensor>& inputs) const;
   void check_tensor(const TensorSpec& spec, const at::Tensor& tensor) const;
-  [[noreturn]] void throw_missing(const TensorMap& inputs) const;
-  [[noreturn]] void throw_unknown(const TensorMap& inputs) const;
 
   const Manifest& manifest_;
-  c10::DeviceType device_type_;
+  c10::Device device_;
 };
+
+// The tensors of `specs` taken from `inputs`, in the order of `specs`. Throws MissingKeyError
+// or UnknownKeyError naming the key and listing the expected keys. Checks nothing else.
+std::vector<at::Tensor> pick_keyed(const std::vector<TensorSpec>& specs, const TensorMap& inputs);
+
+// "a, b, c": the keys of `specs`, for messages.
+std::string key_list(const std::vector<TensorSpec>& specs);
 
 }  // namespace tdaot::detail

@@ -1,8 +1,14 @@
 // tdaot-run: inspect, smoke-run and benchmark a tdaot package from the command line.
 //
 //   tdaot-run inspect PKG [--json]
-//   tdaot-run run PKG [--batch B] [--random] [--seed S]
-//   tdaot-run bench PKG [--batch B] [--iters N] [--warmup W] [--threads T] [--json]
+//   tdaot-run run PKG [--batch B] [--random] [--seed S] [--inputs FILE.json]
+//   tdaot-run bench PKG [--batch B] [--iters N] [--warmup W] [--threads T] [--runners R]
+//                       [--callers C] [--json]
+//
+// An inputs file is a JSON object mapping manifest keys to nested arrays, batch dim first:
+//   {"observation": [[0.1, 0.2, 0.3], [0.0, 1.0, -1.0]], "is_init": [[true], [false]]}
+// Values are numbers (or true/false), converted to the manifest's dtype; integers are exact up
+// to 2^53. Every input must be given; keys, shapes and batch sizes are checked like any run.
 //
 // Exit codes: 0 success, 1 a tdaot error (message on stderr), 2 bad usage.
 #include <ATen/ATen.h>
@@ -13,12 +19,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tdaot/policy.h"
@@ -33,8 +41,81 @@ struct Options {
   int iters = 1000;
   int warmup = 100;
   int threads = 1;
+  int runners = 1;
+  int callers = 1;
+  std::string inputs_file;
   bool json = false;
 };
+
+using nlohmann::json;
+
+[[noreturn]] void inputs_file_error(const std::string& path, const std::string& problem) {
+  throw tdaot::Error("inputs file '" + path + "': " + problem);
+}
+
+// The shape of a nested JSON array, read along its first elements; `fill` checks the rest.
+std::vector<int64_t> nested_shape(const json& value) {
+  std::vector<int64_t> shape;
+  for (const json* level = &value; level->is_array(); level = &level->front()) {
+    shape.push_back(static_cast<int64_t>(level->size()));
+    if (level->empty()) break;
+  }
+  return shape;
+}
+
+// Appends the scalars of `value` (at `where`, `depth` dims down) to `flat`, refusing ragged
+// arrays and non-numbers.
+void fill(const json& value, const std::vector<int64_t>& shape, size_t depth,
+          const std::string& where, const std::string& path, std::vector<double>& flat) {
+  if (depth == shape.size()) {
+    if (value.is_boolean()) {
+      flat.push_back(value.get<bool>() ? 1.0 : 0.0);
+    } else if (value.is_number()) {
+      flat.push_back(value.get<double>());
+    } else {
+      inputs_file_error(path, where + " is " + value.dump() + ", expected a number or a bool");
+    }
+    return;
+  }
+  if (!value.is_array() || static_cast<int64_t>(value.size()) != shape[depth]) {
+    inputs_file_error(path, where + " is " +
+                                (value.is_array() ? "an array of " + std::to_string(value.size())
+                                                  : value.dump()) +
+                                ", expected an array of " + std::to_string(shape[depth]) +
+                                " (the array is not rectangular)");
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    fill(value[i], shape, depth + 1, where + "[" + std::to_string(i) + "]", path, flat);
+  }
+}
+
+// Inputs keyed by manifest key from a JSON inputs file (see the header comment). Keys the
+// manifest lacks are kept (as float32) so that Policy::run reports them like any unknown key.
+tdaot::TensorMap read_inputs_file(const std::string& path, const tdaot::Manifest& manifest) {
+  std::ifstream file(path);
+  if (!file) inputs_file_error(path, "cannot be read");
+  json root;
+  try {
+    root = json::parse(file);
+  } catch (const json::parse_error& e) {
+    inputs_file_error(path, std::string("invalid JSON: ") + e.what());
+  }
+  if (!root.is_object()) {
+    inputs_file_error(path,
+                      std::string("expected a JSON object of arrays, got ") + root.type_name());
+  }
+  tdaot::TensorMap inputs;
+  for (const auto& [key, value] : root.items()) {
+    const std::vector<int64_t> shape = nested_shape(value);
+    std::vector<double> flat;
+    fill(value, shape, 0, "'" + key + "'", path, flat);
+    const auto index = manifest.input_index(key);
+    const auto dtype = index ? manifest.inputs[*index].dtype : at::kFloat;
+    const at::Tensor values = at::tensor(flat, at::TensorOptions().dtype(at::kDouble));
+    inputs.emplace(key, values.view(shape).to(dtype).to(at::Device(manifest.device)));
+  }
+  return inputs;
+}
 
 // The requested batch size, else the smallest the package accepts.
 int64_t batch_size(const Options& options, const tdaot::Manifest& manifest) {
@@ -135,12 +216,21 @@ int inspect(const Options& options) {
 int run_once(const Options& options) {
   const tdaot::Policy policy(options.package);
   const tdaot::Manifest& m = policy.manifest();
-  const int64_t batch = batch_size(options, m);
-  const auto outputs = policy.run_positional(make_inputs(m, batch, options.random, options.seed));
-  std::cout << "ran " << options.package << " with batch " << batch << " of "
-            << (options.random ? "random inputs (seed " + std::to_string(options.seed) + ")"
-                               : std::string("zeros"))
-            << "\n";
+  std::vector<at::Tensor> outputs;
+  std::string source;
+  int64_t batch = 0;
+  if (!options.inputs_file.empty()) {
+    const tdaot::TensorMap out = policy.run(read_inputs_file(options.inputs_file, m));
+    for (const auto& spec : m.outputs) outputs.push_back(out.at(spec.key));
+    batch = outputs.empty() ? 0 : outputs.front().size(0);
+    source = "inputs from " + options.inputs_file;
+  } else {
+    batch = batch_size(options, m);
+    outputs = policy.run_positional(make_inputs(m, batch, options.random, options.seed));
+    source = options.random ? "random inputs (seed " + std::to_string(options.seed) + ")"
+                            : std::string("zeros");
+  }
+  std::cout << "ran " << options.package << " with batch " << batch << " of " << source << "\n";
   const int width = static_cast<int>(key_width(m.outputs));
   for (size_t i = 0; i < outputs.size(); ++i) {
     std::cout << "  " << std::left << std::setw(width) << m.outputs[i].key << "  " << std::setw(8)
@@ -158,23 +248,36 @@ double percentile(const std::vector<double>& sorted, double p) {
 }
 
 int bench(const Options& options) {
-  at::set_num_threads(options.threads);
-  const tdaot::Policy policy(options.package);
+  tdaot::PolicyOptions load;
+  load.intra_op_threads = options.threads;
+  load.num_runners = options.runners;
+  load.warmup_runs = 0;  // the bench does its own, timed separately
+  const tdaot::Policy policy(options.package, load);
   const int64_t batch = batch_size(options, policy.manifest());
   const auto inputs = make_inputs(policy.manifest(), batch, /*random=*/true, options.seed);
   for (int i = 0; i < options.warmup; ++i) policy.run_positional(inputs);
 
+  // Each caller thread times its own calls; percentiles are over all of them.
   using Clock = std::chrono::steady_clock;
-  std::vector<double> micros(options.iters);
+  std::vector<std::vector<double>> per_caller(options.callers, std::vector<double>(options.iters));
   const auto start = Clock::now();
-  for (double& sample : micros) {
-    const auto t0 = Clock::now();
-    policy.run_positional(inputs);
-    sample = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  std::vector<std::thread> callers;
+  for (auto& micros : per_caller) {
+    callers.emplace_back([&policy, &inputs, &micros] {
+      for (double& sample : micros) {
+        const auto t0 = Clock::now();
+        policy.run_positional(inputs);
+        sample = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      }
+    });
   }
+  for (auto& caller : callers) caller.join();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> micros;
+  for (const auto& samples : per_caller)
+    micros.insert(micros.end(), samples.begin(), samples.end());
   std::sort(micros.begin(), micros.end());
-  const double calls_per_s = options.iters / seconds;
+  const double calls_per_s = static_cast<double>(micros.size()) / seconds;
 
   if (options.json) {
     nlohmann::ordered_json out = {{"package", options.package},
@@ -182,6 +285,8 @@ int bench(const Options& options) {
                                   {"iters", options.iters},
                                   {"warmup", options.warmup},
                                   {"threads", options.threads},
+                                  {"runners", options.runners},
+                                  {"callers", options.callers},
                                   {"p50_us", percentile(micros, 0.5)},
                                   {"p99_us", percentile(micros, 0.99)},
                                   {"p999_us", percentile(micros, 0.999)},
@@ -190,8 +295,9 @@ int bench(const Options& options) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::cout << options.package << ": batch " << batch << ", " << options.threads << " thread(s), "
-            << options.iters << " iters after " << options.warmup << " warmup\n"
+  std::cout << options.package << ": batch " << batch << ", " << options.threads
+            << " intra-op thread(s), " << options.runners << " runner(s), " << options.callers
+            << " caller(s) x " << options.iters << " iters after " << options.warmup << " warmup\n"
             << std::fixed << std::setprecision(1) << "  p50 " << percentile(micros, 0.5)
             << " us  p99 " << percentile(micros, 0.99) << " us  p99.9 " << percentile(micros, 0.999)
             << " us  max " << micros.back() << " us\n"
@@ -226,6 +332,11 @@ int main(int argc, char** argv) {
   add_batch(run_cmd, options);
   run_cmd->add_flag("--random", options.random, "random inputs instead of zeros");
   run_cmd->add_option("--seed", options.seed, "seed for --random")->capture_default_str();
+  run_cmd
+      ->add_option("--inputs", options.inputs_file,
+                   "JSON file mapping input keys to nested arrays (batch first)")
+      ->excludes("--random")
+      ->excludes("--batch");
 
   CLI::App* bench_cmd = add_command(app, "bench", "time run_positional on fixed inputs", options);
   add_batch(bench_cmd, options);
@@ -236,7 +347,17 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--warmup", options.warmup, "untimed calls first")
       ->check(at_least(0))
       ->capture_default_str();
-  bench_cmd->add_option("--threads", options.threads, "intra-op threads (at::set_num_threads)")
+  bench_cmd
+      ->add_option("--threads", options.threads,
+                   "intra-op threads for ATen ops (PolicyOptions::intra_op_threads)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  bench_cmd
+      ->add_option("--runners", options.runners,
+                   "model instances for concurrent calls (PolicyOptions::num_runners)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  bench_cmd->add_option("--callers", options.callers, "threads calling run concurrently")
       ->check(at_least(1))
       ->capture_default_str();
   bench_cmd->add_flag("--json", options.json, "print the results as JSON");

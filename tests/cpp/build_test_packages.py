@@ -1,4 +1,4 @@
-"""Builds the packages the C++ tests load (a ctest fixture): tutorial.pt2 and nested.pt2.
+"""Builds the packages the C++ tests load (a ctest fixture): tutorial, nested and recurrent.pt2.
 
 Usage: build_test_packages.py OUTDIR. Goes through the `tdaot build` CLI, batch 1..64.
 """
@@ -8,7 +8,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = {"tutorial": "tutorial_policy", "nested": "nested_policy"}
+PACKAGES = {
+    "tutorial": "tutorial_policy",
+    "nested": "nested_policy",
+    "recurrent": "recurrent_policy",
+}
 
 
 def main(outdir: str) -> int:

@@ -34,6 +34,21 @@ json sample_json() {
                "factory": "examples/policies.py:tutorial_policy"}})");
 }
 
+// A recurrent manifest in the shape of examples/policies.py:recurrent_policy.
+json recurrent_json() {
+  json value = sample_json();
+  value["inputs"] = json::parse(R"([
+    {"key": "observation", "dtype": "float32", "shape": [3]},
+    {"key": "hidden", "dtype": "float32", "shape": [8]},
+    {"key": "is_init", "dtype": "bool", "shape": [1]}])");
+  value["outputs"] = json::parse(R"([
+    {"key": "action", "dtype": "float32", "shape": [2]},
+    {"key": "next.hidden", "dtype": "float32", "shape": [8]}])");
+  value["recurrent"] = json::parse(
+      R"({"state": [{"input": "hidden", "output": "next.hidden"}], "is_init": "is_init"})");
+  return value;
+}
+
 Manifest parse(const json& value) { return Manifest::from_json(value.dump(), "x.pt2"); }
 
 void expect_same(const Manifest& a, const Manifest& b) {
@@ -127,16 +142,46 @@ TEST(ManifestJson, StaticBatch) {
   EXPECT_FALSE(m.batch.contains(5));
 }
 
+TEST(ManifestJson, Recurrent) {
+  const Manifest m = parse(recurrent_json());
+  ASSERT_TRUE(m.recurrent);
+  ASSERT_EQ(m.recurrent->state.size(), 1u);
+  EXPECT_EQ(m.recurrent->state[0].input, "hidden");
+  EXPECT_EQ(m.recurrent->state[0].output, "next.hidden");
+  EXPECT_EQ(m.recurrent->is_init, "is_init");
+  EXPECT_EQ(json::parse(m.to_json()), recurrent_json());
+}
+
+TEST(ManifestJson, RecurrentAbsentOrNullIsNotRecurrentAndIsNotWritten) {
+  EXPECT_FALSE(parse(sample_json()).recurrent);
+  EXPECT_FALSE(json::parse(parse(sample_json()).to_json()).contains("recurrent"));
+  json value = recurrent_json();
+  value["recurrent"] = nullptr;
+  EXPECT_FALSE(parse(value).recurrent);
+}
+
+TEST(ManifestJson, RecurrentWithoutIsInit) {
+  json value = recurrent_json();
+  value["recurrent"]["is_init"] = nullptr;
+  const Manifest m = parse(value);
+  ASSERT_TRUE(m.recurrent);
+  EXPECT_EQ(m.recurrent->is_init, "");
+  EXPECT_EQ(json::parse(m.to_json()), value);  // written back as null, as Python writes it
+  value["recurrent"].erase("is_init");
+  EXPECT_EQ(parse(value).recurrent->is_init, "");
+}
+
 struct BadManifest {
   std::string name;
   std::function<void(json&)> edit;
   std::string message;  // expected after "manifest of 'x.pt2': "
+  json (*base)() = sample_json;
 };
 
 class ManifestErrors : public ::testing::TestWithParam<BadManifest> {};
 
 TEST_P(ManifestErrors, NameOriginAndField) {
-  json value = sample_json();
+  json value = GetParam().base();
   GetParam().edit(value);
   const auto error = catch_error<ManifestError>([&] { parse(value); });
   ASSERT_TRUE(error);
@@ -189,7 +234,61 @@ INSTANTIATE_TEST_SUITE_P(
         BadManifest{"FactoryNumber", [](json& v) { v["source"]["factory"] = 1; },
                     "field 'source.factory': expected a string, got 1"},
         BadManifest{"TopLevelArray", [](json& v) { v = json::array({1}); },
-                    "expected a JSON object, got array"}),
+                    "expected a JSON object, got array"},
+        BadManifest{"RecurrentNotObject", [](json& v) { v["recurrent"] = json::array({1}); },
+                    "field 'recurrent': expected an object, got array", recurrent_json},
+        BadManifest{"StateMissing", [](json& v) { v["recurrent"].erase("state"); },
+                    "field 'recurrent.state': missing", recurrent_json},
+        BadManifest{"StateNotArray", [](json& v) { v["recurrent"]["state"] = json::object(); },
+                    "field 'recurrent.state': expected an array, got object", recurrent_json},
+        BadManifest{"StateEmpty", [](json& v) { v["recurrent"]["state"] = json::array(); },
+                    "field 'recurrent.state': empty; a recurrent policy carries some state",
+                    recurrent_json},
+        BadManifest{"StatePairNotObject", [](json& v) { v["recurrent"]["state"][0] = "hidden"; },
+                    "field 'recurrent.state[0]': expected an object, got \"hidden\"",
+                    recurrent_json},
+        BadManifest{"StateInputMissing", [](json& v) { v["recurrent"]["state"][0].erase("input"); },
+                    "field 'recurrent.state[0].input': missing", recurrent_json},
+        BadManifest{"StateInputUnknown",
+                    [](json& v) { v["recurrent"]["state"][0]["input"] = "cell"; },
+                    "field 'recurrent.state[0].input': 'cell' is not one of the manifest's inputs",
+                    recurrent_json},
+        BadManifest{"StateOutputUnknown",
+                    [](json& v) { v["recurrent"]["state"][0]["output"] = "next.cell"; },
+                    "field 'recurrent.state[0].output': 'next.cell' is not one of the manifest's "
+                    "outputs",
+                    recurrent_json},
+        BadManifest{"StateShapeMismatch", [](json& v) { v["outputs"][1]["shape"] = {4}; },
+                    "field 'recurrent.state[0]': input 'hidden' is float32 [B, 8] but output "
+                    "'next.hidden' is float32 [B, 4]; a state output must match its input",
+                    recurrent_json},
+        BadManifest{"StateDtypeMismatch", [](json& v) { v["outputs"][1]["dtype"] = "float64"; },
+                    "field 'recurrent.state[0]': input 'hidden' is float32 [B, 8] but output "
+                    "'next.hidden' is float64 [B, 8]",
+                    recurrent_json},
+        BadManifest{"StateInputTwice",
+                    [](json& v) {
+                      v["recurrent"]["state"].push_back(v["recurrent"]["state"][0]);
+                    },
+                    "field 'recurrent.state[1].input': input 'hidden' is already state",
+                    recurrent_json},
+        BadManifest{"IsInitNumber", [](json& v) { v["recurrent"]["is_init"] = 1; },
+                    "field 'recurrent.is_init': expected a string, got 1", recurrent_json},
+        BadManifest{"IsInitUnknown", [](json& v) { v["recurrent"]["is_init"] = "reset"; },
+                    "field 'recurrent.is_init': 'reset' is not one of the manifest's inputs",
+                    recurrent_json},
+        BadManifest{"IsInitNotBool", [](json& v) { v["recurrent"]["is_init"] = "observation"; },
+                    "field 'recurrent.is_init': input 'observation' has dtype float32; is_init "
+                    "must be bool",
+                    recurrent_json},
+        BadManifest{"IsInitIsState",
+                    [](json& v) {
+                      v["outputs"].push_back(
+                          {{"key", "next.is_init"}, {"dtype", "bool"}, {"shape", {1}}});
+                      v["recurrent"]["state"].push_back(
+                          {{"input", "is_init"}, {"output", "next.is_init"}});
+                    },
+                    "field 'recurrent.is_init': input 'is_init' is also state", recurrent_json}),
     [](const auto& info) { return info.param.name; });
 
 TEST(ManifestJson, InvalidJson) {

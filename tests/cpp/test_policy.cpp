@@ -1,6 +1,7 @@
 // tdaot::Policy on the fixture packages: loading, running, input validation, threads.
 // Only the manifests and behaviour of the fixtures are assumed, never their weights.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -173,14 +174,17 @@ TEST_F(PolicyTest, PolicyIsMovable) {
   EXPECT_NE(std::string(error->what()).find("moved from"), std::string::npos) << error->what();
 }
 
-TEST_F(PolicyTest, ThreadsSharingOnePolicyMatchTheReference) {
-  constexpr int kThreads = 4;
-  constexpr int kCalls = 50;
+// 8 threads x many calls on one Policy, each with its own batch size, against references
+// computed on one thread first. With num_runners = 1 the calls queue for the one runner;
+// with 4 they run on 4 model instances at once.
+void expect_threads_match_reference(const Policy& policy) {
+  constexpr int kThreads = 8;
+  constexpr int kCalls = 200;
   std::vector<std::vector<at::Tensor>> inputs;
   std::vector<std::vector<at::Tensor>> reference;
   for (int t = 0; t < kThreads; ++t) {
-    inputs.push_back(random_inputs(nested().manifest(), 1 + t));  // a different batch per thread
-    reference.push_back(nested().run_positional(inputs.back()));
+    inputs.push_back(random_inputs(policy.manifest(), 1 + 3 * t));
+    reference.push_back(policy.run_positional(inputs.back()));
   }
   std::vector<int> mismatches(kThreads, 0);
   std::vector<std::string> errors(kThreads);
@@ -190,8 +194,8 @@ TEST_F(PolicyTest, ThreadsSharingOnePolicyMatchTheReference) {
       try {
         for (int i = 0; i < kCalls; ++i) {
           // Alternate the paths so both run concurrently.
-          const auto out = (i % 2 == 0) ? nested().run_positional(inputs[t])
-                                        : run_keyed_in_order(nested(), inputs[t]);
+          const auto out = (i % 2 == 0) ? policy.run_positional(inputs[t])
+                                        : run_keyed_in_order(policy, inputs[t]);
           for (size_t k = 0; k < out.size(); ++k) {
             if (!at::equal(out[k], reference[t][k])) ++mismatches[t];
           }
@@ -205,6 +209,71 @@ TEST_F(PolicyTest, ThreadsSharingOnePolicyMatchTheReference) {
   for (int t = 0; t < kThreads; ++t) {
     EXPECT_EQ(mismatches[t], 0) << "thread " << t;
     EXPECT_EQ(errors[t], "") << "thread " << t;
+  }
+}
+
+TEST_F(PolicyTest, EightThreadsOnOneRunnerMatchTheReference) {
+  expect_threads_match_reference(nested());
+}
+
+TEST(PolicyOptionsTest, EightThreadsOnFourRunnersMatchTheReference) {
+  PolicyOptions options;
+  options.num_runners = 4;
+  expect_threads_match_reference(Policy(test::package_path("nested.pt2"), options));
+}
+
+// ---- load options ----
+
+TEST(PolicyOptionsTest, IntraOpThreadsDefaultToOne) {
+  at::set_num_threads(2);
+  const Policy policy(test::package_path("tutorial.pt2"));
+  EXPECT_EQ(at::get_num_threads(), 1);
+}
+
+TEST(PolicyOptionsTest, IntraOpThreadsAreSetOrLeftAlone) {
+  PolicyOptions options;
+  options.intra_op_threads = 2;
+  const Policy two(test::package_path("tutorial.pt2"), options);
+  EXPECT_EQ(at::get_num_threads(), 2);
+  at::set_num_threads(3);
+  options.intra_op_threads = 0;
+  const Policy untouched(test::package_path("tutorial.pt2"), options);
+  EXPECT_EQ(at::get_num_threads(), 3);
+}
+
+TEST(PolicyOptionsTest, WarmupRunsAtLoad) {
+  // Warm-up goes through the same execute path as run(), so a model that fails on the
+  // manifest's own inputs fails at load, not in the control loop. (See PolicyExecution.)
+  PolicyOptions options;
+  options.warmup_runs = 3;
+  options.num_runners = 2;
+  const Policy policy(test::package_path("nested.pt2"), options);
+  EXPECT_NO_THROW(policy.run_positional(random_inputs(policy.manifest(), 1)));
+}
+
+struct BadOption {
+  std::function<void(PolicyOptions&)> edit;
+  std::string message;
+};
+
+TEST(PolicyOptionsTest, InvalidOptionsAreRefused) {
+  const std::vector<BadOption> cases = {
+      {[](PolicyOptions& o) { o.num_runners = 0; },
+       "PolicyOptions.num_runners must be >= 1, got 0"},
+      {[](PolicyOptions& o) { o.intra_op_threads = -1; },
+       "PolicyOptions.intra_op_threads must be >= 0 (0 leaves torch's setting alone), got -1"},
+      {[](PolicyOptions& o) { o.warmup_runs = -2; },
+       "PolicyOptions.warmup_runs must be >= 0, got -2"},
+      {[](PolicyOptions& o) { o.device_index = -3; },
+       "PolicyOptions.device_index must be >= -1 (-1 is the current device), got -3"},
+  };
+  for (const auto& bad : cases) {
+    PolicyOptions options;
+    bad.edit(options);
+    const auto error =
+        catch_error<Error>([&] { Policy policy(test::package_path("tutorial.pt2"), options); });
+    ASSERT_TRUE(error);
+    EXPECT_STREQ(error->what(), bad.message.c_str());
   }
 }
 
@@ -315,7 +384,7 @@ TEST(InputValidator, StaticBatchMessage) {
   m.device = "cpu";
   m.inputs = {TensorSpec{"obs", at::kFloat, {3}}};
   m.batch = BatchRange{4, 4};
-  const detail::InputValidator validator(m);
+  const detail::InputValidator validator(m, c10::Device(c10::DeviceType::CPU));
   EXPECT_NO_THROW(validator.check_positional({at::randn({4, 3})}));
   const auto error = catch_error<BatchSizeError>([&] {
     validator.check_positional({at::randn({2, 3})});
@@ -328,7 +397,7 @@ TEST(InputValidator, StaticBatchMessage) {
 
 // The control-loop path: validating good inputs must not touch the heap.
 TEST_F(PolicyTest, ValidationOfGoodInputsDoesNotAllocate) {
-  const detail::InputValidator validator(nested().manifest());
+  const detail::InputValidator validator(nested().manifest(), c10::Device(c10::DeviceType::CPU));
   const auto inputs = random_inputs(nested().manifest(), 4);
   const TensorMap map = keyed(nested().manifest(), inputs);
   {
@@ -350,19 +419,30 @@ TEST_F(PolicyTest, ValidationOfGoodInputsDoesNotAllocate) {
 
 // ---- failures inside or after the model ----
 
+PolicyOptions without_warmup() {
+  PolicyOptions options;
+  options.warmup_runs = 0;
+  return options;
+}
+
 TEST(PolicyExecution, OutputCountDifferentFromManifest) {
   test::TempDir dir;
   const std::string path = dir.file("two_outputs.pt2");
   test::rewrite_manifest(test::package_path("tutorial.pt2"), path,
                          [](nlohmann::json& m) { m["outputs"].erase(m["outputs"].size() - 1); });
-  const Policy policy(path);
+  const std::string message =
+      "package '" + path + "': the compiled model returned 3 outputs, but the manifest lists 2";
+  // By default the warm-up run finds it at load...
+  const auto at_load = catch_error<ExecutionError>([&] { Policy policy(path); });
+  ASSERT_TRUE(at_load);
+  EXPECT_TRUE(Contains(at_load->what(), message + " (in a warm-up run at load)"));
+  // ...and without warm-up, the first run does.
+  const Policy policy(path, without_warmup());
   const auto error = catch_error<ExecutionError>([&] {
     policy.run_positional({at::randn({2, 3})});
   });
   ASSERT_TRUE(error);
-  EXPECT_TRUE(Contains(error->what(), "package '" + path +
-                                          "': the compiled model returned 3 "
-                                          "outputs, but the manifest lists 2"));
+  EXPECT_TRUE(Contains(error->what(), message));
 }
 
 TEST(PolicyExecution, ModelFailureBecomesExecutionError) {
@@ -373,7 +453,7 @@ TEST(PolicyExecution, ModelFailureBecomesExecutionError) {
   test::rewrite_manifest(test::package_path("tutorial.pt2"), path,
                          [](nlohmann::json& m) { m["inputs"][0]["shape"] = {4}; });
   ASSERT_EQ(setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 1), 0);
-  const Policy policy(path);
+  const Policy policy(path, without_warmup());
   const auto error = catch_error<ExecutionError>([&] {
     policy.run({{"observation", at::randn({2, 4})}});
   });

@@ -1,5 +1,6 @@
 #include "test_support.h"
 
+#include <c10/core/CPUAllocator.h>
 #include <caffe2/serialize/inline_container.h>
 
 #include <cstdlib>
@@ -10,12 +11,36 @@
 #include "tdaot/manifest.h"
 
 namespace {
-thread_local size_t* allocation_count = nullptr;
+thread_local tdaot::test::AllocationCounter::Counts* allocation_counts = nullptr;
+
+// Forwards to the CPU allocator torch had, counting storages for AllocationCounter.
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit CountingCpuAllocator(c10::Allocator* base) : base_(base) {}
+  c10::DataPtr allocate(size_t n) override {
+    if (allocation_counts != nullptr) ++allocation_counts->tensors;
+    return base_->allocate(n);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return base_->raw_deleter(); }
+  void copy_data(void* dest, const void* src, size_t count) const override {
+    base_->copy_data(dest, src, count);
+  }
+
+ private:
+  c10::Allocator* base_;
+};
+
+void install_counting_allocator() {
+  // Installed once, above torch's default priority; it only counts, so it can stay.
+  static CountingCpuAllocator allocator(c10::GetCPUAllocator());
+  static const bool installed = (c10::SetCPUAllocator(&allocator, /*priority=*/100), true);
+  (void)installed;
+}
 }  // namespace
 
 // Replaced so that AllocationCounter sees every plain new; arrays and sized deletes forward here.
 void* operator new(size_t size) {
-  if (allocation_count != nullptr) ++*allocation_count;
+  if (allocation_counts != nullptr) ++allocation_counts->news;
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc();
 }
@@ -24,8 +49,11 @@ void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace tdaot::test {
 
-AllocationCounter::AllocationCounter() : previous_(allocation_count) { allocation_count = &count_; }
-AllocationCounter::~AllocationCounter() { allocation_count = previous_; }
+AllocationCounter::AllocationCounter() : previous_(allocation_counts) {
+  install_counting_allocator();
+  allocation_counts = &counts_;
+}
+AllocationCounter::~AllocationCounter() { allocation_counts = previous_; }
 
 namespace fs = std::filesystem;
 

@@ -67,19 +67,28 @@ std::optional<E> catch_error(F&& f) {
   return std::nullopt;
 }
 
-// Counts the heap allocations (operator new) this thread makes while the counter lives; the
-// test binary replaces the global operator new for this.
+// Counts the heap allocations this thread makes while the counter lives: operator new (the
+// test binary replaces the global one) and tensor storage from c10's CPU allocator (wrapped by
+// a counting allocator installed on first use), which uses posix_memalign, not new.
 class AllocationCounter {
  public:
   AllocationCounter();
   ~AllocationCounter();
   AllocationCounter(const AllocationCounter&) = delete;
   AllocationCounter& operator=(const AllocationCounter&) = delete;
-  size_t count() const { return count_; }
+  // operator new calls.
+  size_t count() const { return counts_.news; }
+  // CPU tensor storages allocated.
+  size_t tensor_count() const { return counts_.tensors; }
+
+  struct Counts {
+    size_t news = 0;
+    size_t tensors = 0;
+  };
 
  private:
-  size_t count_ = 0;
-  size_t* previous_;
+  Counts counts_;
+  Counts* previous_;
 };
 
 // EXPECT_TRUE(Contains(text, part)) prints both strings when it fails.

@@ -40,6 +40,21 @@ struct Source {
   std::string factory;       // "file.py:function" when built from the CLI, else empty
 };
 
+// One piece of recurrent state: output `output` of a step is input `input` of the next
+// (torchrl's ("next", k) -> k convention, so usually output "next.k" feeds input "k").
+struct StatePair {
+  std::string input;
+  std::string output;
+};
+
+// The state a recurrent policy carries between steps; see tdaot::Session.
+struct Recurrent {
+  std::vector<StatePair> state;
+  // The bool input that marks the first step after a reset (torchrl's "is_init"); empty when
+  // the policy has none.
+  std::string is_init;
+};
+
 struct Manifest {
   int schema_version = kManifestSchemaVersion;
   std::vector<TensorSpec> inputs;   // in the compiled model's positional order
@@ -48,11 +63,13 @@ struct Manifest {
   std::string interaction_type;  // deterministic, mode, mean or random
   std::string device;            // "cpu" or "cuda"
   std::string cpu_target;        // the -march the kernels were compiled for ("native", ...)
-  std::string cpu_isa;           // the vector ISA inductor generated code for ("avx512", "avx2", ...)
+  std::string cpu_isa;  // the vector ISA inductor generated code for ("avx512", "avx2", ...)
   std::string torch_version;
   std::string tensordict_version;
   std::string tdaot_version;
   Source source;
+  // Present only for recurrent policies (the optional top-level "recurrent" field).
+  std::optional<Recurrent> recurrent;
 
   // Index of the input with this key, or nullopt.
   std::optional<size_t> input_index(const std::string& key) const;

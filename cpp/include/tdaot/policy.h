@@ -6,9 +6,11 @@
 // subclass naming the key otherwise; AOTInductor itself checks nothing.
 //
 // Thread-safety: a Policy may be shared between threads once constructed;
-// run() and run_positional() are safe to call concurrently (AOTInductor hands
-// each call a runner from its pool and blocks while none is free).
-// The object is movable but not copyable.
+// run() and run_positional() are safe to call concurrently. AOTInductor hands
+// each call one of PolicyOptions::num_runners model instances and blocks while
+// none is free, so with num_runners = N up to N calls run in parallel.
+// The object is movable but not copyable. Recurrent policies are stepped
+// through a tdaot::Session (session.h).
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -30,11 +32,27 @@ using TensorMap = std::map<std::string, at::Tensor>;
 struct PolicyOptions {
   // The model name inside the package; tdaot.build always writes "model".
   std::string model_name = "model";
+  // Intra-op threads for the ATen operators the compiled model calls (matmuls, convolutions):
+  // at load, at::set_num_threads(intra_op_threads), which is PROCESS-GLOBAL (the last load or
+  // torch call wins). 0 leaves torch's setting alone. Kernels inductor generated itself were
+  // given their OpenMP thread count at compile time; this option does not change them.
+  // Default 1: a control loop wants one predictable core, not a thread pool.
+  int intra_op_threads = 1;
+  // Model instances AOTInductor keeps, each with its own activation buffers: up to this many
+  // run() calls proceed in parallel; further callers wait for a free one.
+  int num_runners = 1;
+  // Runs on zero inputs done at load for each runner (at the smallest batch the package
+  // accepts), so that one-time work (constant folding, lazy allocations, first-touch page
+  // faults) is not paid by the first real call. A failure here throws ExecutionError.
+  int warmup_runs = 1;
+  // CUDA packages: the device index to load on; -1 is the current device. Ignored for cpu.
+  int device_index = -1;
 };
 
 class Policy {
  public:
-  // Loads the package at `package_path`; throws PackageError, ManifestError or HostMismatchError.
+  // Loads the package at `package_path`; throws PackageError, ManifestError or HostMismatchError,
+  // tdaot::Error for invalid options, ExecutionError when a warm-up run fails.
   explicit Policy(const std::string& package_path, const PolicyOptions& options = {});
   ~Policy();
   Policy(Policy&&) noexcept;
@@ -51,14 +69,18 @@ class Policy {
 
   // Runs with inputs keyed by manifest key; returns the outputs keyed the same way.
   TensorMap run(const TensorMap& inputs) const;
-  // Runs with inputs in manifest order; returns outputs in manifest order.
+  // Runs with inputs in manifest order; returns outputs in manifest order. The control-loop
+  // path: validation allocates nothing; what AOTInductor allocates is listed in the README.
   std::vector<at::Tensor> run_positional(const std::vector<at::Tensor>& inputs) const;
 
- private:
   struct Impl;
+
+ private:
+  friend class Session;
   // The implementation; throws tdaot::Error on a moved-from Policy instead of crashing.
   const Impl& impl() const;
-  std::unique_ptr<Impl> impl_;
+  // Shared so that sessions keep the loaded model alive whatever happens to the Policy.
+  std::shared_ptr<const Impl> impl_;
 };
 
 }  // namespace tdaot

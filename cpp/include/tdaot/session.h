@@ -1,0 +1,68 @@
+// tdaot::Session: steps a recurrent policy, carrying its state between steps.
+//
+// A recurrent package's manifest pairs outputs with inputs (torchrl's convention: output
+// "next.hidden" feeds input "hidden" at the next step) and may name a bool "is_init" input.
+// A session owns one state tensor [batch, *shape] per pair, zero at creation, and fills in
+// the state inputs and is_init itself: step() takes only the other inputs. is_init is true
+// for the rows reset since the previous step (all rows on the first step) and false otherwise.
+// Passing a state input or is_init to step() is refused with an InputError naming the key:
+// the session is their only writer, and reset(mask) is how rows are marked as new.
+//
+// Steady state allocates nothing of the session's own: the state tensors are preallocated and
+// each step copies the state outputs into them.
+//
+// Thread-safety: a session is a single-threaded object (one per control loop or environment
+// batch). Calling step() or reset() while another call on the same session is running throws
+// tdaot::Error instead of corrupting the state. Several sessions may share one Policy and run
+// concurrently; the session keeps the loaded model alive even if the Policy is destroyed.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tdaot/policy.h"
+
+namespace tdaot {
+
+class Session {
+ public:
+  // A session over the recurrent `policy` for `batch` rows. Throws tdaot::Error when the
+  // package is not recurrent, BatchSizeError when `batch` is outside its batch range.
+  Session(const Policy& policy, int64_t batch);
+  ~Session();
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // The number of rows.
+  int64_t batch() const;
+  // The inputs step() takes (every manifest input but the state and is_init), in the order
+  // step_positional() takes them.
+  const std::vector<TensorSpec>& inputs() const;
+
+  // Runs one step with the non-state inputs keyed by manifest key; returns every output keyed
+  // by manifest key (the state outputs included) and keeps the state for the next step.
+  TensorMap step(const TensorMap& inputs);
+  // The same with the non-state inputs in inputs() order; outputs in manifest order.
+  std::vector<at::Tensor> step_positional(const std::vector<at::Tensor>& inputs);
+
+  // Zeroes the state of every row and marks every row as is_init for the next step.
+  void reset();
+  // The same for the rows where `mask` (bool [batch], on the policy's device) is true.
+  void reset(const at::Tensor& mask);
+
+  // The state the next step will see, keyed by state input key. The tensors are the session's
+  // own storage: reading is fine, writing changes what the next step sees.
+  TensorMap state() const;
+
+ private:
+  struct Impl;
+  Impl& impl() const;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tdaot

@@ -1,0 +1,224 @@
+// tdaot::Session: the state slots of a recurrent policy's inputs, filled between steps.
+#include "tdaot/session.h"
+
+#include <ATen/Functions.h>
+
+#include <atomic>
+#include <optional>
+#include <utility>
+
+#include "busy_guard.h"
+#include "policy_impl.h"
+
+namespace tdaot {
+namespace {
+
+std::string in_quotes(const std::string& key) { return "'" + key + "'"; }
+
+constexpr const char* kConcurrentUse =
+    "tdaot::Session used from two threads at once: a session is single-threaded; give each "
+    "thread its own session (they may share one Policy)";
+
+}  // namespace
+
+struct Session::Impl {
+  Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows);
+
+  // Why `key` may not be passed to step(), or nullopt when it may.
+  std::optional<std::string> refusal(const std::string& key) const;
+  // Puts the caller's tensors into their slots, runs, carries the state; clears the slots.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& given);
+  void check_mask(const at::Tensor& mask) const;
+
+  std::shared_ptr<const Policy::Impl> policy;
+  const Manifest& manifest;
+  int64_t batch;
+  // The model's inputs in manifest order. State and is_init slots hold the session's tensors;
+  // the other slots hold the caller's tensors only during a step.
+  std::vector<at::Tensor> slots;
+  std::vector<TensorSpec> given_specs;  // the inputs step() takes, in manifest order
+  std::vector<size_t> given_slots;      // their slot indices
+  struct Carry {
+    size_t slot;    // the state input
+    size_t output;  // the output copied into it after each step
+  };
+  std::vector<Carry> carries;
+  std::optional<size_t> is_init_slot;
+  bool is_init_set = true;  // whether any row of is_init is true (all are at creation)
+  std::atomic<bool> busy{false};
+};
+
+Session::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows)
+    : policy(std::move(policy_impl)), manifest(policy->manifest), batch(rows) {
+  if (!manifest.recurrent) {
+    throw Error("package '" + policy->path +
+                "' is not recurrent (its manifest has no 'recurrent' section); run it with "
+                "Policy::run instead of a Session");
+  }
+  if (!manifest.batch.contains(batch)) {
+    throw BatchSizeError("", "a session of batch size " + std::to_string(batch) + " for package '" +
+                                 policy->path + "', which accepts batch sizes " +
+                                 std::to_string(manifest.batch.min) + ".." +
+                                 std::to_string(manifest.batch.max));
+  }
+  const Recurrent& recurrent = *manifest.recurrent;
+  slots.resize(manifest.inputs.size());
+  const auto options = at::TensorOptions().device(policy->device);
+  for (const StatePair& pair : recurrent.state) {
+    // Manifest::from_json guarantees both keys exist with matching dtype and shape.
+    const size_t slot = *manifest.input_index(pair.input);
+    const TensorSpec& spec = manifest.inputs[slot];
+    slots[slot] = at::zeros(detail::batched_shape(batch, spec.shape), options.dtype(spec.dtype));
+    carries.push_back({slot, *manifest.output_index(pair.output)});
+  }
+  if (!recurrent.is_init.empty()) {
+    is_init_slot = *manifest.input_index(recurrent.is_init);
+    const TensorSpec& spec = manifest.inputs[*is_init_slot];
+    slots[*is_init_slot] =
+        at::ones(detail::batched_shape(batch, spec.shape), options.dtype(at::kBool));
+  }
+  for (size_t i = 0; i < manifest.inputs.size(); ++i) {
+    if (slots[i].defined()) continue;
+    given_specs.push_back(manifest.inputs[i]);
+    given_slots.push_back(i);
+  }
+}
+
+std::optional<std::string> Session::Impl::refusal(const std::string& key) const {
+  for (const StatePair& pair : manifest.recurrent->state) {
+    if (pair.input == key) {
+      return "input " + in_quotes(key) +
+             " is recurrent state the session carries over from output " + in_quotes(pair.output) +
+             "; pass only " + detail::key_list(given_specs) + " (reset() zeroes the state)";
+    }
+  }
+  if (key == manifest.recurrent->is_init) {
+    return "input " + in_quotes(key) +
+           " is set by the session (true for rows reset since the last step); pass only " +
+           detail::key_list(given_specs) + " and mark new rows with reset(mask)";
+  }
+  return std::nullopt;
+}
+
+std::vector<at::Tensor> Session::Impl::run(const std::vector<at::Tensor>& given) {
+  if (given.size() != given_specs.size()) {
+    throw ShapeError("", "a session step expects " + std::to_string(given_specs.size()) +
+                             " inputs (" + detail::key_list(given_specs) + "), got " +
+                             std::to_string(given.size()));
+  }
+  // The caller's tensors leave their slots whatever happens, so the session never keeps them.
+  struct ClearGiven {
+    Impl& self;
+    ~ClearGiven() {
+      for (size_t slot : self.given_slots) self.slots[slot] = at::Tensor();
+    }
+  } clear{*this};
+  for (size_t i = 0; i < given.size(); ++i) {
+    const at::Tensor& tensor = given[i];
+    // Checked before the validator, whose message would blame a state input's batch size.
+    if (tensor.defined() && tensor.dim() > 0 && tensor.size(0) != batch) {
+      throw BatchSizeError(given_specs[i].key, "input " + in_quotes(given_specs[i].key) +
+                                                   " has batch size " +
+                                                   std::to_string(tensor.size(0)) +
+                                                   ", but the session was created for batch size " +
+                                                   std::to_string(batch));
+    }
+    slots[given_slots[i]] = tensor;
+  }
+  policy->validator.check_positional(slots);
+  std::vector<at::Tensor> outputs = policy->execute(slots);
+  for (const Carry& carry : carries) slots[carry.slot].copy_(outputs[carry.output]);
+  if (is_init_slot && is_init_set) {
+    slots[*is_init_slot].fill_(false);
+    is_init_set = false;
+  }
+  return outputs;
+}
+
+void Session::Impl::check_mask(const at::Tensor& mask) const {
+  if (!mask.defined()) throw InputError("", "the reset mask is an undefined tensor");
+  if (mask.scalar_type() != at::kBool) {
+    throw DtypeError(
+        "", "the reset mask has dtype " + dtype_name(mask.scalar_type()) + ", expected bool");
+  }
+  if (mask.dim() != 1 || mask.size(0) != batch) {
+    throw ShapeError("", "the reset mask has shape " + format_shape(mask.sizes().vec()) +
+                             ", expected [" + std::to_string(batch) + "] (the session's batch)");
+  }
+  const c10::Device device = policy->device;
+  if (mask.device().type() != device.type() ||
+      (device.has_index() && mask.device().index() != device.index())) {
+    throw DeviceError("", "the reset mask is on device " + mask.device().str() +
+                              ", but the session's state is on " + device.str());
+  }
+}
+
+Session::Session(const Policy& policy, int64_t batch)
+    : impl_(std::make_unique<Impl>((policy.impl(), policy.impl_), batch)) {}
+
+Session::~Session() = default;
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+
+Session::Impl& Session::impl() const {
+  if (!impl_) throw Error("this tdaot::Session was moved from; use the Session it was moved to");
+  return *impl_;
+}
+
+int64_t Session::batch() const { return impl().batch; }
+
+const std::vector<TensorSpec>& Session::inputs() const { return impl().given_specs; }
+
+TensorMap Session::step(const TensorMap& inputs) {
+  Impl& self = impl();
+  for (const auto& [key, tensor] : inputs) {
+    if (auto why = self.refusal(key)) throw InputError(key, *why);
+  }
+  std::vector<at::Tensor> given = detail::pick_keyed(self.given_specs, inputs);
+  detail::BusyGuard guard(self.busy, kConcurrentUse);
+  return detail::keyed_outputs(self.manifest, self.run(given));
+}
+
+std::vector<at::Tensor> Session::step_positional(const std::vector<at::Tensor>& inputs) {
+  Impl& self = impl();
+  detail::BusyGuard guard(self.busy, kConcurrentUse);
+  return self.run(inputs);
+}
+
+void Session::reset() {
+  Impl& self = impl();
+  detail::BusyGuard guard(self.busy, kConcurrentUse);
+  for (const auto& carry : self.carries) self.slots[carry.slot].zero_();
+  if (self.is_init_slot) {
+    self.slots[*self.is_init_slot].fill_(true);
+    self.is_init_set = true;
+  }
+}
+
+void Session::reset(const at::Tensor& mask) {
+  Impl& self = impl();
+  detail::BusyGuard guard(self.busy, kConcurrentUse);
+  self.check_mask(mask);
+  // [batch] -> [batch, 1, ...]: masked_fill_ broadcasts the mask over each row.
+  const auto fill_rows = [&](at::Tensor& tensor, bool value) {
+    std::vector<int64_t> shape(tensor.dim(), 1);
+    shape[0] = self.batch;
+    tensor.masked_fill_(mask.view(shape), value);
+  };
+  for (const auto& carry : self.carries) fill_rows(self.slots[carry.slot], false);
+  if (self.is_init_slot) {
+    fill_rows(self.slots[*self.is_init_slot], true);
+    self.is_init_set = true;  // possibly no row was masked; clearing again is cheap
+  }
+}
+
+TensorMap Session::state() const {
+  const Impl& self = impl();
+  TensorMap state;
+  for (const auto& carry : self.carries) {
+    state.emplace(self.manifest.inputs[carry.slot].key, self.slots[carry.slot]);
+  }
+  return state;
+}
+
+}  // namespace tdaot

@@ -1,0 +1,81 @@
+// Heap allocations per call in steady state at batch 1: what tdaot adds on top of AOTInductor.
+// The counts are printed (they go into the README); the assertions are that tdaot's own code
+// adds nothing on the positional paths, whatever AOTInductor itself allocates.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+
+#include <functional>
+#include <iostream>
+
+#include "tdaot/policy.h"
+#include "tdaot/session.h"
+#include "test_support.h"
+
+namespace tdaot {
+namespace {
+
+struct PerCall {
+  size_t news = 0;
+  size_t tensors = 0;
+};
+
+// Allocations of one call of `call`, after warm-up calls; the minimum over a few calls, so a
+// one-off (a lazily grown cache) does not count as steady state.
+PerCall measure(const std::function<void()>& call) {
+  for (int i = 0; i < 20; ++i) call();
+  PerCall best{SIZE_MAX, SIZE_MAX};
+  for (int i = 0; i < 20; ++i) {
+    test::AllocationCounter counter;
+    call();
+    best.news = std::min(best.news, counter.count());
+    best.tensors = std::min(best.tensors, counter.tensor_count());
+  }
+  return best;
+}
+
+void report(const char* what, const PerCall& n) {
+  std::cout << "[allocations] " << what << ": " << n.news << " operator new, " << n.tensors
+            << " tensor storages per call\n";
+}
+
+TEST(Allocations, RunPositionalAddsNothingToAoti) {
+  for (const char* name : {"tutorial.pt2", "nested.pt2"}) {
+    SCOPED_TRACE(name);
+    const std::string path = test::package_path(name);
+    const Policy policy(path);
+    torch::inductor::AOTIModelPackageLoader raw(path);
+    std::vector<at::Tensor> inputs;
+    for (const auto& spec : policy.manifest().inputs) {
+      std::vector<int64_t> shape{1};
+      shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+      inputs.push_back(at::randn(shape));
+    }
+    const PerCall aoti = measure([&] { raw.run(inputs); });
+    const PerCall ours = measure([&] { policy.run_positional(inputs); });
+    report((std::string(name) + " AOTIModelPackageLoader::run").c_str(), aoti);
+    report((std::string(name) + " Policy::run_positional").c_str(), ours);
+    EXPECT_EQ(ours.news, aoti.news);
+    EXPECT_EQ(ours.tensors, aoti.tensors);
+    // AOTInductor allocates at least the outputs it returns (and its intermediate buffers).
+    EXPECT_GE(aoti.tensors, policy.manifest().outputs.size());
+  }
+}
+
+TEST(Allocations, SessionStepAddsNothingToRunPositional) {
+  const Policy policy(test::package_path("recurrent.pt2"));
+  Session session(policy, 1);
+  const at::Tensor observation = at::randn({1, 3});
+  const std::vector<at::Tensor> given = {observation};
+  const std::vector<at::Tensor> all = {observation, at::zeros({1, 8}),
+                                       at::zeros({1, 1}, at::kBool)};
+  const PerCall run = measure([&] { policy.run_positional(all); });
+  const PerCall step = measure([&] { session.step_positional(given); });
+  report("recurrent.pt2 Policy::run_positional", run);
+  report("recurrent.pt2 Session::step_positional", step);
+  EXPECT_EQ(step.news, run.news);
+  EXPECT_EQ(step.tensors, run.tensors);
+}
+
+}  // namespace
+}  // namespace tdaot

@@ -6,6 +6,7 @@ import copy
 import hashlib
 import os
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -17,8 +18,14 @@ from tensordict.nn import TensorDictModuleBase
 from tdaot._version import __version__
 from tdaot.cache import ArtifactCache, artifact_key
 from tdaot.compile import check_output_path, compile_package
-from tdaot.errors import BuildError
-from tdaot.export import BatchSpec, export_policy, module_class_name
+from tdaot.errors import BuildError, CompileError
+from tdaot.export import (
+    BatchSpec,
+    ExportedPolicy,
+    StaticBatchWarning,
+    export_policy,
+    module_class_name,
+)
 from tdaot.manifest import Manifest, Source
 from tdaot.targets import cpu_target as resolve_cpu_target
 from tdaot.targets import vector_isa
@@ -86,29 +93,46 @@ def build(
         policy, example, out_keys=out_keys, batch=batch, interaction_type=interaction_type
     )
     exported_at = time.perf_counter()
-    manifest = Manifest(
-        inputs=exported.inputs,
-        outputs=exported.outputs,
-        batch=exported.batch,
-        interaction_type=interaction_type,
-        device=device,
-        cpu_target=target.name,
-        cpu_isa=vector_isa(target) if device == "cpu" else "",
-        torch_version=torch.__version__,
-        tensordict_version=tensordict.__version__,
-        tdaot_version=__version__,
-        source=Source(module_class=module_class_name(policy), factory=factory),
-        recurrent=exported.recurrent,
-    )
-    key = artifact_key(exported.program, manifest) if cache is not None else None
-    cache_hit = key is not None and cache.fetch(key, path)
-    if cache_hit:
-        report("cached")
-    else:
-        report("compiling")
-        compile_package(exported.program, manifest, path)
-        if key is not None:
-            cache.store(key, path)
+
+    def manifest_of(exported: ExportedPolicy) -> Manifest:
+        return Manifest(
+            inputs=exported.inputs,
+            outputs=exported.outputs,
+            batch=exported.batch,
+            interaction_type=interaction_type,
+            device=device,
+            cpu_target=target.name,
+            cpu_isa=vector_isa(target) if device == "cpu" else "",
+            torch_version=torch.__version__,
+            tensordict_version=tensordict.__version__,
+            tdaot_version=__version__,
+            source=Source(module_class=module_class_name(policy), factory=factory),
+            recurrent=exported.recurrent,
+        )
+
+    manifest = manifest_of(exported)
+    try:
+        cache_hit = _compile_or_fetch(exported.program, manifest, path, cache, report)
+    except CompileError as err:
+        if not (batch == "dynamic" and exported.batch.dynamic):
+            raise
+        # Inductor lowers some programs only with concrete sizes (torch 2.13 fails on
+        # the scan higher-order op of torchrl's recurrent "scan" backend when the
+        # batch is symbolic). As for a policy that specialises the batch while
+        # tracing: fall back to the example's batch, and say so.
+        exported = export_policy(
+            policy, example, out_keys=out_keys, batch="static", interaction_type=interaction_type
+        )
+        warnings.warn(
+            f"{manifest.source.module_class} could not be compiled with a dynamic batch ({err}); "
+            f"building with a static batch of {exported.batch.min} instead. The artifact accepts "
+            f"only batch {exported.batch.min}; build with batch='static' (--batch static) to skip "
+            "the dynamic attempt.",
+            StaticBatchWarning,
+            stacklevel=2,
+        )
+        manifest = manifest_of(exported)
+        cache_hit = _compile_or_fetch(exported.program, manifest, path, cache, report)
     return Artifact(
         path=path,
         manifest=manifest,
@@ -116,6 +140,19 @@ def build(
         compile_seconds=time.perf_counter() - exported_at,
         cache_hit=cache_hit,
     )
+
+
+def _compile_or_fetch(program, manifest: Manifest, path: str, cache: ArtifactCache | None, report) -> bool:
+    """Compiles ``program`` to ``path``, or copies it from ``cache``; True on a cache hit."""
+    key = artifact_key(program, manifest) if cache is not None else None
+    if key is not None and cache.fetch(key, path):
+        report("cached")
+        return True
+    report("compiling")
+    compile_package(program, manifest, path)
+    if key is not None:
+        cache.store(key, path)
+    return False
 
 
 def file_sha256(path: str) -> str:

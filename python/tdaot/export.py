@@ -9,6 +9,10 @@ tuple in out-key order out.
 from __future__ import annotations
 
 import contextlib
+import io
+import os
+import re
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -147,8 +151,16 @@ def export_policy(
         module, in_keys, out_keys, example.batch_size, _nested_batch_shapes(example, in_keys)
     )
     with export_context(interaction_type):
-        _check_eager_run(wrapper, input_tensors, out_keys)
+        _check_eager_run(wrapper, input_tensors, out_keys, interaction_type)
+        # A second eager run looks for Python side effects: the first also
+        # materialises lazy modules (torchrl's ConvNet and MLP set their sizes), and
+        # torch.export undoes attribute assignments made while it traces. Fresh
+        # copies of the inputs, so a stashed input is a new object.
+        with _no_python_side_effects(module), torch.no_grad():
+            wrapper.module(wrapper.make_tensordict([t.clone() for t in input_tensors]))
         program, batch_range = _export_with_fallback(wrapper, input_tensors, batch_range)
+    if interaction_type != "random":
+        _check_no_sampling(program, describe_module(module), interaction_type)
 
     inputs = tuple(
         TensorSpec(keyutil.to_manifest(k), dtype_name(t.dtype), tuple(t.shape[1:]))
@@ -244,13 +256,15 @@ def _nested_batch_shapes(example: TensorDictBase, in_keys) -> dict[tuple[str, ..
     return shapes
 
 
-def _check_eager_run(wrapper: PositionalPolicy, tensors, out_keys) -> None:
+def _check_eager_run(wrapper: PositionalPolicy, tensors, out_keys, interaction_type: str) -> None:
     """Run once eagerly so a missing out-key or a broken policy fails with a plain message."""
     name = describe_module(wrapper.module)
     try:
         td = wrapper.module(wrapper.make_tensordict(tensors))
     except Exception as err:  # noqa: BLE001 - any failure of user code is reported as a build error
-        raise BuildError(f"{name} failed on the example TensorDict: {type(err).__name__}: {err}") from err
+        message = f"{name} failed on the example TensorDict: {type(err).__name__}: {err}"
+        raise BuildError(message + _interaction_hint(wrapper, tensors, interaction_type)) from err
+    finite_example = all(t.isfinite().all() for t in tensors if t.is_floating_point())
     for key in out_keys:
         value = td.get(keyutil.td_key(key), None)
         if not isinstance(value, torch.Tensor):
@@ -258,6 +272,110 @@ def _check_eager_run(wrapper: PositionalPolicy, tensors, out_keys) -> None:
             raise BuildError(
                 f"out-key {keyutil.to_manifest(key)!r} is not produced by {name} (its output has: {produced})"
             )
+        # A NaN from finite inputs is a broken output, typically a distribution
+        # without the asked-for statistic (torch's Categorical.mean is NaN).
+        if finite_example and value.is_floating_point() and value.isnan().any():
+            raise BuildError(
+                f"out-key {keyutil.to_manifest(key)!r} of {name} is NaN on the (finite) example under "
+                f"interaction type {interaction_type!r}"
+                + _interaction_hint(wrapper, tensors, interaction_type)
+                + " Or leave the key out with out_keys."
+            )
+
+
+def _interaction_hint(wrapper: PositionalPolicy, tensors, interaction_type: str) -> str:
+    """Suggests 'deterministic' when the policy fails only under another interaction type."""
+    if interaction_type == "deterministic":
+        return ""
+    try:
+        with set_interaction_type(InteractionType.DETERMINISTIC):
+            wrapper.module(wrapper.make_tensordict(tensors))
+    except Exception:  # noqa: BLE001 - only probing whether the hint applies
+        return ""
+    return (
+        f"\nHint: the policy runs under interaction type 'deterministic' but not {interaction_type!r}: "
+        f"a distribution in it does not define {interaction_type!r} (e.g. TanhNormal has no analytic "
+        "mode, Categorical no mean). Build with interaction_type='deterministic' (--interaction-type "
+        "deterministic), which picks each distribution's own deterministic sample."
+    )
+
+
+# Recurrent ops tagged as seeded only because of their dropout argument, which is
+# off in eval mode (and training-mode dropout shows up as its own op).
+_RNG_ONLY_FOR_DROPOUT = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
+
+
+def _check_no_sampling(program: torch.export.ExportedProgram, name: str, interaction_type: str) -> None:
+    """Refuses random ops outside 'random': eager and native would draw different samples."""
+    sampled = sorted(
+        {
+            str(node.target)
+            for node in program.graph.nodes
+            if node.op == "call_function"
+            and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+            and str(node.target).split(".")[1] not in _RNG_ONLY_FOR_DROPOUT
+        }
+    )
+    if sampled:
+        raise BuildError(
+            f"{name} samples random numbers ({', '.join(sampled)}) under interaction type "
+            f"{interaction_type!r}, so the artifact would not be deterministic. tensordict estimates "
+            "a statistic a distribution lacks in closed form by sampling (TanhNormal's mean from "
+            "n_empirical_estimate samples). Build with interaction_type='deterministic', or with "
+            "'random' and check it with tdaot.testing.assert_statistical_parity."
+        )
+
+
+@contextlib.contextmanager
+def _no_python_side_effects(module: nn.Module) -> Iterator[None]:
+    """Refuses forward passes that set Python attributes on a module, and undoes them.
+
+    torch.export runs Python code once, at trace time: an attribute a forward
+    sets (a stashed tensor, a call counter) would silently not be updated by the
+    artifact. Only public tensor and number attributes count: tensordict and
+    torchrl memoise keys and call options in others, which is harmless. The
+    changed attributes are restored either way.
+    """
+    before = {name: _public_attributes(sub) for name, sub in module.named_modules()}
+    try:
+        yield
+    finally:
+        changed = []
+        for name, sub in module.named_modules():
+            saved, now = before.get(name, {}), _public_attributes(sub)
+            for attr in sorted(set(now) | set(saved)):
+                if _differs(now.get(attr, _MISSING), saved.get(attr, _MISSING)):
+                    changed.append((name, sub, attr))
+                    if attr in saved:
+                        vars(sub)[attr] = saved[attr]
+                    else:
+                        del vars(sub)[attr]
+    if changed:
+        name, sub, attr = changed[0]
+        where = f"module {name!r} ({module_class_name(sub)})" if name else module_class_name(sub)
+        raise BuildError(
+            f"{where} sets attribute {attr!r} in forward: a Python side effect, which torch.export runs "
+            "once while tracing and the artifact never repeats. Return the value as an out-key "
+            "(recurrent state goes in as k and out as ('next', k)) or keep it in a buffer updated "
+            "in place."
+        )
+
+
+_MISSING = object()
+
+
+def _public_attributes(module: nn.Module) -> dict:
+    return {
+        k: v
+        for k, v in vars(module).items()
+        if not k.startswith("_") and isinstance(v, (torch.Tensor, int, float, complex))
+    }
+
+
+def _differs(now, saved) -> bool:
+    if isinstance(now, torch.Tensor) or isinstance(saved, torch.Tensor):
+        return now is not saved
+    return now != saved
 
 
 def _trace_example(tensors: list[torch.Tensor], batch: int) -> tuple[torch.Tensor, ...]:
@@ -283,7 +401,13 @@ def _export(wrapper, tensors, batch_range: BatchRange) -> torch.export.ExportedP
         dynamic_shapes = (tuple({0: dim} for _ in args),)
     else:
         dynamic_shapes = None
-    return torch.export.export(wrapper, args, dynamic_shapes=dynamic_shapes, strict=False)
+    # torch.export prints the partial graph of a failed trace to stderr, screens of
+    # it; the ExportError quotes what matters. Anything else written is passed on.
+    printed = io.StringIO()
+    with contextlib.redirect_stderr(printed):
+        program = torch.export.export(wrapper, args, dynamic_shapes=dynamic_shapes, strict=False)
+    sys.stderr.write(printed.getvalue())
+    return program
 
 
 def _is_batch_specialisation(err: Exception) -> bool:
@@ -331,12 +455,37 @@ def _export_message(name: str, wrapper: PositionalPolicy, err: Exception) -> str
     )
     message += "\n    ".join(quoted)
     if "data-dependent" in str(err) or "DataDependent" in type(err).__name__:
-        message += (
-            "\nHint: the policy branches on a tensor's value (a Python `if` on a tensor, or .item()). "
-            "Write the branch with torch.cond(pred, true_fn, false_fn, operands), or compute both "
-            "sides and pick with torch.where."
-        )
+        library = _library_frame(lines)
+        if library:
+            message += (
+                f"\nHint: the branch on a tensor's value is inside an installed library ({library}), "
+                "not in your code. If it tests a module's buffer that only configures it (a flag), "
+                "replace the buffer by a plain Python value before building; otherwise pick an option "
+                "or module that avoids the branch."
+            )
+        else:
+            message += (
+                "\nHint: the policy branches on a tensor's value (a Python `if` on a tensor, or "
+                ".item()). Write the branch with torch.cond(pred, true_fn, false_fn, operands), or "
+                "compute both sides and pick with torch.where."
+            )
     return message
+
+
+def _library_frame(lines: list[str]) -> str:
+    """ "package/module.py:line" when the quoted failing frame is in an installed package."""
+    marker = next((i for i, line in enumerate(lines) if "The following call raised this error" in line), None)
+    if marker is None or marker + 1 >= len(lines):
+        return ""
+    frame = re.search(r'File "([^"]+)", line (\d+)', lines[marker + 1])
+    if frame is None:
+        return ""
+    path, line = frame.groups()
+    parts = path.replace(os.sep, "/").split("/")
+    for root in ("site-packages", "dist-packages"):
+        if root in parts:
+            return "/".join(parts[parts.index(root) + 1 :]) + f":{line}"
+    return ""
 
 
 def _output_specs(program, out_keys, batch_range: BatchRange) -> tuple[TensorSpec, ...]:

@@ -25,6 +25,12 @@ DEFAULT_TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 # The small odd batch size checked besides 1 and the example's.
 ODD_BATCH = 7
+# Draws per example row for assert_statistical_parity, and how many standard errors
+# of the difference between two such estimates count as agreement: at 6, a correct
+# artifact fails about once in 10^8 elements, while a wrong loc or scale of a few
+# percent of the spread shows up at 2000 draws.
+STATISTICAL_SAMPLES = 2000
+STATISTICAL_Z = 6.0
 
 
 @dataclass(frozen=True)
@@ -91,16 +97,12 @@ def assert_parity(
     example's, limited to the artifact's batch range). Raises AssertionError with
     a table of max abs / rel error per key and batch size; returns the report.
     """
-    native = (
-        artifact
-        if isinstance(artifact, NativePolicy)
-        else load(artifact.path if isinstance(artifact, Artifact) else artifact)
-    )
+    native = _load(artifact)
     manifest = native.manifest
     if manifest.interaction_type == "random":
         raise ValueError(
             f"{native.path!r} samples inside the artifact (interaction type 'random'): "
-            "outputs differ from eager by design; compare statistics instead"
+            "outputs differ from eager by design; check it with assert_statistical_parity"
         )
     if example.batch_dims == 0:
         example = example.unsqueeze(0)
@@ -120,6 +122,115 @@ def assert_parity(
             f"native artifact {native.path!r} differs from the eager policy:\n{report.table()}"
         )
     return report
+
+
+def assert_statistical_parity(
+    policy: TensorDictModuleBase,
+    artifact: str | os.PathLike | Artifact | NativePolicy,
+    example: TensorDictBase,
+    *,
+    samples: int = STATISTICAL_SAMPLES,
+    z: float = STATISTICAL_Z,
+) -> ParityReport:
+    """Asserts a sampling artifact (interaction type 'random') draws like the eager policy.
+
+    Each example row is repeated ``samples`` times and run once natively and once
+    eagerly (under 'random'), so both draw ``samples`` outputs per row. For every out
+    key and element, the mean and the standard deviation over the draws must agree
+    within ``z`` standard errors of their difference, plus the dtype's parity
+    tolerance (so outputs that do not depend on the draw, such as a distribution's
+    loc, must match as in assert_parity). Integer and bool outputs (a categorical
+    action) are compared as numbers, so a one-hot action's mean is the probability
+    of each choice. Raises AssertionError with a table per key and statistic.
+    """
+    native = _load(artifact)
+    manifest = native.manifest
+    if manifest.interaction_type != "random":
+        raise ValueError(
+            f"{native.path!r} has interaction type {manifest.interaction_type!r}, not 'random': "
+            "it is deterministic, so check it with assert_parity"
+        )
+    if example.batch_dims == 0:
+        example = example.unsqueeze(0)
+    rows = example.batch_size[0]
+    if rows * samples not in manifest.batch:
+        raise ValueError(
+            f"{rows} example rows x {samples} samples = {rows * samples} is outside the artifact's batch "
+            f"range [{manifest.batch.min}, {manifest.batch.max}]; pass fewer samples or example rows"
+        )
+    inputs = example[torch.arange(rows).repeat_interleave(samples).to(example.device)].contiguous()
+    with export_context("random"), torch.no_grad():
+        expected = policy(inputs.clone())
+    actual = native(inputs)
+    report_rows = []
+    for spec in manifest.outputs:
+        key = keyutil.td_key(keyutil.from_manifest(spec.key))
+        exp, act = expected.get(key, None), actual.get(key)
+        problem = _mismatch(exp, act)
+        if problem:
+            report_rows.append(
+                ParityRow(spec.key, samples, spec.dtype, float("nan"), float("nan"), 0.0, 0.0, False, problem)
+            )
+            continue
+        rtol, atol = DEFAULT_TOLERANCES.get(exp.dtype, (0.0, 0.0))
+        exp_stats = _draw_statistics(exp, rows, samples)
+        act_stats = _draw_statistics(act, rows, samples)
+        for stat in ("mean", "std"):
+            error = (act_stats[stat] - exp_stats[stat]).abs()
+            spread = (exp_stats[f"{stat}_se"] ** 2 + act_stats[f"{stat}_se"] ** 2).sqrt()
+            bound = z * spread + atol + rtol * exp_stats[stat].abs()
+            worst = int((error - bound).flatten().argmax()) if error.numel() else 0
+            report_rows.append(
+                ParityRow(
+                    key=f"{spec.key} ({stat})",
+                    batch=samples,
+                    dtype=spec.dtype,
+                    max_abs=float(error.max()) if error.numel() else 0.0,
+                    max_rel=float((error / bound.clamp_min(1e-300)).max()) if error.numel() else 0.0,
+                    rtol=0.0,
+                    atol=float(bound.flatten()[worst]) if error.numel() else 0.0,
+                    within=bool((error <= bound).all()),
+                )
+            )
+    report = ParityReport(tuple(report_rows))
+    if not report.ok:
+        raise AssertionError(
+            f"native artifact {native.path!r} does not sample like the eager policy "
+            f"({samples} draws per example row; atol is the allowed difference at the worst element, "
+            f"max rel err the largest share of it used):\n{report.table()}"
+        )
+    return report
+
+
+def _draw_statistics(values: torch.Tensor, rows: int, samples: int) -> dict[str, torch.Tensor]:
+    """Mean and std over the draws of each row, and their standard errors."""
+    x = values.detach().to("cpu", torch.float64).reshape(rows, samples, *values.shape[1:])
+    mean = x.mean(1)
+    centred = x - mean.unsqueeze(1)
+    var = centred.pow(2).mean(1)
+    std = var.sqrt()
+    fourth = centred.pow(4).mean(1)
+    # Delta method: Var(s) ~ (m4 - s^4) / (4 s^2 n), valid for any distribution with a
+    # fourth moment (a Bernoulli one-hot entry as well as a Normal action).
+    std_se = ((fourth - var.pow(2)).clamp_min(0) / samples).sqrt() / (2 * std).clamp_min(1e-12)
+    return {"mean": mean, "mean_se": (var / samples).sqrt(), "std": std, "std_se": std_se}
+
+
+def _mismatch(expected, actual) -> str:
+    """Why two outputs cannot be compared element-wise, or ""."""
+    if not isinstance(expected, torch.Tensor):
+        return "eager policy lacks it"
+    if actual.dtype != expected.dtype:
+        return f"dtype {str(actual.dtype).replace('torch.', '')}"
+    if actual.shape != expected.shape:
+        return f"shape {list(actual.shape)} != {list(expected.shape)}"
+    return ""
+
+
+def _load(artifact) -> NativePolicy:
+    if isinstance(artifact, NativePolicy):
+        return artifact
+    return load(artifact.path if isinstance(artifact, Artifact) else artifact)
 
 
 def _batch_sizes(requested, example_batch: int, batch_range) -> list[int]:
@@ -145,16 +256,9 @@ def _compare(name, batch, expected, actual, rtol, atol) -> ParityRow:
     default_rtol, default_atol = DEFAULT_TOLERANCES.get(getattr(expected, "dtype", None), (0.0, 0.0))
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
-    if not isinstance(expected, torch.Tensor):
-        return ParityRow(
-            name, batch, "-", float("nan"), float("nan"), rtol, atol, False, "eager policy lacks it"
-        )
-    dtype = str(expected.dtype).replace("torch.", "")
-    if actual.dtype != expected.dtype:
-        problem = f"dtype {str(actual.dtype).replace('torch.', '')}"
-        return ParityRow(name, batch, dtype, float("nan"), float("nan"), rtol, atol, False, problem)
-    if actual.shape != expected.shape:
-        problem = f"shape {list(actual.shape)} != {list(expected.shape)}"
+    problem = _mismatch(expected, actual)
+    dtype = str(expected.dtype).replace("torch.", "") if isinstance(expected, torch.Tensor) else "-"
+    if problem:
         return ParityRow(name, batch, dtype, float("nan"), float("nan"), rtol, atol, False, problem)
     exp = expected.detach().to("cpu", torch.float64)
     act = actual.detach().to("cpu", torch.float64)

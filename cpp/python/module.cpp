@@ -7,6 +7,7 @@
 #include <torch/extension.h>
 
 #include "tdaot/policy.h"
+#include "tdaot/session.h"
 
 namespace py = pybind11;
 
@@ -58,11 +59,18 @@ PYBIND11_MODULE(_C, m) {
   py::register_exception_translator(&translate);
 
   py::class_<tdaot::Policy>(m, "Policy")
-      .def(py::init([](const std::string& path) {
-             py::gil_scoped_release unlocked;
-             return std::make_unique<tdaot::Policy>(path);
-           }),
-           py::arg("path"))
+      .def(py::init(
+               [](const std::string& path, int intra_op_threads, int num_runners, int warmup_runs) {
+                 tdaot::PolicyOptions options;
+                 options.intra_op_threads = intra_op_threads;
+                 options.num_runners = num_runners;
+                 options.warmup_runs = warmup_runs;
+                 py::gil_scoped_release unlocked;
+                 return std::make_unique<tdaot::Policy>(path, options);
+               }),
+           py::arg("path"), py::kw_only(), py::arg("intra_op_threads") = 0,
+           py::arg("num_runners") = 1, py::arg("warmup_runs") = 1,
+           "Loads a package (see tdaot::PolicyOptions; intra_op_threads=0 leaves torch's alone).")
       .def_property_readonly("path", &tdaot::Policy::path)
       .def_property_readonly("manifest_json",
                              [](const tdaot::Policy& p) { return p.manifest().to_json(); })
@@ -80,10 +88,56 @@ PYBIND11_MODULE(_C, m) {
             py::gil_scoped_release unlocked;
             return p.run_positional(inputs);
           },
-          py::arg("inputs"), "Runs with inputs in manifest order; returns outputs in manifest order.");
+          py::arg("inputs"),
+          "Runs with inputs in manifest order; returns outputs in manifest order.");
+
+  // A session keeps the loaded model alive by itself (it shares the Policy's state), so no
+  // keep_alive is needed. step() and reset() release the GIL; a second thread using the same
+  // session meanwhile gets tdaot.TdaotError, as in C++.
+  py::class_<tdaot::Session>(m, "Session")
+      .def(py::init([](const tdaot::Policy& policy, int64_t batch) {
+             return std::make_unique<tdaot::Session>(policy, batch);
+           }),
+           py::arg("policy"), py::arg("batch"))
+      .def_property_readonly("batch", &tdaot::Session::batch)
+      .def_property_readonly("input_keys",
+                             [](const tdaot::Session& s) {
+                               std::vector<std::string> keys;
+                               for (const auto& spec : s.inputs()) keys.push_back(spec.key);
+                               return keys;
+                             })
+      .def_property_readonly("state", &tdaot::Session::state,
+                             "The state tensors (the session's own storage), keyed by input key.")
+      .def(
+          "step",
+          [](tdaot::Session& s, const tdaot::TensorMap& inputs) {
+            py::gil_scoped_release unlocked;
+            return s.step(inputs);
+          },
+          py::arg("inputs"), "One step with the non-state inputs keyed by manifest key.")
+      .def(
+          "step_positional",
+          [](tdaot::Session& s, const std::vector<at::Tensor>& inputs) {
+            py::gil_scoped_release unlocked;
+            return s.step_positional(inputs);
+          },
+          py::arg("inputs"), "One step with the non-state inputs in input_keys order.")
+      .def(
+          "reset",
+          [](tdaot::Session& s, const std::optional<at::Tensor>& mask) {
+            py::gil_scoped_release unlocked;
+            if (mask) {
+              s.reset(*mask);
+            } else {
+              s.reset();
+            }
+          },
+          py::arg("mask") = py::none(),
+          "Zeroes the state (of the rows where the bool [batch] mask is true) and marks is_init.");
 
   // The C++ reading of a manifest, so tests can check both stages agree on the schema.
-  m.def("read_manifest_json", [](const std::string& path) { return tdaot::read_manifest(path).to_json(); });
+  m.def("read_manifest_json",
+        [](const std::string& path) { return tdaot::read_manifest(path).to_json(); });
   m.def("parse_manifest_json", [](const std::string& json, const std::string& origin) {
     return tdaot::Manifest::from_json(json, origin).to_json();
   });

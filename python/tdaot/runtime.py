@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Union
 
 import torch
@@ -16,53 +16,84 @@ from tdaot.manifest import Manifest
 Inputs = Union[TensorDictBase, Mapping]
 
 
+def _td_keys(manifest_keys: Sequence[str]) -> list[tuple[str, object]]:
+    """(manifest key, TensorDict key) pairs."""
+    return [(key, keyutil.td_key(keyutil.from_manifest(key))) for key in manifest_keys]
+
+
+def _keyed_inputs(
+    in_keys: list[tuple[str, object]], inputs: Inputs | None, tensors: dict
+) -> dict[str, torch.Tensor]:
+    """Inputs keyed by manifest key. From a TensorDict only the entries of ``in_keys`` are
+    taken; a mapping or keyword tensors are passed whole, so the C++ side reports extras."""
+    if isinstance(inputs, TensorDictBase):
+        if tensors:
+            raise TypeError("pass either a TensorDict or keyword tensors, not both")
+        found = {}
+        for name, key in in_keys:
+            value = inputs.get(key, None)
+            if value is not None:  # a missing key is reported by the C++ validation
+                found[name] = value
+        return found
+    merged = dict(inputs or {})
+    merged.update(tensors)
+    return {keyutil.SEPARATOR.join(keyutil.as_tuple(key)): value for key, value in merged.items()}
+
+
+def _as_tensordict(out_keys: list[tuple[str, object]], outputs: Mapping[str, torch.Tensor]) -> TensorDict:
+    values = [outputs[name] for name, _ in out_keys]
+    return TensorDict(
+        {key: value for (_, key), value in zip(out_keys, values)}, batch_size=values[0].shape[:1]
+    )
+
+
 class NativePolicy:
     """A loaded package. Call it with a TensorDict (or keyword tensors) to get a TensorDict.
 
     Inputs are validated in C++ against the manifest before the compiled model sees
     them; failures raise subclasses of :class:`tdaot.InputError` naming the key.
-    Safe to call from several threads; the GIL is released while the model runs.
+    Safe to call from several threads; the GIL is released while the model runs, and
+    with ``num_runners=N`` up to N calls run in parallel.
     """
 
-    def __init__(self, path: str | os.PathLike) -> None:
-        self._policy = _C.Policy(os.fspath(path))
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        intra_op_threads: int | None = None,
+        num_runners: int = 1,
+        warmup_runs: int = 1,
+    ) -> None:
+        self._policy = _C.Policy(
+            os.fspath(path),
+            intra_op_threads=intra_op_threads or 0,
+            num_runners=num_runners,
+            warmup_runs=warmup_runs,
+        )
         self.path = self._policy.path
         self.manifest = Manifest.from_json(self._policy.manifest_json, self.path)
-        self._in_keys = [
-            (spec.key, keyutil.td_key(keyutil.from_manifest(spec.key))) for spec in self.manifest.inputs
-        ]
-        self._out_keys = [keyutil.td_key(keyutil.from_manifest(spec.key)) for spec in self.manifest.outputs]
+        self._in_keys = _td_keys(self.manifest.input_keys)
+        self._out_keys = _td_keys(self.manifest.output_keys)
 
     def __call__(self, inputs: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDict:
         """Runs the policy. A TensorDict may hold more keys than the manifest's inputs;
         only those are passed. A mapping or keyword tensors must match the inputs exactly
         (manifest keys such as ``"agents.observation"`` or tuples)."""
-        outputs = self._policy.run(self._keyed_inputs(inputs, tensors))
-        values = [outputs[spec.key] for spec in self.manifest.outputs]
-        return TensorDict(dict(zip(self._out_keys, values)), batch_size=values[0].shape[:1])
+        return _as_tensordict(self._out_keys, self._policy.run(_keyed_inputs(self._in_keys, inputs, tensors)))
 
     def run_positional(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The fast path: tensors in manifest input order, outputs in manifest output order."""
         return tuple(self._policy.run_positional(list(tensors)))
 
+    def session(self, batch: int) -> NativeSession:
+        """A session for a recurrent package (its manifest has a ``recurrent`` section):
+        it owns the state for ``batch`` rows and carries it from step to step."""
+        return NativeSession(self, batch)
+
     @property
     def metadata(self) -> dict[str, str]:
         """All AOTInductor metadata of the package, the manifest JSON included."""
         return dict(self._policy.metadata)
-
-    def _keyed_inputs(self, inputs: Inputs | None, tensors: dict) -> dict[str, torch.Tensor]:
-        if isinstance(inputs, TensorDictBase):
-            if tensors:
-                raise TypeError("pass either a TensorDict or keyword tensors, not both")
-            found = {}
-            for name, key in self._in_keys:
-                value = inputs.get(key, None)
-                if value is not None:  # a missing key is reported by the C++ validation
-                    found[name] = value
-            return found
-        merged = dict(inputs or {})
-        merged.update(tensors)
-        return {keyutil.SEPARATOR.join(keyutil.as_tuple(key)): value for key, value in merged.items()}
 
     def __repr__(self) -> str:
         ins = ", ".join(self.manifest.input_keys)
@@ -70,6 +101,62 @@ class NativePolicy:
         return f"NativePolicy({self.path!r}, inputs=[{ins}], outputs=[{outs}])"
 
 
-def load(path: str | os.PathLike) -> NativePolicy:
-    """Loads a tdaot package into the native runner."""
-    return NativePolicy(path)
+class NativeSession:
+    """Steps a recurrent policy (tdaot::Session): ``step`` takes only the non-state inputs,
+    fills in the state (zero at creation) and ``is_init`` (true for rows reset since the
+    last step, so all rows at the first step), and keeps the state outputs for the next
+    step. Passing a state input or ``is_init`` yourself raises :class:`tdaot.InputError`;
+    mark new episodes with ``reset(mask)`` instead. From a TensorDict only the step's
+    inputs are read, so a rollout TensorDict holding the state keys is fine.
+
+    A session is single-threaded: using one from two threads at once raises
+    :class:`tdaot.TdaotError`. Sessions of one policy are independent.
+    """
+
+    def __init__(self, policy: NativePolicy, batch: int) -> None:
+        self._session = _C.Session(policy._policy, batch)
+        self.policy = policy
+        self.batch = batch
+        self._in_keys = _td_keys(self._session.input_keys)
+
+    @property
+    def input_keys(self) -> list[str]:
+        """The manifest keys ``step`` takes."""
+        return list(self._session.input_keys)
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        """The state the next step sees, keyed by state input key (the session's own tensors)."""
+        return dict(self._session.state)
+
+    def step(self, inputs: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDict:
+        """Runs one step; returns every output (the state outputs included) as a TensorDict."""
+        return _as_tensordict(
+            self.policy._out_keys, self._session.step(_keyed_inputs(self._in_keys, inputs, tensors))
+        )
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """Zeroes the state and marks is_init: for every row, or where the bool [batch] mask is true."""
+        self._session.reset(mask)
+
+    def __repr__(self) -> str:
+        return f"NativeSession({self.policy.path!r}, batch={self.batch})"
+
+
+def load(
+    path: str | os.PathLike,
+    *,
+    intra_op_threads: int | None = None,
+    num_runners: int = 1,
+    warmup_runs: int = 1,
+) -> NativePolicy:
+    """Loads a tdaot package into the native runner.
+
+    ``intra_op_threads`` sets torch's intra-op thread count (``torch.set_num_threads``,
+    process-wide) for the ATen operators the model calls; None leaves it alone, since a
+    Python process usually runs other torch code too. ``num_runners`` model instances
+    serve concurrent calls; ``warmup_runs`` runs per instance on zero inputs at load.
+    """
+    return NativePolicy(
+        path, intra_op_threads=intra_op_threads, num_runners=num_runners, warmup_runs=warmup_runs
+    )

@@ -136,6 +136,15 @@ def test_positional_path_validates_too(tutorial_native):
         tutorial_native.run_positional(torch.zeros(2, 3, dtype=torch.int64))
 
 
+def _run_threads(count: int, worker) -> None:
+    """Runs worker(0..count-1) on `count` threads at once and waits for them."""
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_threads_sharing_one_runner_agree_with_the_reference(tutorial_native):
     inputs = [_obs(b) for b in (1, 3, 5, 8)]
     reference = [tutorial_native(observation=x)["sample"] for x in inputs]
@@ -147,11 +156,7 @@ def test_threads_sharing_one_runner_agree_with_the_reference(tutorial_native):
             if not torch.equal(got, reference[index % 4]):
                 failures.append(index)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _run_threads(4, worker)
     assert failures == []
 
 
@@ -256,3 +261,46 @@ def test_python_reader_refuses_the_same_packages(tmp_path):
     shutil.copy(__file__, path)
     with pytest.raises(tdaot.PackageError, match="not a .pt2 package"):
         tdaot.read_manifest(path)
+
+
+# --- load options ---------------------------------------------------------------------
+def test_runners_serve_threads_with_the_reference_results(nested, nested_native):
+    native = tdaot.load(nested[2].path, num_runners=4, warmup_runs=2)
+    inputs = [(torch.randn(b, 2, 5), torch.randn(b, 7)) for b in range(1, 9)]
+    reference = [nested_native.run_positional(*x) for x in inputs]
+    failures = []
+
+    def worker(index: int) -> None:
+        for _ in range(50):
+            got = native.run_positional(*inputs[index])
+            if not all(torch.equal(g, r) for g, r in zip(got, reference[index])):
+                failures.append(index)
+
+    _run_threads(8, worker)
+    assert failures == []
+
+
+def test_intra_op_threads_is_set_at_load_or_left_alone(tutorial):
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        tdaot.load(tutorial[2].path)  # None: leave the Python process's setting alone
+        assert torch.get_num_threads() == 2
+        tdaot.load(tutorial[2].path, intra_op_threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_runners": 0}, r"PolicyOptions.num_runners must be >= 1, got 0"),
+        ({"warmup_runs": -1}, r"PolicyOptions.warmup_runs must be >= 0, got -1"),
+        ({"intra_op_threads": -1}, r"PolicyOptions.intra_op_threads must be >= 0"),
+    ],
+    ids=["runners", "warmup", "threads"],
+)
+def test_invalid_load_options_are_refused(tutorial, options, message):
+    with pytest.raises(tdaot.TdaotError, match=message):
+        tdaot.load(tutorial[2].path, **options)

@@ -1,0 +1,172 @@
+"""Recurrent sessions through the bindings: tdaot.load(...).session(batch=...)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+import torch
+from examples.policies import recurrent_policy
+from tensordict import TensorDict
+
+import tdaot
+from tdaot import _C
+
+
+@pytest.fixture(scope="session")
+def recurrent(artifacts_dir):
+    """(policy, example, artifact) for the recurrent example policy, dynamic batch."""
+    policy, example = recurrent_policy()
+    artifact = tdaot.build(policy, example, artifacts_dir / "recurrent.pt2")
+    return policy, example, artifact
+
+
+@pytest.fixture(scope="session")
+def recurrent_native(recurrent):
+    return tdaot.load(recurrent[2].path)
+
+
+def _eager_step(policy, observation, hidden, is_init):
+    td = TensorDict(
+        {"observation": observation, "hidden": hidden, "is_init": is_init}, batch_size=observation.shape[:1]
+    )
+    return policy(td)
+
+
+def test_manifest_records_the_state_pairs(recurrent, recurrent_native):
+    recurrent_section = recurrent_native.manifest.recurrent
+    assert [(p.input, p.output) for p in recurrent_section.state] == [("hidden", "next.hidden")]
+    assert recurrent_section.is_init == "is_init"
+    # The C++ reading writes the section back exactly as Python wrote it.
+    assert json.loads(_C.read_manifest_json(recurrent[2].path)) == recurrent[2].manifest.to_dict()
+
+
+def test_steps_match_eager_with_the_state_threaded_by_hand(recurrent, recurrent_native):
+    policy, _, _ = recurrent
+    session = recurrent_native.session(batch=3)
+    assert session.input_keys == ["observation"]
+    hidden, is_init = torch.zeros(3, 8), torch.ones(3, 1, dtype=torch.bool)
+    with torch.no_grad():
+        for _ in range(4):
+            observation = torch.randn(3, 3)
+            out = session.step(observation=observation)
+            expected = _eager_step(policy, observation, hidden, is_init)
+            torch.testing.assert_close(out["action"], expected["action"])
+            torch.testing.assert_close(out["next", "hidden"], expected["next", "hidden"])
+            hidden, is_init = expected["next", "hidden"], torch.zeros_like(is_init)
+            torch.testing.assert_close(session.state["hidden"], hidden)
+
+
+def test_a_rollout_tensordict_may_carry_the_state_keys(recurrent_native):
+    session = recurrent_native.session(batch=2)
+    td = TensorDict(
+        {
+            "observation": torch.randn(2, 3),
+            "hidden": torch.ones(2, 8),
+            "is_init": torch.zeros(2, 1, dtype=torch.bool),
+        },
+        batch_size=[2],
+    )
+    from_td = session.step(td)
+    other = recurrent_native.session(batch=2)
+    torch.testing.assert_close(from_td["action"], other.step(observation=td["observation"])["action"])
+
+
+def test_masked_reset_zeroes_only_those_rows(recurrent_native):
+    session = recurrent_native.session(batch=3)
+    for _ in range(2):
+        session.step(observation=torch.randn(3, 3))
+    before = session.state["hidden"].clone()
+    session.reset(torch.tensor([False, True, False]))
+    after = session.state["hidden"]
+    torch.testing.assert_close(after[0], before[0])
+    torch.testing.assert_close(after[1], torch.zeros(8))
+    torch.testing.assert_close(after[2], before[2])
+    session.reset()
+    torch.testing.assert_close(session.state["hidden"], torch.zeros(3, 8))
+
+
+@pytest.mark.parametrize(
+    ("inputs", "error", "message"),
+    [
+        pytest.param(
+            {"observation": torch.zeros(2, 3), "hidden": torch.zeros(2, 8)},
+            tdaot.InputError,
+            r"input 'hidden' is recurrent state the session carries over from output 'next.hidden'",
+            id="state-key",
+        ),
+        pytest.param(
+            {"observation": torch.zeros(2, 3), "is_init": torch.ones(2, 1, dtype=torch.bool)},
+            tdaot.InputError,
+            r"input 'is_init' is set by the session.*reset\(mask\)",
+            id="is-init",
+        ),
+        pytest.param({}, tdaot.MissingKeyError, r"missing input key\(s\) 'observation'", id="missing"),
+        pytest.param(
+            {"observation": torch.zeros(3, 3)},
+            tdaot.BatchSizeError,
+            r"'observation' has batch size 3, but the session was created for batch size 2",
+            id="batch",
+        ),
+        pytest.param(
+            {"observation": torch.zeros(2, 3, dtype=torch.float64)},
+            tdaot.DtypeError,
+            r"'observation' has dtype float64, expected float32",
+            id="dtype",
+        ),
+    ],
+)
+def test_bad_steps_are_refused_naming_the_key(recurrent_native, inputs, error, message):
+    session = recurrent_native.session(batch=2)
+    with pytest.raises(error, match=message):
+        session.step(inputs)
+    torch.testing.assert_close(session.state["hidden"], torch.zeros(2, 8))  # untouched
+
+
+@pytest.mark.parametrize(
+    ("mask", "error", "message"),
+    [
+        (torch.ones(2), tdaot.DtypeError, r"the reset mask has dtype float32, expected bool"),
+        (
+            torch.ones(3, dtype=torch.bool),
+            tdaot.ShapeError,
+            r"the reset mask has shape \[3\], expected \[2\]",
+        ),
+    ],
+    ids=["dtype", "shape"],
+)
+def test_bad_reset_masks_are_refused(recurrent_native, mask, error, message):
+    with pytest.raises(error, match=message):
+        recurrent_native.session(batch=2).reset(mask)
+
+
+def test_a_session_of_a_non_recurrent_package_is_refused(tutorial_native):
+    with pytest.raises(tdaot.TdaotError, match=r"is not recurrent"):
+        tutorial_native.session(batch=1)
+
+
+def test_a_session_outside_the_batch_range_is_refused(recurrent_native):
+    with pytest.raises(tdaot.BatchSizeError, match=r"a session of batch size 0 .* accepts batch sizes 1\.\."):
+        recurrent_native.session(batch=0)
+
+
+def test_concurrent_use_of_one_session_works_or_is_refused_clearly(recurrent_native):
+    session = recurrent_native.session(batch=64)
+    unexpected = []
+
+    def hammer(stepping: bool) -> None:
+        observation = torch.randn(64, 3)
+        for _ in range(200):
+            try:
+                session.step(observation=observation) if stepping else session.reset()
+            except tdaot.TdaotError as err:
+                if "used from two threads at once" not in str(err):
+                    unexpected.append(err)
+
+    threads = [threading.Thread(target=hammer, args=(stepping,)) for stepping in (True, False)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert unexpected == []

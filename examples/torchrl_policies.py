@@ -289,6 +289,18 @@ def multi_agent_policy():
     return policy, example
 
 
+def multi_agent_td_params_policy():
+    """MultiAgentMLP with its default use_td_params=True: tdaot build refuses it with a hint."""
+    torch.manual_seed(0)
+    policy = TensorDictModule(
+        MultiAgentMLP(OBSERVATION, ACTIONS, AGENTS, centralized=False, share_params=False, depth=1),
+        in_keys=["observation"],
+        out_keys=["action"],
+    )
+    example = TensorDict({"observation": torch.randn(EXAMPLE_BATCH, AGENTS, OBSERVATION)}, [EXAMPLE_BATCH])
+    return policy, example
+
+
 def freeze_flag(module: nn.Module, name: str) -> None:
     """Turns a 0-dim bool buffer that only configures ``module`` into a Python bool.
 

@@ -20,7 +20,7 @@ from typing import Union
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
+from tensordict.nn import InteractionType, TensorDictModuleBase, TensorDictParams, set_interaction_type
 from torch import nn
 
 from tdaot import keys as keyutil
@@ -300,9 +300,19 @@ def _interaction_hint(wrapper: PositionalPolicy, tensors, interaction_type: str)
     )
 
 
-# Recurrent ops tagged as seeded only because of their dropout argument, which is
-# off in eval mode (and training-mode dropout shows up as its own op).
-_RNG_ONLY_FOR_DROPOUT = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
+def _dropout_off(node) -> bool:
+    """Seeded ops with a ``train`` argument (dropout, lstm, gru) draw nothing when it is
+    False or their dropout probability is 0 (an LSTM in training mode without dropout)."""
+    names = [arg.name for arg in node.target._schema.arguments]
+
+    def value(name):
+        index = names.index(name)
+        return node.kwargs.get(name, node.args[index] if index < len(node.args) else None)
+
+    if "train" not in names:
+        return False
+    probability = next((value(n) for n in ("p", "dropout") if n in names), None)
+    return value("train") is False or probability == 0
 
 
 def _check_no_sampling(program: torch.export.ExportedProgram, name: str, interaction_type: str) -> None:
@@ -313,15 +323,16 @@ def _check_no_sampling(program: torch.export.ExportedProgram, name: str, interac
             for node in program.graph.nodes
             if node.op == "call_function"
             and torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
-            and str(node.target).split(".")[1] not in _RNG_ONLY_FOR_DROPOUT
+            and not _dropout_off(node)
         }
     )
     if sampled:
         raise BuildError(
             f"{name} samples random numbers ({', '.join(sampled)}) under interaction type "
-            f"{interaction_type!r}, so the artifact would not be deterministic. tensordict estimates "
+            f"{interaction_type!r}, so the artifact would not be deterministic. Either a module is "
+            "in training mode (dropout: call policy.eval() before building), or tensordict estimates "
             "a statistic a distribution lacks in closed form by sampling (TanhNormal's mean from "
-            "n_empirical_estimate samples). Build with interaction_type='deterministic', or with "
+            "n_empirical_estimate samples): build with interaction_type='deterministic', or with "
             "'random' and check it with tdaot.testing.assert_statistical_parity."
         )
 
@@ -469,7 +480,18 @@ def _export_message(name: str, wrapper: PositionalPolicy, err: Exception) -> str
                 ".item()). Write the branch with torch.cond(pred, true_fn, false_fn, operands), or "
                 "compute both sides and pick with torch.where."
             )
+    elif "part of a locked graph" in str(err) and _holds_tensordict_params(wrapper.module):
+        message += (
+            "\nHint: torch.export swaps every parameter for a traced stand-in by its dotted name, "
+            "which a TensorDictParams refuses (it is locked); tensordict 0.14 with torch 2.13 cannot "
+            "export parameters held in one. Build the module with plain nn.Parameters, e.g. torchrl's "
+            "MultiAgentMLP(..., use_td_params=False)."
+        )
     return message
+
+
+def _holds_tensordict_params(module: nn.Module) -> bool:
+    return any(isinstance(sub, TensorDictParams) for sub in module.modules())
 
 
 def _library_frame(lines: list[str]) -> str:

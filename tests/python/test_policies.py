@@ -133,6 +133,18 @@ def test_sampling_artifact_draws_like_eager(built, head):
     assert draws.std(0).max() > 0  # it samples inside the artifact, per call
 
 
+@pytest.mark.parametrize("head", HEADS["deterministic"])
+def test_sampled_log_prob_is_the_eager_log_prob_of_the_native_sample(built, head):
+    policy, example, artifact = built("stochastic-random")
+    many = example[torch.arange(example.batch_size[0]).repeat(250)]
+    out = tdaot.load(artifact.path)(many)
+    actor = policy[list(P.DISTRIBUTIONS).index(head)]
+    expected = actor.get_dist(many.clone()).log_prob(out[head, "action"])
+    # atol: TanhNormal recovers the pre-squash sample with a float32 atanh (eager
+    # differs from native by up to ~1e-4 near the bounds).
+    torch.testing.assert_close(out[head, "sample_log_prob"], expected, rtol=1e-4, atol=1e-3)
+
+
 def test_statistical_parity_catches_a_drifted_scale(built):
     policy, example, artifact = built("stochastic-random")
     drifted = P.stochastic_actors()[0]
@@ -251,6 +263,16 @@ def test_multi_agent_policy_matches_eager(built, key):
     assert {row.key for row in report.rows} >= {key}
 
 
+def test_multi_agent_mlp_with_td_params_is_refused_with_a_hint():
+    policy, example = P.multi_agent_td_params_policy()
+    with pytest.raises(
+        tdaot.ExportError,
+        match=r"(?s)wrapping torchrl.modules.models.multiagent.MultiAgentMLP.*"
+        r"Cannot unlock a tensordict.*Hint: .*MultiAgentMLP\(\.\.\., use_td_params=False\)",
+    ):
+        export_policy(policy, example)
+
+
 # --- 6. observation normalisation ---------------------------------------------------
 @pytest.mark.parametrize("batch", [1, 7, 64])
 def test_normalisation_is_baked_in(built, batch):
@@ -333,6 +355,14 @@ def test_unexportable_module_fails_naming_it(module, error, message):
     policy = TensorDictModule(module, in_keys=["x"], out_keys=["y"])
     with pytest.raises(error, match=message):
         export_policy(policy, TensorDict({"x": torch.randn(4, 3)}, batch_size=[4]))
+
+
+def test_dropout_in_training_mode_is_refused():
+    policy = TensorDictModule(nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5)), in_keys=["x"], out_keys=["y"])
+    example = TensorDict({"x": torch.randn(4, 3)}, batch_size=[4])
+    with pytest.raises(tdaot.BuildError, match=r"samples random numbers .*dropout.*call policy.eval\(\)"):
+        export_policy(policy.train(), example)
+    assert export_policy(policy.eval(), example).outputs[0].key == "y"
 
 
 def test_side_effect_check_restores_the_module():

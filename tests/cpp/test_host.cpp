@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <torch/version.h>
 
+#include <functional>
+#include <vector>
+
 #include "host.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
@@ -168,15 +171,39 @@ TEST(HostCheck, FixturePackagesFitThisHost) {
   }
 }
 
-TEST(HostCheck, PolicyRefusesMismatchBeforeLoading) {
-  test::TempDir dir;
-  const std::string path = dir.file("old_torch.pt2");
-  test::rewrite_manifest(test::package_path("tutorial.pt2"), path,
-                         [](nlohmann::json& m) { m["torch_version"] = "1.0.0"; });
-  const auto error = catch_error<HostMismatchError>([&] { Policy policy(path); });
-  ASSERT_TRUE(error);
-  EXPECT_TRUE(Contains(error->what(), "package '" + path + "' was built with torch 1.0.0"));
-  EXPECT_EQ(error->path(), path);
+// The guards on real packages whose manifests were rewritten to describe another build: each
+// must refuse at load, before AOTInductor dlopens the library.
+struct ForeignPackage {
+  const char* name;
+  std::function<void(nlohmann::json&)> edit;
+  std::string message;  // after "package '<path>' "
+};
+
+TEST(HostCheck, PolicyRefusesForeignPackagesBeforeLoading) {
+  const std::vector<ForeignPackage> cases = {
+      {"old_torch", [](nlohmann::json& m) { m["torch_version"] = "1.0.0"; },
+       "was built with torch 1.0.0"},
+      {"next_torch", [](nlohmann::json& m) { m["torch_version"] = "2.14.0"; },
+       "was built with torch 2.14.0 but this runtime uses torch 2.13"},
+      {"arm", [](nlohmann::json& m) { m["cpu_isa"] = "neon"; },
+       "was built for cpu_isa 'neon', but 'neon' is not a CPU feature this host has"},
+      {"future_x86", [](nlohmann::json& m) { m["cpu_isa"] = "avx10_2"; },
+       "was built for cpu_isa 'avx10_2', but 'avx10_2' is not a CPU feature this host has (or "
+       "this runtime knows)"},
+      {"cuda", [](nlohmann::json& m) { m["device"] = "cuda"; },
+       "was built for device 'cuda', but CUDA is not available on this host"},
+  };
+  for (const auto& foreign : cases) {
+    SCOPED_TRACE(foreign.name);
+    if (std::string(foreign.name) == "cuda" && current_host().cuda_available) continue;
+    test::TempDir dir;
+    const std::string path = dir.file(std::string(foreign.name) + ".pt2");
+    test::rewrite_manifest(test::package_path("tutorial.pt2"), path, foreign.edit);
+    const auto error = catch_error<HostMismatchError>([&] { Policy policy(path); });
+    ASSERT_TRUE(error);
+    EXPECT_TRUE(Contains(error->what(), "package '" + path + "' " + foreign.message));
+    EXPECT_EQ(error->path(), path);
+  }
 }
 
 }  // namespace

@@ -243,6 +243,20 @@ def pixels_and_vector_policy():
 AGENTS = 3
 
 
+def _agent_mlp(outputs: int, *, centralized: bool, share_params: bool, use_td_params=False):
+    # use_td_params=False: torch.export cannot swap parameters held in a TensorDictParams.
+    return MultiAgentMLP(
+        OBSERVATION,
+        outputs,
+        AGENTS,
+        centralized=centralized,
+        share_params=share_params,
+        depth=1,
+        num_cells=16,
+        use_td_params=use_td_params,
+    )
+
+
 def multi_agent_policy():
     """torchrl MultiAgentMLP on keys three levels deep, agent dim after the batch dim.
 
@@ -254,30 +268,12 @@ def multi_agent_policy():
     obs = ("group", "agents", "observation")
     policy = TensorDictSequential(
         TensorDictModule(
-            MultiAgentMLP(
-                OBSERVATION,
-                ACTIONS,
-                AGENTS,
-                centralized=False,
-                share_params=False,
-                depth=1,
-                num_cells=16,
-                use_td_params=False,
-            ),
+            _agent_mlp(ACTIONS, centralized=False, share_params=False),
             in_keys=[obs],
             out_keys=[("group", "agents", "action")],
         ),
         TensorDictModule(
-            MultiAgentMLP(
-                OBSERVATION,
-                1,
-                AGENTS,
-                centralized=True,
-                share_params=True,
-                depth=1,
-                num_cells=16,
-                use_td_params=False,
-            ),
+            _agent_mlp(1, centralized=True, share_params=True),
             in_keys=[obs],
             out_keys=[("group", "agents", "value")],
         ),
@@ -293,7 +289,7 @@ def multi_agent_td_params_policy():
     """MultiAgentMLP with its default use_td_params=True: tdaot build refuses it with a hint."""
     torch.manual_seed(0)
     policy = TensorDictModule(
-        MultiAgentMLP(OBSERVATION, ACTIONS, AGENTS, centralized=False, share_params=False, depth=1),
+        _agent_mlp(ACTIONS, centralized=False, share_params=False, use_td_params=True),
         in_keys=["observation"],
         out_keys=["action"],
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import re
 import sys
@@ -413,10 +414,17 @@ def _export(wrapper, tensors, batch_range: BatchRange) -> torch.export.ExportedP
     else:
         dynamic_shapes = None
     # torch.export prints the partial graph of a failed trace to stderr, screens of
-    # it; the ExportError quotes what matters. Anything else written is passed on.
+    # it, and logs a warning about symbols it cannot map to user code; the
+    # ExportError quotes what matters. Anything else written is passed on.
     printed = io.StringIO()
-    with contextlib.redirect_stderr(printed):
-        program = torch.export.export(wrapper, args, dynamic_shapes=dynamic_shapes, strict=False)
+    shapes_log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    level = shapes_log.level
+    shapes_log.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(printed):
+            program = torch.export.export(wrapper, args, dynamic_shapes=dynamic_shapes, strict=False)
+    finally:
+        shapes_log.setLevel(level)
     sys.stderr.write(printed.getvalue())
     return program
 
@@ -452,9 +460,17 @@ def _first_line(err: Exception) -> str:
     return lines[0] if lines else type(err).__name__
 
 
+# torch's generic debugging advice (env vars, links), which would push the failing
+# call out of the quoted lines.
+_TORCH_ADVICE = re.compile(
+    r"\s*(For more information, run with|For extended logs|If you suspect the guard|"
+    r"For more debugging help|For C\+\+ stack trace|The error above occurred when calling)"
+)
+
+
 def _export_message(name: str, wrapper: PositionalPolicy, err: Exception) -> str:
     """The export error's first lines, the user's line that raised it, and a hint."""
-    lines = [line for line in str(err).splitlines() if line.strip()]
+    lines = [line for line in str(err).splitlines() if line.strip() and not _TORCH_ADVICE.match(line)]
     quoted = lines[:_ERROR_LINES] or [type(err).__name__]
     marker = next((i for i, line in enumerate(lines) if "The following call raised this error" in line), None)
     if marker is not None and marker >= _ERROR_LINES:

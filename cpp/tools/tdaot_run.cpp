@@ -208,6 +208,14 @@ int inspect(const Options& options) {
                         ", tdaot " + m.tdaot_version);
   row("source",
       m.source.module_class + (m.source.factory.empty() ? "" : " from " + m.source.factory));
+  if (m.recurrent) {
+    std::string state;
+    for (const auto& pair : m.recurrent->state) {
+      state += (state.empty() ? "" : ", ") + pair.input + " <- " + pair.output;
+    }
+    row("recurrent",
+        state + (m.recurrent->is_init.empty() ? "" : "; is_init " + m.recurrent->is_init));
+  }
   print_specs("inputs", m.inputs);
   print_specs("outputs", m.outputs);
   return 0;

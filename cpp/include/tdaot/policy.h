@@ -73,9 +73,8 @@ class Policy {
   // path: validation allocates nothing; what AOTInductor allocates is listed in the README.
   std::vector<at::Tensor> run_positional(const std::vector<at::Tensor>& inputs) const;
 
-  struct Impl;
-
  private:
+  struct Impl;  // defined in src/policy_impl.h
   friend class Session;
   // The implementation; throws tdaot::Error on a moved-from Policy instead of crashing.
   const Impl& impl() const;

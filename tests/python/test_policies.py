@@ -218,6 +218,31 @@ def test_recurrent_policy_matches_eager_over_a_rollout(built, name, state, batch
             native_td[pair.input] = actual["next", pair.input]
 
 
+@pytest.mark.parametrize("name", ["lstm", "gru_scan"])
+def test_native_session_carries_torchrl_state(built, name):
+    """The runner's session, driven by the manifest's recurrent section, follows eager."""
+    policy, example, artifact = built(name)
+    session = tdaot.load(artifact.path).session(example.batch_size[0])
+    reset = torch.arange(example.batch_size[0]) % 2 == 0
+    eager_td = example.clone()
+    for pair in artifact.manifest.recurrent.state:
+        eager_td[pair.input] = torch.zeros_like(example[pair.input])
+    for step in range(4):
+        if step == 2:
+            session.reset(reset)
+        is_init = torch.full_like(example["is_init"], step == 0)
+        if step == 2:
+            is_init = reset.reshape(-1, *(1,) * (is_init.ndim - 1)).expand_as(is_init).clone()
+        eager_td["is_init"] = is_init
+        eager_td["observation"] = example["observation"] * (step + 1)
+        with torch.no_grad():
+            expected = policy(eager_td.clone())
+        actual = session.step(eager_td)
+        torch.testing.assert_close(actual["action"], expected["action"], rtol=1e-5, atol=1e-5)
+        for pair in artifact.manifest.recurrent.state:
+            eager_td[pair.input] = expected["next", pair.input]
+
+
 def test_gru_scan_policy_resets_like_torchrl_sequential_mode(built):
     _, example, artifact = built("gru_scan")
     rnn = next(m for m in built("gru_scan")[0].module if isinstance(m, GRUModule))

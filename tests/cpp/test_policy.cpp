@@ -241,6 +241,20 @@ TEST(PolicyOptionsTest, IntraOpThreadsAreSetOrLeftAlone) {
   EXPECT_EQ(at::get_num_threads(), 3);
 }
 
+TEST(PolicyOptionsTest, IntraOpThreadsReachCallingThreadsStartedLater) {
+  // OpenMP's thread count is per thread: a control-loop thread started after load (and after
+  // something else changed torch's default) must still run with the policy's count.
+  const Policy policy(test::package_path("tutorial.pt2"));  // intra_op_threads = 1
+  at::set_num_threads(2);
+  int in_thread = 0;
+  std::thread loop([&] {
+    policy.run_positional({at::randn({64, 3})});
+    in_thread = at::get_num_threads();
+  });
+  loop.join();
+  EXPECT_EQ(in_thread, 1);
+}
+
 TEST(PolicyOptionsTest, WarmupRunsAtLoad) {
   // Warm-up goes through the same execute path as run(), so a model that fails on the
   // manifest's own inputs fails at load, not in the control loop. (See PolicyExecution.)

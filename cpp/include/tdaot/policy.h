@@ -32,10 +32,12 @@ using TensorMap = std::map<std::string, at::Tensor>;
 struct PolicyOptions {
   // The model name inside the package; tdaot.build always writes "model".
   std::string model_name = "model";
-  // Intra-op threads for the ATen operators the compiled model calls (matmuls, convolutions):
-  // at load, at::set_num_threads(intra_op_threads), which is PROCESS-GLOBAL (the last load or
-  // torch call wins). 0 leaves torch's setting alone. Kernels inductor generated itself were
-  // given their OpenMP thread count at compile time; this option does not change them.
+  // Intra-op threads for the ATen operators the compiled model calls (matmuls, convolutions).
+  // Applied with at::set_num_threads at load and again in any thread that calls run() with
+  // another count, because OpenMP's and MKL's counts belong to each calling thread. This
+  // changes torch's setting for those threads and torch's process-wide default: the last
+  // Policy (or torch call) wins. 0 leaves torch's setting alone. Kernels inductor generated
+  // itself got their OpenMP thread count at compile time; this option does not change them.
   // Default 1: a control loop wants one predictable core, not a thread pool.
   int intra_op_threads = 1;
   // Model instances AOTInductor keeps, each with its own activation buffers: up to this many

@@ -5,7 +5,8 @@
 //
 // Protocol: one JSON object per line on stdin, one JSON answer per line on stdout.
 //   {"cmd": "load", "runtime": "torchscript|aoti|aoti-single-threaded|tdaot", "path": P,
-//    "inputs": [{"dtype": "float32", "shape": [48]}, ...]}
+//    "inputs": [{"dtype": "float32", "shape": [48]}, ...],
+//    "guard": "" | "inference_mode" | "no_grad"}     (optional: a guard held around each call)
 //   {"cmd": "first", "batch": B}            -> seconds of the first call
 //   {"cmd": "run", "batch": B, "iters": N, "min_iters": M, "max_seconds": S}
 //                                           -> per-call latencies in ns
@@ -124,6 +125,27 @@ std::unique_ptr<Runner> make_runner(const std::string& runtime, const std::strin
   throw std::runtime_error("unknown runtime " + runtime);
 }
 
+// A runner called under a guard the caller holds: what tdaot could do inside run().
+template <typename Guard>
+class GuardedRunner : public Runner {
+ public:
+  explicit GuardedRunner(std::unique_ptr<Runner> inner) : inner_(std::move(inner)) {}
+  void call(const std::vector<at::Tensor>& inputs) override {
+    Guard guard;
+    inner_->call(inputs);
+  }
+
+ private:
+  std::unique_ptr<Runner> inner_;
+};
+
+std::unique_ptr<Runner> guarded(std::unique_ptr<Runner> runner, const std::string& guard) {
+  if (guard.empty()) return runner;
+  if (guard == "inference_mode") return std::make_unique<GuardedRunner<c10::InferenceMode>>(std::move(runner));
+  if (guard == "no_grad") return std::make_unique<GuardedRunner<at::NoGradGuard>>(std::move(runner));
+  throw std::runtime_error("unknown guard " + guard);
+}
+
 json memory() {
   std::ifstream status("/proc/self/status");
   json out = {{"ok", true}};
@@ -162,7 +184,7 @@ class Server {
       specs_.push_back({parse_dtype(spec.at("dtype")), spec.at("shape").get<std::vector<int64_t>>()});
     }
     const auto t0 = Clock::now();
-    runner_ = make_runner(request.at("runtime"), request.at("path"));
+    runner_ = guarded(make_runner(request.at("runtime"), request.at("path")), request.value("guard", ""));
     return {{"ok", true}, {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}};
   }
 

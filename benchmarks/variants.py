@@ -138,6 +138,7 @@ def main() -> int:
         worker.close()
 
     rows = []
+    print(f"load average {[round(x, 2) for x in os.getloadavg()]}")
     print(f"{'policy':<10}{'variant':<26}{'batch':>6}{'p50 us':>10}{'p99 us':>10}{'vs default':>12}")
     for (policy, variant, batch), ns in samples.items():
         p50 = statistics.median(ns) / 1e3

@@ -203,7 +203,9 @@ def plot(results: dict, path: Path) -> None:
     policies = list(results["policies"])
     labels = results["runtimes"]
     runtimes = list(labels)
-    colors = plt.get_cmap("tab20")(range(len(runtimes)))
+    colors = list(plt.get_cmap("tab20")(range(len(runtimes))))
+    if results["native"] in runtimes:
+        colors[runtimes.index(results["native"])] = (0, 0, 0, 1)  # tdaot native stands out
     fig, axes = plt.subplots(2, len(policies), figsize=(6 * len(policies), 11), squeeze=False)
     for col, policy in enumerate(policies):
         ax = axes[0][col]

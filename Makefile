@@ -20,12 +20,13 @@ APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev
 
 CPP_SOURCES := CMakeLists.txt $(shell find cpp tests/cpp -name '*.cpp' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
-.PHONY: help setup demo test test-python test-cpp lint bench cpp clean
+.PHONY: help setup demo test test-python test-cpp lint bench cpp install clean
 
 help:
 	@echo "make demo   build the example policy, check parity, run it natively"
 	@echo "make test   run every Python and C++ test"
 	@echo "make bench  tdaot against other runtimes, side by side (benchmarks/results/, ~15 min)"
+	@echo "make install PREFIX=DIR  install the C++ package (find_package(tdaot)) under DIR"
 	@echo "make clean  remove build outputs (keeps the venv)"
 
 # --- set-up -------------------------------------------------------------------------
@@ -62,6 +63,12 @@ cpp: $(BUILD)/build.ninja setup
 demo: cpp
 	$(PY) examples/demo.py --tdaot-run $(BUILD)/tdaot-run --output dist/tutorial.pt2
 
+# Headers, libtdaot_runtime.a, tdaot-run and lib/cmake/tdaot for find_package(tdaot).
+PREFIX ?= $(abspath build/install)
+install: cpp
+	$(CMAKE) --install $(BUILD) --prefix $(PREFIX)
+
+# test-cpp includes the installed-package consumer build (robot_service, see tests/cpp).
 test: lint test-python test-cpp
 
 lint: $(VENV)/.deps-stamp

@@ -117,3 +117,61 @@ def recurrent_policy():
         batch_size=[EXAMPLE_BATCH],
     )
     return policy, example
+
+
+class _SafetyBranch(nn.Module):
+    """torch.cond on a tensor predicate: a fallback action when any observation is out of range."""
+
+    def __init__(self, limit: float = 3.0) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 2))
+        self.limit = limit
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        def act(obs):
+            return torch.tanh(self.net(obs))
+
+        def fallback(obs):
+            return torch.zeros(obs.shape[0], 2, dtype=obs.dtype)
+
+        return torch.cond(observation.abs().amax() > self.limit, fallback, act, (observation,))
+
+
+def safety_policy():
+    """A safety switch written the exportable way (torch.cond): observation [3] -> action [2]."""
+    torch.manual_seed(0)
+    policy = TensorDictModule(_SafetyBranch(), in_keys=["observation"], out_keys=["action"])
+    example = TensorDict({"observation": torch.randn(EXAMPLE_BATCH, 3)}, batch_size=[EXAMPLE_BATCH])
+    return policy, example
+
+
+class _HorizonRollout(nn.Module):
+    """scan over a short horizon: roll a learned dynamics model forward, return the costs."""
+
+    def __init__(self, horizon: int = 5) -> None:
+        super().__init__()
+        self.dynamics = nn.Linear(3, 3)
+        self.horizon = horizon
+
+    def forward(self, observation: torch.Tensor):
+        from torch._higher_order_ops.scan import scan
+
+        def step(state, _):
+            following = torch.tanh(self.dynamics(state))
+            return following, following.square().sum(-1)
+
+        steps = torch.zeros(self.horizon, observation.shape[0], 1, dtype=observation.dtype)
+        final, costs = scan(step, observation, steps)
+        return final, costs.transpose(0, 1)
+
+
+def horizon_policy():
+    """torch scan over a 5-step horizon: observation [3] -> final [3], costs [5].
+
+    AOTInductor (torch 2.13) compiles scan only with a concrete batch, so the
+    artifact falls back to the example's static batch, with a warning.
+    """
+    torch.manual_seed(0)
+    policy = TensorDictModule(_HorizonRollout(), in_keys=["observation"], out_keys=["final", "costs"])
+    example = TensorDict({"observation": torch.randn(EXAMPLE_BATCH, 3)}, batch_size=[EXAMPLE_BATCH])
+    return policy, example

@@ -42,6 +42,7 @@ class Artifact:
     export_seconds: float
     compile_seconds: float  # or the cache copy's time on a hit
     cache_hit: bool = False
+    exported_path: str | None = None  # the torch.export program, when saved
 
     @property
     def size_bytes(self) -> int:
@@ -65,6 +66,7 @@ def build(
     factory: str | None = None,
     cache: ArtifactCache | None = None,
     on_status: Callable[[str], None] | None = None,
+    save_exported: bool = False,
 ) -> Artifact:
     """Export ``policy`` on ``example`` and compile it into a package at ``path``.
 
@@ -75,7 +77,8 @@ def build(
     is recorded in the manifest as the artifact's source (the CLI passes "file.py:function").
     With a ``cache``, a package built before from the same program and manifest is
     copied instead of compiled. ``on_status`` hears "exporting", then "compiling" or
-    "cached".
+    "cached". ``save_exported`` also writes the torch.export program beside the package
+    (``NAME.ep.pt2``, see :func:`exported_program_path`), to inspect what went into it.
     """
     report = on_status or (lambda status: None)
     path = check_output_path(os.fspath(path))
@@ -133,13 +136,22 @@ def build(
         )
         manifest = manifest_of(exported)
         cache_hit = _compile_or_fetch(exported.program, manifest, path, cache, report)
+    if save_exported:
+        torch.export.save(exported.program, exported_program_path(path))
     return Artifact(
         path=path,
         manifest=manifest,
         export_seconds=exported_at - started,
         compile_seconds=time.perf_counter() - exported_at,
         cache_hit=cache_hit,
+        exported_path=exported_program_path(path) if save_exported else None,
     )
+
+
+def exported_program_path(package_path: str | os.PathLike) -> str:
+    """Where ``save_exported`` puts the torch.export program of a package: NAME.ep.pt2."""
+    stem = os.fspath(package_path)
+    return (stem[: -len(".pt2")] if stem.endswith(".pt2") else stem) + ".ep.pt2"
 
 
 def _compile_or_fetch(program, manifest: Manifest, path: str, cache: ArtifactCache | None, report) -> bool:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 
-from tdaot.build import build
+from tdaot.build import build, exported_program_path
 from tdaot.config import ConfigError, load_config
 from tdaot.errors import TdaotError
 from tdaot.export import INTERACTION_TYPES, BatchSpec
@@ -61,6 +62,11 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     b.add_argument("--cpu-target", default="native", choices=tuple(CPU_TARGETS))
     b.add_argument("--json", action="store_true", help="print the result as JSON")
+    b.add_argument(
+        "--save-exported",
+        action="store_true",
+        help="also write the torch.export program beside it (NAME.ep.pt2)",
+    )
     many = b.add_argument_group("config builds")
     many.add_argument("--config", help="tdaot.toml, or a pyproject.toml with [tool.tdaot]")
     many.add_argument("--jobs", type=int, default=1, help="parallel build processes")
@@ -77,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     i = commands.add_parser("inspect", help="print a package's manifest")
     i.add_argument("package")
     i.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    i.add_argument(
+        "--graph",
+        action="store_true",
+        help="print the exported graph (needs NAME.ep.pt2 from --save-exported)",
+    )
 
     r = commands.add_parser("report", help="work with build reports")
     r_commands = r.add_subparsers(dest="report_command", required=True)
@@ -106,9 +117,11 @@ def _build(args) -> int:
         device=args.device,
         cpu_target=args.cpu_target,
         factory=args.factory,
+        save_exported=args.save_exported,
     )
     summary = {
         "path": artifact.path,
+        "exported_path": artifact.exported_path,
         "size_bytes": artifact.size_bytes,
         "export_seconds": round(artifact.export_seconds, 3),
         "compile_seconds": round(artifact.compile_seconds, 3),
@@ -120,6 +133,8 @@ def _build(args) -> int:
         f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) in "
         f"{artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s compile"
     )
+    if artifact.exported_path:
+        print(f"exported program: {artifact.exported_path}")
     print(artifact.manifest.describe())
     return 0
 
@@ -155,9 +170,28 @@ def _build_config(args) -> int:
 
 
 def _inspect(args) -> int:
+    if args.graph:
+        print(exported_graph(args.package))
+        return 0
     manifest = read_manifest(args.package)
     print(manifest.to_json(indent=2) if args.json else manifest.describe())
     return 0
+
+
+def exported_graph(package: str) -> str:
+    """The readable form of the torch.export program saved beside ``package`` (or given directly)."""
+    import torch
+
+    path = package if package.endswith(".ep.pt2") else exported_program_path(package)
+    if not os.path.isfile(path):
+        raise CliError(
+            f"no exported program {path!r} beside {package!r}: rebuild with `tdaot build ... --save-exported`"
+        )
+    try:
+        program = torch.export.load(path)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is reported the same way
+        raise CliError(f"{path!r} is not a torch.export program: {type(err).__name__}: {err}") from err
+    return program.graph_module.print_readable(print_output=False, include_stride=False, colored=False)
 
 
 def _report(args) -> int:

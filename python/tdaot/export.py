@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -481,6 +482,9 @@ def _export_message(name: str, wrapper: PositionalPolicy, err: Exception) -> str
         f"torch.export failed for {name} (in keys: {keys}; out keys: {outs}):\n    {type(err).__name__}: "
     )
     message += "\n    ".join(quoted)
+    frame = user_frame(err)
+    if frame and frame not in message:
+        message += f"\n    in your code: {frame}"
     if "data-dependent" in str(err) or "DataDependent" in type(err).__name__:
         library = _library_frame(lines)
         if library:
@@ -504,6 +508,19 @@ def _export_message(name: str, wrapper: PositionalPolicy, err: Exception) -> str
             "MultiAgentMLP(..., use_td_params=False)."
         )
     return message
+
+
+def user_frame(err: BaseException) -> str:
+    """ "file:line: code" of the innermost traceback frame outside installed packages and
+    tdaot itself: the user's line that led to the error (non-strict export runs it as Python)."""
+    own = os.path.dirname(os.path.abspath(__file__))
+    found = ""
+    for frame in traceback.extract_tb(err.__traceback__):
+        path = os.path.abspath(frame.filename)
+        if "site-packages" in path or path.startswith(own) or frame.filename.startswith("<"):
+            continue
+        found = f"{frame.filename}:{frame.lineno}: {(frame.line or '').strip()}"
+    return found
 
 
 def _holds_tensordict_params(module: nn.Module) -> bool:

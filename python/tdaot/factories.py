@@ -40,8 +40,10 @@ def _import_file(source: str):
     if not os.path.isfile(source):
         raise FactoryError(f"factory file {source!r} does not exist")
     path = os.path.abspath(source)
-    # One module per file, so two factories of one file share their imports and classes.
-    module_name = "_tdaot_factory_" + hashlib.sha256(path.encode()).hexdigest()[:16]
+    # One module per file (the hash tells same-named files apart), so two factories of one
+    # file share their imports and classes, and messages name the file's classes readably.
+    stem = os.path.splitext(os.path.basename(path))[0]
+    module_name = f"{stem}_{hashlib.sha256(path.encode()).hexdigest()[:8]}"
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, path)

@@ -12,7 +12,7 @@ from tdaot.build import Artifact, build
 from tdaot.errors import *  # noqa: F403 - the error classes are top-level API
 from tdaot.export import StaticBatchWarning
 from tdaot.manifest import BatchRange, Manifest, Recurrent, Source, StatePair, TensorSpec, read_manifest
-from tdaot.runtime import NativePolicy, load
+from tdaot.runtime import NativePolicy, NativeSession, load
 
 __all__ = [
     *errors.__all__,
@@ -20,6 +20,7 @@ __all__ = [
     "BatchRange",
     "Manifest",
     "NativePolicy",
+    "NativeSession",
     "Recurrent",
     "Source",
     "StatePair",

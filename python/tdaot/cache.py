@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from tdaot.compile import COMPILE_OPTIONS
 from tdaot.manifest import Manifest
 from tdaot.targets import cpu_target, inductor_options
 
@@ -45,7 +46,8 @@ def artifact_key(program: torch.export.ExportedProgram, manifest: Manifest) -> s
 
     add("format", str(CACHE_FORMAT).encode())
     add("manifest", manifest.to_json(indent=1).encode())
-    add("inductor", json.dumps(inductor_options(cpu_target(manifest.cpu_target)), sort_keys=True).encode())
+    options = {**COMPILE_OPTIONS, **inductor_options(cpu_target(manifest.cpu_target))}
+    add("inductor", json.dumps(options, sort_keys=True).encode())
     add("graph", str(program.graph).encode())
     add("signature", str(program.graph_signature).encode())
     add("ranges", str(sorted((str(k), str(v)) for k, v in program.range_constraints.items())).encode())

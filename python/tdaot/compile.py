@@ -14,6 +14,10 @@ from tdaot.manifest import METADATA_KEY, Manifest
 from tdaot.targets import compiling_for, cpu_target, inductor_options
 
 ARCHIVE_NAME = "package"
+# Inductor otherwise hard-codes `#pragma omp parallel num_threads(N)` with N = the build
+# machine's thread count (a 64-core CI runner bakes 64 threads into a robot's policy).
+# Dynamic threads leave the count to the runtime: tdaot::Policy's intra_op_threads.
+COMPILE_OPTIONS = {"cpp.dynamic_threads": True}
 
 
 def check_output_path(path: str) -> str:
@@ -56,6 +60,7 @@ def compile_package(program: torch.export.ExportedProgram, manifest: Manifest, p
                     package_path=staging,
                     inductor_configs={
                         "aot_inductor.metadata": {METADATA_KEY: manifest.to_json()},
+                        **COMPILE_OPTIONS,
                         **inductor_options(target),
                     },
                 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zipfile
 
 import pytest
 import tensordict
@@ -254,3 +255,20 @@ def test_cuda_device_without_cuda_is_refused():
     policy, example = nested_policy()
     with pytest.raises(tdaot.BuildError, match="device 'cuda' .* no CUDA device"):
         tdaot.build(policy, example, "x.pt2", device="cuda")
+
+
+class _Wide(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x * 2 + 1).softmax(-1)
+
+
+def test_kernels_take_their_thread_count_at_run_time(tmp_path):
+    """A parallel kernel must not carry the build machine's core count."""
+    module = TensorDictModule(_Wide(), in_keys=["x"], out_keys=["y"])
+    example = TensorDict({"x": torch.randn(4, 1 << 16)}, batch_size=[4])
+    artifact = tdaot.build(module, example, tmp_path / "wide.pt2", batch=(1, 8))
+    with zipfile.ZipFile(artifact.path) as package:
+        sources = "".join(package.read(n).decode() for n in package.namelist() if n.endswith(".cpp"))
+    assert "#pragma omp parallel" in sources
+    assert "num_threads(" not in sources
+    tdaot.testing.assert_parity(module, artifact, example, batch_sizes=[1, 4])

@@ -30,8 +30,14 @@ sys.path.insert(0, str(HERE.parent))
 from run import Worker, base_env  # noqa: E402
 from tdaot.manifest import METADATA_KEY, read_metadata  # noqa: E402
 
+try:  # tdaot's own compile options, which every variant starts from
+    from tdaot.compile import COMPILE_OPTIONS
+except ImportError:
+    COMPILE_OPTIONS = {}
+
 VARIANTS = {
     "default": {},
+    "static-threads": {"cpp.dynamic_threads": False},
     "freezing": {"freezing": True},
     "cpp-gemm": {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"},
     "cpp-gemm+freezing": {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN", "freezing": True},
@@ -52,7 +58,7 @@ def build_variant(policy: str, variant: str, work: Path) -> Path:
     source = work / "artifacts" / policy
     manifest_json = read_metadata(source / "policy.pt2")[METADATA_KEY]
     program = torch.export.load(str(source / "program.pt2"))
-    options = dict(VARIANTS.get(variant, {}))
+    options = {**COMPILE_OPTIONS, **VARIANTS.get(variant, {})}
     if variant.startswith("decomposed-lstm"):
         program = decompose_lstm(program)
         if variant.endswith("+freezing"):

@@ -18,7 +18,7 @@ PY_DEPS := torch==2.13.0 tensordict==0.14.3 torchrl==0.14.1 "pybind11>=2.12,<4" 
 	"scikit-build-core>=0.10" ninja "cmake>=3.25" "pytest>=8" ruff
 APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev
 
-CPP_SOURCES := CMakeLists.txt $(shell find cpp tests/cpp -name '*.cpp' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
+CPP_SOURCES := CMakeLists.txt $(shell find cpp tests/cpp tests/ops -name '*.cpp' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
 .PHONY: help setup demo test test-python test-cpp lint bench cpp install clean
 
@@ -74,7 +74,8 @@ test: lint test-python test-cpp
 lint: $(VENV)/.deps-stamp
 	$(VENV)/bin/ruff check python tests examples benchmarks
 
-test-python: setup
+# The custom-operator tests load tests/ops' library, which the C++ build makes.
+test-python: setup cpp
 	$(PY) -m pytest
 
 test-cpp: cpp

@@ -39,6 +39,9 @@ void translate(std::exception_ptr error) {
     raise_python("LayoutError", e.what(), &e.key());
   } catch (const tdaot::InputError& e) {
     raise_python("InputError", e.what(), &e.key());
+  } catch (const tdaot::MissingOperatorError& e) {
+    py::object cls = py::module_::import("tdaot.errors").attr("MissingOperatorError");
+    PyErr_SetObject(cls.ptr(), cls(e.what(), e.path(), e.op()).ptr());
   } catch (const tdaot::ManifestError& e) {
     raise_python("ManifestError", e.what(), &e.path());
   } catch (const tdaot::HostMismatchError& e) {
@@ -59,17 +62,19 @@ PYBIND11_MODULE(_C, m) {
   py::register_exception_translator(&translate);
 
   py::class_<tdaot::Policy>(m, "Policy")
-      .def(py::init(
-               [](const std::string& path, int intra_op_threads, int num_runners, int warmup_runs) {
-                 tdaot::PolicyOptions options;
-                 options.intra_op_threads = intra_op_threads;
-                 options.num_runners = num_runners;
-                 options.warmup_runs = warmup_runs;
-                 py::gil_scoped_release unlocked;
-                 return std::make_unique<tdaot::Policy>(path, options);
-               }),
+      .def(py::init([](const std::string& path, int intra_op_threads, int num_runners,
+                       int warmup_runs, std::vector<std::string> op_libraries) {
+             tdaot::PolicyOptions options;
+             options.intra_op_threads = intra_op_threads;
+             options.num_runners = num_runners;
+             options.warmup_runs = warmup_runs;
+             options.op_libraries = std::move(op_libraries);
+             py::gil_scoped_release unlocked;
+             return std::make_unique<tdaot::Policy>(path, options);
+           }),
            py::arg("path"), py::kw_only(), py::arg("intra_op_threads") = 0,
            py::arg("num_runners") = 1, py::arg("warmup_runs") = 1,
+           py::arg("op_libraries") = std::vector<std::string>{},
            "Loads a package (see tdaot::PolicyOptions; intra_op_threads=0 leaves torch's alone).")
       .def_property_readonly("path", &tdaot::Policy::path)
       .def_property_readonly("manifest_json",

@@ -220,6 +220,25 @@ std::optional<Recurrent> parse_recurrent(const Parser& p, const json& root, cons
   return recurrent;
 }
 
+// The optional "custom_ops" list: qualified operator names ("ns::name[.overload]"). The
+// namespace is required, since the runtime looks each one up in the dispatcher by that name.
+std::vector<std::string> parse_custom_ops(const Parser& p, const json& root) {
+  auto it = root.find("custom_ops");
+  if (it == root.end() || it->is_null()) return {};
+  const json& list = p.array(*it, "custom_ops");
+  std::vector<std::string> ops;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string field = Parser::index("custom_ops", i);
+    std::string name = p.string(list[i], field);
+    const size_t colons = name.find("::");
+    if (colons == 0 || colons == std::string::npos || colons + 2 == name.size()) {
+      p.fail(field, "'" + name + "' is not a qualified operator name (namespace::name)");
+    }
+    ops.push_back(std::move(name));
+  }
+  return ops;
+}
+
 json spec_to_json(const TensorSpec& spec) {
   return json::object(
       {{"key", spec.key}, {"dtype", dtype_name(spec.dtype)}, {"shape", spec.shape}});
@@ -281,6 +300,7 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin)
   m.tdaot_version = p.string_member(root, "", "tdaot_version");
   m.source = parse_source(p, root);
   m.recurrent = parse_recurrent(p, root, m);
+  m.custom_ops = parse_custom_ops(p, root);
   return m;
 }
 
@@ -310,6 +330,7 @@ std::string Manifest::to_json(int indent) const {
         {"state", state},
         {"is_init", recurrent->is_init.empty() ? json(nullptr) : json(recurrent->is_init)}};
   }
+  if (!custom_ops.empty()) out["custom_ops"] = custom_ops;
   return out.dump(indent);
 }
 

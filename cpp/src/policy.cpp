@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "host.h"
+#include "ops.h"
 #include "policy_impl.h"
 
 #ifdef TDAOT_WITH_CUDA
@@ -62,6 +63,8 @@ Policy::Impl::Impl(std::string package_path, const PolicyOptions& opts)
       device((detail::check_host(manifest, path), model_device(manifest, options, path))),
       validator(manifest, device) {
   if (options.intra_op_threads > 0) at::set_num_threads(options.intra_op_threads);
+  detail::load_op_libraries(options.op_libraries);
+  detail::check_custom_ops(manifest, path);
   try {
     std::lock_guard<std::mutex> lock(detail::aoti_metadata_mutex());
     loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(

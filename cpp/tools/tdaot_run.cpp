@@ -1,9 +1,12 @@
 // tdaot-run: inspect, smoke-run and benchmark a tdaot package from the command line.
 //
 //   tdaot-run inspect PKG [--json]
-//   tdaot-run run PKG [--batch B] [--random] [--seed S] [--inputs FILE.json]
+//   tdaot-run run PKG [--batch B] [--random] [--seed S] [--inputs FILE.json] [--op-lib LIB]...
 //   tdaot-run bench PKG [--batch B] [--iters N] [--warmup W] [--threads T] [--runners R]
-//                       [--callers C] [--json]
+//                       [--callers C] [--json] [--op-lib LIB]...
+//
+// --op-lib loads a shared library registering custom operators the package calls (the
+// manifest's custom_ops, shown by inspect) before the package; repeat it for several.
 //
 // An inputs file is a JSON object mapping manifest keys to nested arrays, batch dim first:
 //   {"observation": [[0.1, 0.2, 0.3], [0.0, 1.0, -1.0]], "is_init": [[true], [false]]}
@@ -45,6 +48,7 @@ struct Options {
   int callers = 1;
   std::string inputs_file;
   bool json = false;
+  std::vector<std::string> op_libraries;
 };
 
 using nlohmann::json;
@@ -208,6 +212,11 @@ int inspect(const Options& options) {
                         ", tdaot " + m.tdaot_version);
   row("source",
       m.source.module_class + (m.source.factory.empty() ? "" : " from " + m.source.factory));
+  if (!m.custom_ops.empty()) {
+    std::string ops;
+    for (const auto& op : m.custom_ops) ops += (ops.empty() ? "" : ", ") + op;
+    row("custom ops", ops + " (load with --op-lib)");
+  }
   if (m.recurrent) {
     std::string state;
     for (const auto& pair : m.recurrent->state) {
@@ -222,7 +231,9 @@ int inspect(const Options& options) {
 }
 
 int run_once(const Options& options) {
-  const tdaot::Policy policy(options.package);
+  tdaot::PolicyOptions load;
+  load.op_libraries = options.op_libraries;
+  const tdaot::Policy policy(options.package, load);
   const tdaot::Manifest& m = policy.manifest();
   std::vector<at::Tensor> outputs;
   std::string source;
@@ -260,6 +271,7 @@ int bench(const Options& options) {
   load.intra_op_threads = options.threads;
   load.num_runners = options.runners;
   load.warmup_runs = 0;  // the bench does its own, timed separately
+  load.op_libraries = options.op_libraries;
   const tdaot::Policy policy(options.package, load);
   const int64_t batch = batch_size(options, policy.manifest());
   const auto inputs = make_inputs(policy.manifest(), batch, /*random=*/true, options.seed);
@@ -320,6 +332,12 @@ CLI::App* add_command(CLI::App& app, const char* name, const char* description, 
   return command;
 }
 
+void add_op_libraries(CLI::App* command, Options& options) {
+  command->add_option("--op-lib", options.op_libraries,
+                      "shared library registering custom operators the package calls "
+                      "(repeatable; PolicyOptions::op_libraries)");
+}
+
 void add_batch(CLI::App* command, Options& options) {
   command->add_option("--batch", options.batch, "batch size (default: the package's smallest)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
@@ -338,6 +356,7 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd =
       add_command(app, "run", "run once on zero (or random) inputs and print outputs", options);
   add_batch(run_cmd, options);
+  add_op_libraries(run_cmd, options);
   run_cmd->add_flag("--random", options.random, "random inputs instead of zeros");
   run_cmd->add_option("--seed", options.seed, "seed for --random")->capture_default_str();
   run_cmd
@@ -348,6 +367,7 @@ int main(int argc, char** argv) {
 
   CLI::App* bench_cmd = add_command(app, "bench", "time run_positional on fixed inputs", options);
   add_batch(bench_cmd, options);
+  add_op_libraries(bench_cmd, options);
   const auto at_least = [](int min) { return CLI::Range(min, std::numeric_limits<int>::max()); };
   bench_cmd->add_option("--iters", options.iters, "timed calls")
       ->check(at_least(1))

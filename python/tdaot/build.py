@@ -23,6 +23,7 @@ from tdaot.export import (
     BatchSpec,
     ExportedPolicy,
     StaticBatchWarning,
+    custom_operators,
     export_policy,
     module_class_name,
 )
@@ -111,6 +112,7 @@ def build(
             tdaot_version=__version__,
             source=Source(module_class=module_class_name(policy), factory=factory),
             recurrent=exported.recurrent,
+            custom_ops=custom_operators(exported.program),
         )
 
     manifest = manifest_of(exported)

@@ -30,6 +30,15 @@ class HostMismatchError(PackageError):
     """The package was built for a device, CPU or torch version this host does not have."""
 
 
+class MissingOperatorError(HostMismatchError):
+    """The package calls a custom operator that no loaded library registers; ``op`` names it.
+    Pass the operator's shared library: ``tdaot.load(..., op_libraries=[path])``."""
+
+    def __init__(self, message: str, path: str = "", op: str = "") -> None:
+        super().__init__(message, path)
+        self.op = op
+
+
 # --- running (C++ runtime input validation) ------------------------------------------
 class InputError(TdaotError):
     """An input does not match the manifest; ``key`` names it when one key is at fault."""
@@ -102,6 +111,7 @@ __all__ = [
     "LayoutError",
     "ManifestError",
     "MissingKeyError",
+    "MissingOperatorError",
     "PackageError",
     "ShapeError",
     "TdaotError",

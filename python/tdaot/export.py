@@ -339,6 +339,41 @@ def _check_no_sampling(program: torch.export.ExportedProgram, name: str, interac
         )
 
 
+# Operator namespaces torch 2.13 registers itself (libtorch or torch's Python package). An
+# operator from any other namespace comes from a library the user loaded, which the native
+# runner must load too. Extra torch namespaces here would only make the manifest list operators
+# that libtorch always registers, which the runtime's check then finds: harmless.
+TORCH_OP_NAMESPACES = frozenset(
+    {
+        "aten", "prims", "prim", "higher_order", "inductor", "inductor_prims", "rngprims",
+        "debugprims", "quantized", "_quantized", "quantized_decomposed", "quantization", "mkl",
+        "mkldnn", "mkldnn_prepacked", "onednn", "sparse", "profiler", "export", "static_runtime",
+        "c10d", "_c10d_functional", "_c10d_functional_autograd", "_dtensor", "symm_mem",
+        "_native", "_test", "debug_mode_ops",
+    }
+)  # fmt: skip
+
+
+def custom_operators(program: torch.export.ExportedProgram) -> tuple[str, ...]:
+    """Qualified names ("ns::op", "ns::op.overload") of the operators from outside torch the
+    program calls, sorted; the subgraphs of higher-order ops (torch.cond branches, scan
+    bodies) are graph modules of their own and are searched too."""
+    found = set()
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            op = node.target
+            if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
+                continue
+            if op.namespace in TORCH_OP_NAMESPACES:
+                continue
+            # The dispatcher's name: the overload "default" is the empty overload name.
+            overload = op._overloadname
+            found.add(op._schema.name + ("" if overload == "default" else f".{overload}"))
+    return tuple(sorted(found))
+
+
 @contextlib.contextmanager
 def _no_python_side_effects(module: nn.Module) -> Iterator[None]:
     """Refuses forward passes that set Python attributes on a module, and undoes them.

@@ -14,16 +14,20 @@ Schema (version 1)::
      "interaction_type": "deterministic", "device": "cpu",
      "cpu_target": "native", "cpu_isa": "avx512",
      "torch_version": "2.13.0+cpu", "tensordict_version": "0.14.3", "tdaot_version": "0.1.0",
-     "source": {"module_class": "...", "factory": "examples/policies.py:tutorial_policy"}}
+     "source": {"module_class": "...", "factory": "examples/policies.py:tutorial_policy"},
+     "custom_ops": ["tdaot_test::scale_clamp"]}
 
 ``shape`` is the per-sample shape: the tensor's shape without the leading batch dim.
-Inputs and outputs are listed in the compiled model's positional order.
+Inputs and outputs are listed in the compiled model's positional order. ``custom_ops``
+(optional, written only when non-empty) names the operators from outside torch the
+compiled model calls, which the runner must find registered before it loads the model.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import zipfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -135,6 +139,8 @@ class Manifest:
     tdaot_version: str
     source: Source
     recurrent: Recurrent | None = None
+    # Qualified names ("ns::op", "ns::op.overload") of the custom operators the model calls.
+    custom_ops: tuple[str, ...] = ()
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -159,6 +165,8 @@ class Manifest:
             f"  built with        torch {self.torch_version}, tensordict {self.tensordict_version}, "
             f"tdaot {self.tdaot_version}",
         ]
+        if self.custom_ops:
+            lines.append(f"  custom ops        {', '.join(self.custom_ops)}")
         width = max(len(s.key) for s in (*self.inputs, *self.outputs))
         for title, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
             lines.append(f"  {title}")
@@ -176,6 +184,10 @@ class Manifest:
             del data["recurrent"]  # optional: only recurrent policies carry it
         else:
             data["recurrent"]["state"] = list(data["recurrent"]["state"])
+        if self.custom_ops:
+            data["custom_ops"] = list(self.custom_ops)
+        else:
+            del data["custom_ops"]  # optional: packages calling only torch's operators omit it
         return {**self.extra, **data}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -222,6 +234,7 @@ class Manifest:
                 factory=reader.get(source, "factory", (str, type(None)), "source.factory"),
             ),
             recurrent=reader.recurrent(data),
+            custom_ops=reader.custom_ops(data),
             schema_version=version,
             extra={k: v for k, v in data.items() if k not in known},
         )
@@ -266,6 +279,18 @@ class _FieldReader:
         if is_init is not None and not isinstance(is_init, str):
             self.fail("recurrent.is_init", f"expected str or null, got {is_init!r}")
         return Recurrent(state=tuple(pairs), is_init=is_init)
+
+    def custom_ops(self, data: dict) -> tuple[str, ...]:
+        if data.get("custom_ops") is None:
+            return ()
+        ops = self.get(data, "custom_ops", list)
+        for i, op in enumerate(ops):
+            # The runtime looks each one up in the dispatcher by its qualified name.
+            if not isinstance(op, str) or not re.fullmatch(r"[^:]+::[^:].*", op):
+                self.fail(
+                    f"custom_ops[{i}]", f"expected a qualified operator name (namespace::name), got {op!r}"
+                )
+        return tuple(ops)
 
     def specs(self, data: dict, name: str) -> tuple[TensorSpec, ...]:
         specs = []

@@ -63,12 +63,14 @@ class NativePolicy:
         intra_op_threads: int | None = None,
         num_runners: int = 1,
         warmup_runs: int = 1,
+        op_libraries: Sequence[str | os.PathLike] = (),
     ) -> None:
         self._policy = _C.Policy(
             os.fspath(path),
             intra_op_threads=intra_op_threads or 0,
             num_runners=num_runners,
             warmup_runs=warmup_runs,
+            op_libraries=[os.fspath(lib) for lib in op_libraries],
         )
         self.path = self._policy.path
         self.manifest = Manifest.from_json(self._policy.manifest_json, self.path)
@@ -149,6 +151,7 @@ def load(
     intra_op_threads: int | None = None,
     num_runners: int = 1,
     warmup_runs: int = 1,
+    op_libraries: Sequence[str | os.PathLike] = (),
 ) -> NativePolicy:
     """Loads a tdaot package into the native runner.
 
@@ -156,7 +159,15 @@ def load(
     process-wide) for the ATen operators the model calls; None leaves it alone, since a
     Python process usually runs other torch code too. ``num_runners`` model instances
     serve concurrent calls; ``warmup_runs`` runs per instance on zero inputs at load.
+    ``op_libraries`` are shared libraries registering the custom operators the package calls
+    (its manifest's ``custom_ops``), loaded first; libraries already loaded in this process
+    (``torch.ops.load_library``) count too. An operator still missing raises
+    :class:`tdaot.MissingOperatorError`; a library that cannot be loaded, :class:`tdaot.PackageError`.
     """
     return NativePolicy(
-        path, intra_op_threads=intra_op_threads, num_runners=num_runners, warmup_runs=warmup_runs
+        path,
+        intra_op_threads=intra_op_threads,
+        num_runners=num_runners,
+        warmup_runs=warmup_runs,
+        op_libraries=op_libraries,
     )

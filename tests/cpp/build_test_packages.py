@@ -1,4 +1,5 @@
-"""Builds the packages the C++ tests load (a ctest fixture): tutorial, nested and recurrent.pt2.
+"""Builds the packages the C++ tests load (a ctest fixture): tutorial, nested, recurrent.pt2, and
+custom_op.pt2 calling tdaot_test::scale_clamp (its library comes from $TDAOT_TEST_OPS_LIB).
 
 Usage: build_test_packages.py OUTDIR. Goes through the `tdaot build` CLI, batch 1..64.
 """
@@ -8,10 +9,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+POLICIES = ROOT / "examples" / "policies.py"
 PACKAGES = {
-    "tutorial": "tutorial_policy",
-    "nested": "nested_policy",
-    "recurrent": "recurrent_policy",
+    "tutorial": f"{POLICIES}:tutorial_policy",
+    "nested": f"{POLICIES}:nested_policy",
+    "recurrent": f"{POLICIES}:recurrent_policy",
+    "custom_op": f"{ROOT / 'tests' / 'ops' / 'scale_clamp.py'}:scale_clamp_policy",
 }
 
 
@@ -24,7 +27,7 @@ def main(outdir: str) -> int:
             "-m",
             "tdaot",
             "build",
-            f"{ROOT / 'examples' / 'policies.py'}:{factory}",
+            factory,
             "-o",
             str(out / f"{name}.pt2"),
             "--batch",

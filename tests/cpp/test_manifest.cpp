@@ -171,6 +171,18 @@ TEST(ManifestJson, RecurrentWithoutIsInit) {
   EXPECT_EQ(parse(value).recurrent->is_init, "");
 }
 
+TEST(ManifestJson, CustomOpsRoundTripAndAreWrittenOnlyWhenPresent) {
+  EXPECT_TRUE(parse(sample_json()).custom_ops.empty());
+  EXPECT_FALSE(json::parse(parse(sample_json()).to_json()).contains("custom_ops"));
+  json value = sample_json();
+  value["custom_ops"] = {"tdaot_test::scale_clamp", "my_ops::fk.out"};
+  const Manifest m = parse(value);
+  EXPECT_EQ(m.custom_ops, (std::vector<std::string>{"tdaot_test::scale_clamp", "my_ops::fk.out"}));
+  EXPECT_EQ(json::parse(m.to_json()), value);
+  value["custom_ops"] = nullptr;
+  EXPECT_TRUE(parse(value).custom_ops.empty());
+}
+
 struct BadManifest {
   std::string name;
   std::function<void(json&)> edit;
@@ -288,7 +300,15 @@ INSTANTIATE_TEST_SUITE_P(
                       v["recurrent"]["state"].push_back(
                           {{"input", "is_init"}, {"output", "next.is_init"}});
                     },
-                    "field 'recurrent.is_init': input 'is_init' is also state", recurrent_json}),
+                    "field 'recurrent.is_init': input 'is_init' is also state", recurrent_json},
+        BadManifest{"CustomOpsNotArray", [](json& v) { v["custom_ops"] = "tdaot_test::x"; },
+                    "field 'custom_ops': expected an array, got \"tdaot_test::x\""},
+        BadManifest{"CustomOpNotString", [](json& v) { v["custom_ops"] = {1}; },
+                    "field 'custom_ops[0]': expected a string, got 1"},
+        BadManifest{"CustomOpWithoutNamespace",
+                    [](json& v) { v["custom_ops"] = {"tdaot_test::a", "scale_clamp"}; },
+                    "field 'custom_ops[1]': 'scale_clamp' is not a qualified operator name "
+                    "(namespace::name)"}),
     [](const auto& info) { return info.param.name; });
 
 TEST(ManifestJson, InvalidJson) {

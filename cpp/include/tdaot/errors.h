@@ -42,6 +42,19 @@ class HostMismatchError : public PackageError {
   using PackageError::PackageError;
 };
 
+// The package calls a custom operator (manifest "custom_ops") that no library loaded in this
+// process registers; load its library first (PolicyOptions::op_libraries, tdaot-run --op-lib).
+class MissingOperatorError : public HostMismatchError {
+ public:
+  MissingOperatorError(std::string path, std::string op, const std::string& message)
+      : HostMismatchError(std::move(path), message), op_(std::move(op)) {}
+  // The operator's qualified name ("namespace::name" or "namespace::name.overload").
+  const std::string& op() const noexcept { return op_; }
+
+ private:
+  std::string op_;
+};
+
 // Base class of the input validation errors: an input does not match the manifest.
 class InputError : public Error {
  public:

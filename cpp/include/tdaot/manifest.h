@@ -70,6 +70,11 @@ struct Manifest {
   Source source;
   // Present only for recurrent policies (the optional top-level "recurrent" field).
   std::optional<Recurrent> recurrent;
+  // Custom operators the compiled model calls through AOTInductor's proxy executor, by
+  // qualified name ("tdaot_test::scale_clamp", "ns::op.overload" for a non-default overload).
+  // Policy refuses to load the package unless every one is registered (the optional top-level
+  // "custom_ops" field; empty for packages that call only torch's own operators).
+  std::vector<std::string> custom_ops;
 
   // Index of the input with this key, or nullopt.
   std::optional<size_t> input_index(const std::string& key) const;

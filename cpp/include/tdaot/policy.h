@@ -49,12 +49,18 @@ struct PolicyOptions {
   int warmup_runs = 1;
   // CUDA packages: the device index to load on; -1 is the current device. Ignored for cpu.
   int device_index = -1;
+  // Shared libraries that register the custom operators the package calls (its manifest's
+  // custom_ops), dlopen-ed with RTLD_NOW | RTLD_GLOBAL before the model is loaded and never
+  // unloaded (the dispatcher keeps pointing into them). Libraries already in the process count
+  // too, so a library linked into the program or loaded before needs no entry here.
+  std::vector<std::string> op_libraries;
 };
 
 class Policy {
  public:
-  // Loads the package at `package_path`; throws PackageError, ManifestError or HostMismatchError,
-  // tdaot::Error for invalid options, ExecutionError when a warm-up run fails.
+  // Loads the package at `package_path`; throws PackageError, ManifestError or HostMismatchError
+  // (MissingOperatorError for an unregistered custom operator), tdaot::Error for invalid options,
+  // ExecutionError when a warm-up run fails.
   explicit Policy(const std::string& package_path, const PolicyOptions& options = {});
   ~Policy();
   Policy(Policy&&) noexcept;

@@ -163,6 +163,7 @@ def export_policy(
         program, batch_range = _export_with_fallback(wrapper, input_tensors, batch_range)
     if interaction_type != "random":
         _check_no_sampling(program, describe_module(module), interaction_type)
+    _check_native_kernels(program, input_tensors[0].device.type)
 
     inputs = tuple(
         TensorSpec(keyutil.to_manifest(k), dtype_name(t.dtype), tuple(t.shape[1:]))
@@ -372,6 +373,44 @@ def custom_operators(program: torch.export.ExportedProgram) -> tuple[str, ...]:
             overload = op._overloadname
             found.add(op._schema.name + ("" if overload == "default" else f".{overload}"))
     return tuple(sorted(found))
+
+
+# Where the dispatcher would find an operator's kernel for a device, in the order it looks.
+_KERNEL_KEYS = {
+    "cpu": ("CPU", "CompositeExplicitAutograd[alias]", "CompositeImplicitAutograd[alias]"),
+    "cuda": ("CUDA", "CompositeExplicitAutograd[alias]", "CompositeImplicitAutograd[alias]"),
+}
+
+
+def python_registration(op: str, device: str) -> str | None:
+    """ "file.py:line" when custom operator ``op`` is defined, or its kernel for ``device`` is
+    implemented, in Python (torch.library.custom_op, a Python torch.library.Library); None for
+    C++ registrations. Read from the dispatcher's registration dump, whose lines say where each
+    registration was made; a format this does not recognise reads as C++ (the check is skipped)."""
+    dump = torch._C._dispatch_dump(op)  # "" for an operator the dispatcher does not know
+    where = dict(match.groups() for match in re.finditer(r"^([^:\n]+): registered at (\S+)", dump, re.M))
+    schema = where.get("debug")
+    kernel = next((where[key] for key in _KERNEL_KEYS.get(device, ()) if key in where), None)
+    for location in (schema, kernel):
+        if location and re.search(r"\.py:\d+$", location):
+            return location
+    return None
+
+
+def _check_native_kernels(program: torch.export.ExportedProgram, device: str) -> None:
+    """Refuses custom operators implemented in Python: the package runs without Python, and
+    the native runner finds operators only in C++ libraries it loads (op_libraries)."""
+    for op in custom_operators(program):
+        location = python_registration(op, device)
+        if location:
+            raise BuildError(
+                f"custom operator {op!r} is implemented in Python (registered at {location}), but a "
+                "tdaot package runs without Python: the native runner can only call operators that a "
+                "C++ shared library registers (TORCH_LIBRARY and TORCH_LIBRARY_IMPL). Build the kernel "
+                "as such a library, load it with torch.ops.load_library before building (keeping "
+                "torch.library.register_fake in Python for export), and pass it to the runner "
+                "(op_libraries=[...], tdaot-run --op-lib)."
+            )
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ process, loads it from op_libraries, and refuses to load without it, naming the 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -14,11 +15,12 @@ import pytest
 import torch
 from conftest import ROOT
 from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 
 import tdaot
 from tdaot import _C
 from tdaot.cli import main
-from tdaot.export import custom_operators
+from tdaot.export import custom_operators, python_registration
 from tdaot.manifest import Manifest
 from tdaot.testing import assert_parity
 
@@ -151,3 +153,35 @@ def test_bad_custom_ops_field_is_named(custom_op, value, message):
     data = {**custom_op[2].manifest.to_dict(), "custom_ops": value}
     with pytest.raises(tdaot.ManifestError, match=message):
         Manifest.from_dict(data, "x.pt2")
+
+
+@torch.library.custom_op("tdaot_pytest::twice", mutates_args=())
+def _twice(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_twice.register_fake
+def _twice_fake(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class PythonOpNet(torch.nn.Module):
+    def forward(self, observation):
+        return torch.ops.tdaot_pytest.twice(observation).tanh()
+
+
+def test_a_custom_operator_implemented_in_python_fails_the_build(tmp_path):
+    policy = TensorDictModule(PythonOpNet(), in_keys=["observation"], out_keys=["action"])
+    example = TensorDict({"observation": torch.randn(4, 3)}, batch_size=[4])
+    with pytest.raises(
+        tdaot.BuildError,
+        match=r"custom operator 'tdaot_pytest::twice' is implemented in Python \(registered at "
+        r".*custom_ops\.py:\d+\), but a tdaot package runs without Python.*op_libraries=\[\.\.\.\]",
+    ):
+        tdaot.build(policy, example, tmp_path / "python_op.pt2")
+    assert not (tmp_path / "python_op.pt2").exists()
+
+
+def test_a_cpp_operator_is_not_reported_as_python():
+    assert python_registration(OP, "cpu") is None
+    assert re.search(r"custom_ops\.py:\d+$", python_registration("tdaot_pytest::twice", "cpu"))

@@ -35,12 +35,12 @@ try:  # tdaot's own compile options, which every variant starts from
 except ImportError:
     COMPILE_OPTIONS = {}
 
+# Variant names join these parts with "+"; "decomposed-lstm" rewrites the graph instead.
 VARIANTS = {
     "default": {},
     "static-threads": {"cpp.dynamic_threads": False},
     "freezing": {"freezing": True},
     "cpp-gemm": {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"},
-    "cpp-gemm+freezing": {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN", "freezing": True},
 }
 
 
@@ -58,11 +58,12 @@ def build_variant(policy: str, variant: str, work: Path) -> Path:
     source = work / "artifacts" / policy
     manifest_json = read_metadata(source / "policy.pt2")[METADATA_KEY]
     program = torch.export.load(str(source / "program.pt2"))
-    options = {**COMPILE_OPTIONS, **VARIANTS.get(variant, {})}
-    if variant.startswith("decomposed-lstm"):
-        program = decompose_lstm(program)
-        if variant.endswith("+freezing"):
-            options["freezing"] = True
+    options = dict(COMPILE_OPTIONS)
+    for part in variant.split("+"):
+        if part == "decomposed-lstm":
+            program = decompose_lstm(program)
+        else:
+            options.update(VARIANTS[part])
     options["aot_inductor.metadata"] = {METADATA_KEY: manifest_json}
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -96,7 +97,7 @@ def main() -> int:
     packages = {}
     for policy in args.policies.split(","):
         for variant in args.variants.split(","):
-            if variant.startswith("decomposed-lstm") and policy != "lstm":
+            if "decomposed-lstm" in variant and policy != "lstm":
                 continue
             path = work / "variants" / f"{policy}-{variant}.pt2"
             if variant == "default" or variant.startswith("guard:"):
@@ -152,7 +153,8 @@ def main() -> int:
         base = statistics.median(samples[policy, "default", batch]) / 1e3
         rows.append({"policy": policy, "variant": variant, "batch": batch, "p50_us": p50, "p99_us": p99})
         print(f"{policy:<10}{variant:<26}{batch:>6}{p50:>10.1f}{p99:>10.1f}{p50 / base:>11.2f}x")
-    (work / "variants" / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    name = "results-" + args.policies.replace(",", "-") + ".json"
+    (work / "variants" / name).write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 
 

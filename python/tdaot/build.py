@@ -17,7 +17,7 @@ from tensordict.nn import TensorDictModuleBase
 
 from tdaot._version import __version__
 from tdaot.cache import ArtifactCache, artifact_key
-from tdaot.compile import check_output_path, compile_package
+from tdaot.compile import check_output_path, compile_options, compile_package
 from tdaot.errors import BuildError, CompileError
 from tdaot.export import (
     BatchSpec,
@@ -68,6 +68,7 @@ def build(
     cache: ArtifactCache | None = None,
     on_status: Callable[[str], None] | None = None,
     save_exported: bool = False,
+    kernel_threads: int = 1,
 ) -> Artifact:
     """Export ``policy`` on ``example`` and compile it into a package at ``path``.
 
@@ -80,10 +81,13 @@ def build(
     copied instead of compiled. ``on_status`` hears "exporting", then "compiling" or
     "cached". ``save_exported`` also writes the torch.export program beside the package
     (``NAME.ep.pt2``, see :func:`exported_program_path`), to inspect what went into it.
+    ``kernel_threads`` is the OpenMP thread count compiled into the generated kernels:
+    1 (serial, best for control loops), N, or 0 to let the runtime decide.
     """
     report = on_status or (lambda status: None)
     path = check_output_path(os.fspath(path))
     target = resolve_cpu_target(cpu_target)
+    compile_options(kernel_threads)  # refuse a bad value before the export
     if device not in DEVICES:
         raise BuildError(f"device {device!r} is not one of {', '.join(DEVICES)}")
     if device == "cuda":
@@ -117,7 +121,7 @@ def build(
 
     manifest = manifest_of(exported)
     try:
-        cache_hit = _compile_or_fetch(exported.program, manifest, path, cache, report)
+        cache_hit = _compile_or_fetch(exported.program, manifest, path, cache, report, kernel_threads)
     except CompileError as err:
         if not (batch == "dynamic" and exported.batch.dynamic):
             raise
@@ -137,7 +141,7 @@ def build(
             stacklevel=2,
         )
         manifest = manifest_of(exported)
-        cache_hit = _compile_or_fetch(exported.program, manifest, path, cache, report)
+        cache_hit = _compile_or_fetch(exported.program, manifest, path, cache, report, kernel_threads)
     if save_exported:
         torch.export.save(exported.program, exported_program_path(path))
     return Artifact(
@@ -156,14 +160,16 @@ def exported_program_path(package_path: str | os.PathLike) -> str:
     return (stem[: -len(".pt2")] if stem.endswith(".pt2") else stem) + ".ep.pt2"
 
 
-def _compile_or_fetch(program, manifest: Manifest, path: str, cache: ArtifactCache | None, report) -> bool:
+def _compile_or_fetch(
+    program, manifest: Manifest, path: str, cache: ArtifactCache | None, report, kernel_threads: int
+) -> bool:
     """Compiles ``program`` to ``path``, or copies it from ``cache``; True on a cache hit."""
-    key = artifact_key(program, manifest) if cache is not None else None
+    key = artifact_key(program, manifest, kernel_threads) if cache is not None else None
     if key is not None and cache.fetch(key, path):
         report("cached")
         return True
     report("compiling")
-    compile_package(program, manifest, path)
+    compile_package(program, manifest, path, kernel_threads)
     if key is not None:
         cache.store(key, path)
     return False

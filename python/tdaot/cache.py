@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from tdaot.compile import COMPILE_OPTIONS
+from tdaot.compile import compile_options
 from tdaot.manifest import Manifest
 from tdaot.targets import cpu_target, inductor_options
 
@@ -36,7 +36,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "tdaot"
 
 
-def artifact_key(program: torch.export.ExportedProgram, manifest: Manifest) -> str:
+def artifact_key(program: torch.export.ExportedProgram, manifest: Manifest, kernel_threads: int = 1) -> str:
     digest = hashlib.sha256()
 
     def add(label: str, data: bytes) -> None:
@@ -46,7 +46,7 @@ def artifact_key(program: torch.export.ExportedProgram, manifest: Manifest) -> s
 
     add("format", str(CACHE_FORMAT).encode())
     add("manifest", manifest.to_json(indent=1).encode())
-    options = {**COMPILE_OPTIONS, **inductor_options(cpu_target(manifest.cpu_target))}
+    options = {**compile_options(kernel_threads), **inductor_options(cpu_target(manifest.cpu_target))}
     add("inductor", json.dumps(options, sort_keys=True).encode())
     add("graph", str(program.graph).encode())
     add("signature", str(program.graph_signature).encode())

@@ -61,6 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--interaction-type", choices=INTERACTION_TYPES, default="deterministic")
     b.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     b.add_argument("--cpu-target", default="native", choices=tuple(CPU_TARGETS))
+    b.add_argument(
+        "--kernel-threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="OpenMP threads compiled into the kernels: 1 (default, serial), N, or 0 (decided at run time)",
+    )
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.add_argument(
         "--save-exported",
@@ -118,6 +125,7 @@ def _build(args) -> int:
         cpu_target=args.cpu_target,
         factory=args.factory,
         save_exported=args.save_exported,
+        kernel_threads=args.kernel_threads,
     )
     summary = {
         "path": artifact.path,

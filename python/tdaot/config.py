@@ -15,6 +15,7 @@
     device = "cpu"
     output = "{name}-{target}.pt2"   # in output_dir; default "{name}.pt2" for one target
     parity = true                    # check against the eager module after the build
+    kernel_threads = 1               # OpenMP threads in the kernels; 0: decided at run time
 
 Every mistake is a ConfigError naming the artifact and the field.
 """
@@ -36,7 +37,7 @@ from tdaot.targets import CPU_TARGETS
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _FIELDS = {
     "name", "factory", "out_keys", "batch", "interaction_type", "device",
-    "cpu_targets", "output", "output_dir", "parity",
+    "cpu_targets", "output", "output_dir", "parity", "kernel_threads",
 }  # fmt: skip
 _DEFAULTS = {
     "batch": "dynamic",
@@ -45,6 +46,7 @@ _DEFAULTS = {
     "cpu_targets": ["native"],
     "output_dir": "dist",
     "parity": True,
+    "kernel_threads": 1,
 }
 
 
@@ -65,6 +67,7 @@ class BuildSpec:
     interaction_type: str
     device: str
     parity: bool
+    kernel_threads: int = 1
 
     @property
     def id(self) -> str:
@@ -159,6 +162,9 @@ def _parse_entry(merged: dict, entry: dict, base_dir: Path, where: str) -> list[
         fail("device", f"{merged['device']!r} is not one of {', '.join(DEVICES)}")
     if not isinstance(merged["parity"], bool):
         fail("parity", f"expected true or false, got {merged['parity']!r}")
+    threads = merged["kernel_threads"]
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+        fail("kernel_threads", f"expected 0 (decided at run time) or a count >= 1, got {threads!r}")
     targets = merged["cpu_targets"]
     if not isinstance(targets, list) or not targets:
         fail("cpu_targets", f"expected a non-empty list, got {targets!r}")
@@ -184,6 +190,7 @@ def _parse_entry(merged: dict, entry: dict, base_dir: Path, where: str) -> list[
             interaction_type=merged["interaction_type"],
             device=merged["device"],
             parity=merged["parity"],
+            kernel_threads=threads,
         )
         for target in targets
     ]

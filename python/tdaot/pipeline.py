@@ -138,6 +138,7 @@ def _build_options(spec: BuildSpec) -> dict:
         "device": spec.device,
         "cpu_target": spec.cpu_target,
         "factory": spec.factory,
+        "kernel_threads": spec.kernel_threads,
     }
 
 

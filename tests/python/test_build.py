@@ -262,13 +262,30 @@ class _Wide(nn.Module):
         return torch.tanh(x * 2 + 1).softmax(-1)
 
 
-def test_kernels_take_their_thread_count_at_run_time(tmp_path):
-    """A parallel kernel must not carry the build machine's core count."""
+def _kernel_sources(path) -> str:
+    with zipfile.ZipFile(path) as package:
+        return "".join(package.read(n).decode() for n in package.namelist() if n.endswith(".cpp"))
+
+
+@pytest.mark.parametrize(
+    ("kernel_threads", "pragma"),
+    [(1, None), (0, "#pragma omp parallel\n"), (3, "#pragma omp parallel num_threads(3)")],
+    ids=["serial-default", "run-time", "fixed"],
+)
+def test_kernel_threads_never_carry_the_build_machine_count(tmp_path, kernel_threads, pragma):
     module = TensorDictModule(_Wide(), in_keys=["x"], out_keys=["y"])
     example = TensorDict({"x": torch.randn(4, 1 << 16)}, batch_size=[4])
-    artifact = tdaot.build(module, example, tmp_path / "wide.pt2", batch=(1, 8))
-    with zipfile.ZipFile(artifact.path) as package:
-        sources = "".join(package.read(n).decode() for n in package.namelist() if n.endswith(".cpp"))
-    assert "#pragma omp parallel" in sources
-    assert "num_threads(" not in sources
+    options = {} if kernel_threads == 1 else {"kernel_threads": kernel_threads}
+    artifact = tdaot.build(module, example, tmp_path / "wide.pt2", batch=(1, 8), **options)
+    sources = _kernel_sources(artifact.path)
+    if pragma is None:
+        assert "#pragma omp parallel" not in sources
+    else:
+        assert pragma in sources and sources.count("num_threads(") == pragma.count("num_threads(")
     tdaot.testing.assert_parity(module, artifact, example, batch_sizes=[1, 4])
+
+
+def test_bad_kernel_threads_is_refused_before_export():
+    policy, example = tutorial_policy()
+    with pytest.raises(tdaot.BuildError, match=r"kernel_threads=-1: expected 0 \(decided at run time\)"):
+        tdaot.build(policy, example, "x.pt2", kernel_threads=-1)

@@ -248,6 +248,7 @@ CONFIG_ERRORS = [
     (A + "batch_size = 3\n", r"\('a'\): unknown field 'batch_size'"),
     (A + "cpu_targets = ['x86-64-v9']\n", r"field 'cpu_targets': 'x86-64-v9' is not one of native"),
     (A + "batch = [1]\n", r"field 'batch': expected \[min, max\]"),
+    (A + "kernel_threads = -2\n", r"field 'kernel_threads': expected 0 \(decided at run time\)"),
     (A + "interaction_type = 'greedy'\n", r"field 'interaction_type': 'greedy'"),
     (
         A + "cpu_targets = ['native', 'x86-64-v3']\noutput = 'a.pt2'\n",

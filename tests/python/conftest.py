@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # for `examples.policies`
 
-from examples.policies import nested_policy, tutorial_policy  # noqa: E402
+from examples.policies import nested_policy, recurrent_policy, tutorial_policy  # noqa: E402
 
 import tdaot  # noqa: E402
 
@@ -21,20 +21,29 @@ def artifacts_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("artifacts")
 
 
+def _build_example(artifacts_dir: Path, make, name: str, **options):
+    """(policy, example, artifact) for an example factory, built once per session as NAME.pt2."""
+    policy, example = make()
+    artifact = tdaot.build(policy, example, artifacts_dir / f"{name}.pt2", **options)
+    return policy, example, artifact
+
+
 @pytest.fixture(scope="session")
 def tutorial(artifacts_dir):
-    """(policy, example, artifact) for the tensordict tutorial policy, dynamic batch."""
-    policy, example = tutorial_policy()
-    artifact = tdaot.build(policy, example, artifacts_dir / "tutorial.pt2", factory="tutorial_policy")
-    return policy, example, artifact
+    """The tensordict tutorial policy, dynamic batch."""
+    return _build_example(artifacts_dir, tutorial_policy, "tutorial", factory="tutorial_policy")
 
 
 @pytest.fixture(scope="session")
 def nested(artifacts_dir):
-    """(policy, example, artifact) for the nested-key policy, dynamic batch."""
-    policy, example = nested_policy()
-    artifact = tdaot.build(policy, example, artifacts_dir / "nested.pt2")
-    return policy, example, artifact
+    """The nested-key policy, dynamic batch."""
+    return _build_example(artifacts_dir, nested_policy, "nested")
+
+
+@pytest.fixture(scope="session")
+def recurrent(artifacts_dir):
+    """The recurrent example policy, dynamic batch."""
+    return _build_example(artifacts_dir, recurrent_policy, "recurrent")
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +54,8 @@ def tutorial_native(tutorial):
 @pytest.fixture(scope="session")
 def nested_native(nested):
     return tdaot.load(nested[2].path)
+
+
+@pytest.fixture(scope="session")
+def recurrent_native(recurrent):
+    return tdaot.load(recurrent[2].path)

@@ -7,24 +7,10 @@ import threading
 
 import pytest
 import torch
-from examples.policies import recurrent_policy
 from tensordict import TensorDict
 
 import tdaot
 from tdaot import _C
-
-
-@pytest.fixture(scope="session")
-def recurrent(artifacts_dir):
-    """(policy, example, artifact) for the recurrent example policy, dynamic batch."""
-    policy, example = recurrent_policy()
-    artifact = tdaot.build(policy, example, artifacts_dir / "recurrent.pt2")
-    return policy, example, artifact
-
-
-@pytest.fixture(scope="session")
-def recurrent_native(recurrent):
-    return tdaot.load(recurrent[2].path)
 
 
 def _eager_step(policy, observation, hidden, is_init):

@@ -547,7 +547,7 @@ def _export_message(name: str, wrapper: PositionalPolicy, err: Exception) -> str
     """The export error's first lines, the user's line that raised it, and a hint."""
     lines = [line for line in str(err).splitlines() if line.strip() and not _TORCH_ADVICE.match(line)]
     quoted = lines[:_ERROR_LINES] or [type(err).__name__]
-    marker = next((i for i, line in enumerate(lines) if "The following call raised this error" in line), None)
+    marker = _raising_call_index(lines)
     if marker is not None and marker >= _ERROR_LINES:
         quoted += ["...", *lines[marker : marker + 3]]
     keys = ", ".join(keyutil.to_manifest(k) for k in wrapper.in_keys)
@@ -601,9 +601,14 @@ def _holds_tensordict_params(module: nn.Module) -> bool:
     return any(isinstance(sub, TensorDictParams) for sub in module.modules())
 
 
+def _raising_call_index(lines: list[str]) -> int | None:
+    """Index of torch's "The following call raised this error:" line, which precedes the frame."""
+    return next((i for i, line in enumerate(lines) if "The following call raised this error" in line), None)
+
+
 def _library_frame(lines: list[str]) -> str:
     """ "package/module.py:line" when the quoted failing frame is in an installed package."""
-    marker = next((i for i, line in enumerate(lines) if "The following call raised this error" in line), None)
+    marker = _raising_call_index(lines)
     if marker is None or marker + 1 >= len(lines):
         return ""
     frame = re.search(r'File "([^"]+)", line (\d+)', lines[marker + 1])

@@ -162,11 +162,11 @@ def _rebuild_differences(module, example, options: dict) -> list[str]:
 
 def _differing_entries(first: str, second: str) -> list[str]:
     with zipfile.ZipFile(first) as a, zipfile.ZipFile(second) as b:
-        names = sorted(set(a.namelist()) | set(b.namelist()))
+        in_a, in_b = set(a.namelist()), set(b.namelist())
         return [
             name
-            for name in names
-            if name not in a.namelist() or name not in b.namelist() or a.read(name) != b.read(name)
+            for name in sorted(in_a | in_b)
+            if name not in in_a or name not in in_b or a.read(name) != b.read(name)
         ]
 
 

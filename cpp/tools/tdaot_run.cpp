@@ -4,6 +4,15 @@
 //   tdaot-run run PKG [--batch B] [--random] [--seed S] [--inputs FILE.json] [--op-lib LIB]...
 //   tdaot-run bench PKG [--batch B] [--iters N] [--warmup W] [--threads T] [--runners R]
 //                       [--callers C] [--json] [--op-lib LIB]...
+//   tdaot-run soak PKG [--calls N] [--batch B] [--samples S] [--warmup-calls W]
+//                      [--max-growth-kib K] [--session] [--seed S] [--json] [--op-lib LIB]...
+//
+// soak makes N calls (default 1,000,000) on fixed random inputs, Session::step_positional for
+// a recurrent package (or with --session), else run_positional, and reads the resident set
+// (/proc/self/statm) at S + 1 evenly spaced calls and at the end of the warm-up (the first W
+// calls, default N / 10). It prints the RSS at the start, the end of the warm-up, its max after
+// it and at the end, the growth from the end of the warm-up to the end, and latency
+// percentiles of the calls after the warm-up; it fails when the growth exceeds K KiB (1024).
 //
 // --op-lib loads a shared library registering custom operators the package calls (the
 // manifest's custom_ops, shown by inspect) before the package; repeat it for several.
@@ -13,26 +22,32 @@
 // Values are numbers (or true/false), converted to the manifest's dtype; integers are exact up
 // to 2^53. Every input must be given; keys, shapes and batch sizes are checked like any run.
 //
-// Exit codes: 0 success, 1 a tdaot error (message on stderr), 2 bad usage.
+// Exit codes: 0 success, 1 a tdaot error (message on stderr), 2 bad usage, 3 a soak whose RSS
+// grew by more than --max-growth-kib.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tdaot/policy.h"
+#include "tdaot/session.h"
 
 namespace {
 
@@ -49,7 +64,15 @@ struct Options {
   std::string inputs_file;
   bool json = false;
   std::vector<std::string> op_libraries;
+  // soak
+  int64_t calls = 1000000;
+  int samples = 100;
+  int64_t warmup_calls = -1;  // unset: calls / 10
+  int64_t max_growth_kib = 1024;
+  bool session = false;
 };
+
+constexpr int kSoakFailed = 3;
 
 using nlohmann::json;
 
@@ -132,12 +155,13 @@ std::vector<int64_t> batched(int64_t batch, const std::vector<int64_t>& shape) {
   return out;
 }
 
-// One tensor per manifest input: zeros, or seeded random values suited to the dtype.
-std::vector<at::Tensor> make_inputs(const tdaot::Manifest& manifest, int64_t batch, bool random,
-                                    uint64_t seed) {
+// One tensor per spec: zeros, or seeded random values suited to the dtype.
+std::vector<at::Tensor> make_tensors(const std::vector<tdaot::TensorSpec>& specs,
+                                     const std::string& device, int64_t batch, bool random,
+                                     uint64_t seed) {
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<at::Tensor> inputs;
-  for (const auto& spec : manifest.inputs) {
+  for (const auto& spec : specs) {
     const auto shape = batched(batch, spec.shape);
     const auto options = at::TensorOptions().dtype(spec.dtype);
     at::Tensor tensor;
@@ -150,9 +174,15 @@ std::vector<at::Tensor> make_inputs(const tdaot::Manifest& manifest, int64_t bat
     } else {
       tensor = at::randn(shape, generator, options);
     }
-    inputs.push_back(tensor.to(at::Device(manifest.device)));
+    inputs.push_back(tensor.to(at::Device(device)));
   }
   return inputs;
+}
+
+// One tensor per manifest input.
+std::vector<at::Tensor> make_inputs(const tdaot::Manifest& manifest, int64_t batch, bool random,
+                                    uint64_t seed) {
+  return make_tensors(manifest.inputs, manifest.device, batch, random, seed);
 }
 
 // "[0.12, -3.4, ...]": the first `limit` values of a tensor, flattened.
@@ -325,6 +355,216 @@ int bench(const Options& options) {
   return 0;
 }
 
+// Call latencies in nanoseconds, in buckets 1/64 of a power of two wide (exact below 128 ns):
+// constant memory however many calls a soak makes, so its own bookkeeping does not grow the
+// RSS it measures, and percentiles within 1.6 %.
+class LatencyHistogram {
+ public:
+  LatencyHistogram() : counts_(kBuckets, 0) {}
+
+  void add(uint64_t ns) {
+    ++counts_[index(ns)];
+    ++count_;
+    sum_ += ns;
+    max_ = std::max(max_, ns);
+  }
+  uint64_t count() const { return count_; }
+  double max_us() const { return static_cast<double>(max_) / 1e3; }
+  double mean_us() const { return count_ ? static_cast<double>(sum_) / count_ / 1e3 : 0.0; }
+  // Nearest-rank percentile: the middle of its bucket (at most the max), in microseconds.
+  double percentile_us(double p) const {
+    if (count_ == 0) return 0.0;
+    const auto rank = std::clamp<uint64_t>(
+        static_cast<uint64_t>(std::ceil(p * static_cast<double>(count_))), 1, count_);
+    uint64_t seen = 0;
+    for (size_t i = 0; i < counts_.size(); ++i) {
+      seen += counts_[i];
+      if (seen >= rank) return std::min(middle(i), static_cast<double>(max_)) / 1e3;
+    }
+    return max_us();
+  }
+
+ private:
+  static constexpr size_t kExact = 128;
+  static constexpr size_t kBuckets = kExact + (64 - 7) * 64;
+  static size_t index(uint64_t ns) {
+    if (ns < kExact) return ns;
+    const int exponent = 63 - __builtin_clzll(ns);  // 7..63: ns >> (exponent - 6) is 64..127
+    return kExact + (exponent - 7) * 64 + ((ns >> (exponent - 6)) - 64);
+  }
+  static double middle(size_t i) {
+    if (i < kExact) return static_cast<double>(i);
+    const size_t exponent = (i - kExact) / 64 + 7;
+    const size_t sub = (i - kExact) % 64 + 64;
+    return (static_cast<double>(sub) + 0.5) * std::ldexp(1.0, static_cast<int>(exponent) - 6);
+  }
+  std::vector<uint64_t> counts_;
+  uint64_t count_ = 0;
+  uint64_t sum_ = 0;
+  uint64_t max_ = 0;
+};
+
+// The process's resident set now, and its file-backed part (mapped libraries), in KiB.
+struct Rss {
+  int64_t resident_kib = 0;
+  int64_t file_kib = 0;
+};
+
+Rss current_rss() {
+  // statm: size resident shared text lib data dt, in pages. Read with open/read: no allocation.
+  const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  char text[256];
+  const ssize_t n = fd < 0 ? -1 : ::read(fd, text, sizeof(text) - 1);
+  if (fd >= 0) ::close(fd);
+  long long size = 0, resident = 0, shared = 0;
+  if (n <= 0 ||
+      (text[n] = '\0', std::sscanf(text, "%lld %lld %lld", &size, &resident, &shared) != 3)) {
+    throw tdaot::Error("soak: cannot read the resident set from /proc/self/statm");
+  }
+  static const int64_t page_kib = ::sysconf(_SC_PAGESIZE) / 1024;
+  return {resident * page_kib, shared * page_kib};
+}
+
+struct RssSample {
+  int64_t call;  // calls made before the sample
+  double seconds;
+  Rss rss;
+};
+
+// Runs `calls` calls on fixed random inputs (run_positional, or Session::step_positional for a
+// recurrent package), reading the RSS at evenly spaced calls; fails (exit 3) when it grew by
+// more than --max-growth-kib between the end of the warm-up and the end.
+int soak(const Options& options) {
+  tdaot::PolicyOptions load;
+  load.op_libraries = options.op_libraries;
+  const tdaot::Policy policy(options.package, load);
+  const tdaot::Manifest& m = policy.manifest();
+  const int64_t batch = batch_size(options, m);
+  std::optional<tdaot::Session> session;
+  if (options.session || m.recurrent) session.emplace(policy, batch);
+  const auto inputs = session ? make_tensors(session->inputs(), m.device, batch, true, options.seed)
+                              : make_inputs(m, batch, /*random=*/true, options.seed);
+  const int64_t calls = options.calls;
+  const int64_t warmup = options.warmup_calls >= 0 ? options.warmup_calls : calls / 10;
+
+  // Where to read the RSS: calls * k / samples for k = 0..samples, and the end of the warm-up.
+  std::vector<int64_t> points{warmup};
+  for (int k = 0; k <= options.samples; ++k) points.push_back(calls * k / options.samples);
+  std::sort(points.begin(), points.end());
+  points.erase(std::unique(points.begin(), points.end()), points.end());
+  std::vector<RssSample> samples;
+  samples.reserve(points.size());
+  LatencyHistogram latency;
+
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto take_sample = [&](int64_t call) {
+    samples.push_back(
+        {call, std::chrono::duration<double>(Clock::now() - start).count(), current_rss()});
+  };
+  size_t next = 0;
+  for (int64_t call = 0; call < calls; ++call) {
+    if (call == points[next]) {
+      take_sample(call);
+      ++next;
+    }
+    const auto t0 = Clock::now();
+    if (session) {
+      session->step_positional(inputs);
+    } else {
+      policy.run_positional(inputs);
+    }
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0);
+    if (call >= warmup) latency.add(static_cast<uint64_t>(ns.count()));
+  }
+  take_sample(calls);
+  const double seconds = samples.back().seconds;
+
+  const auto at_warmup = std::find_if(samples.begin(), samples.end(),
+                                      [&](const RssSample& s) { return s.call == warmup; });
+  const RssSample& warm = *at_warmup;
+  const RssSample& last = samples.back();
+  const auto peak =
+      std::max_element(at_warmup, samples.end(), [](const RssSample& a, const RssSample& b) {
+        return a.rss.resident_kib < b.rss.resident_kib;
+      });
+  const int64_t growth = last.rss.resident_kib - warm.rss.resident_kib;
+  const int64_t file_growth = last.rss.file_kib - warm.rss.file_kib;
+  const bool passed = growth <= options.max_growth_kib;
+  // Least-squares slope of the RSS over the samples after the warm-up: a leak is a trend, a
+  // one-off allocation (a cache filled late) is a step.
+  double slope = 0.0;
+  {
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (auto it = at_warmup; it != samples.end(); ++it) {
+      const double x = static_cast<double>(it->call) / 1e6;
+      const double y = static_cast<double>(it->rss.resident_kib);
+      n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+    }
+    const double denominator = n * sxx - sx * sx;
+    if (n >= 2 && denominator > 0) slope = (n * sxy - sx * sy) / denominator;
+  }
+  const double calls_per_s = static_cast<double>(calls) / seconds;
+  const char* mode = session ? "session" : "run_positional";
+
+  if (options.json) {
+    nlohmann::ordered_json rss_curve = json::array();
+    for (const auto& s : samples) {
+      rss_curve.push_back({{"call", s.call},
+                           {"seconds", s.seconds},
+                           {"rss_kib", s.rss.resident_kib},
+                           {"file_kib", s.rss.file_kib}});
+    }
+    nlohmann::ordered_json out = {{"package", options.package},
+                                  {"mode", mode},
+                                  {"batch", batch},
+                                  {"calls", calls},
+                                  {"warmup_calls", warmup},
+                                  {"seconds", seconds},
+                                  {"calls_per_s", calls_per_s},
+                                  {"rss_start_kib", samples.front().rss.resident_kib},
+                                  {"rss_warmup_kib", warm.rss.resident_kib},
+                                  {"rss_max_kib", peak->rss.resident_kib},
+                                  {"rss_final_kib", last.rss.resident_kib},
+                                  {"growth_kib", growth},
+                                  {"file_growth_kib", file_growth},
+                                  {"slope_kib_per_million_calls", slope},
+                                  {"max_growth_kib", options.max_growth_kib},
+                                  {"passed", passed},
+                                  {"latency_us",
+                                   {{"p50", latency.percentile_us(0.5)},
+                                    {"p99", latency.percentile_us(0.99)},
+                                    {"p999", latency.percentile_us(0.999)},
+                                    {"max", latency.max_us()},
+                                    {"mean", latency.mean_us()}}},
+                                  {"samples", rss_curve}};
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << options.package << ": soak of " << calls << " calls (" << mode << ", batch "
+              << batch << "), the first " << warmup << " warm-up\n"
+              << "  RSS KiB  start " << samples.front().rss.resident_kib << "  warm-up "
+              << warm.rss.resident_kib << "  max " << peak->rss.resident_kib << "  final "
+              << last.rss.resident_kib << "  (" << samples.size() << " samples)\n"
+              << "  growth after warm-up " << growth << " KiB (file-backed " << file_growth
+              << " KiB), limit " << options.max_growth_kib << " KiB: " << (passed ? "ok" : "FAILED")
+              << "\n"
+              << std::fixed << std::setprecision(1) << "  latency after warm-up  p50 "
+              << latency.percentile_us(0.5) << " us  p99 " << latency.percentile_us(0.99)
+              << " us  p99.9 " << latency.percentile_us(0.999) << " us  max " << latency.max_us()
+              << " us\n"
+              << std::setprecision(2) << "  " << seconds << " s, " << std::setprecision(0)
+              << calls_per_s << " calls/s\n";
+  }
+  if (!passed) {
+    std::cerr << "tdaot-run: soak failed: the RSS grew by " << growth << " KiB after warm-up ("
+              << warm.rss.resident_kib << " KiB at call " << warm.call << ", "
+              << last.rss.resident_kib << " KiB at call " << last.call
+              << "), more than --max-growth-kib " << options.max_growth_kib << "\n";
+    return kSoakFailed;
+  }
+  return 0;
+}
+
 CLI::App* add_command(CLI::App& app, const char* name, const char* description, Options& options) {
   CLI::App* command = app.add_subcommand(name, description);
   command->add_option("package", options.package, "path to a .pt2 package built by tdaot")
@@ -390,6 +630,33 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_cmd->add_flag("--json", options.json, "print the results as JSON");
 
+  CLI::App* soak_cmd = add_command(
+      app, "soak", "many calls on fixed inputs with the RSS sampled: fails if it keeps growing",
+      options);
+  add_batch(soak_cmd, options);
+  add_op_libraries(soak_cmd, options);
+  const auto positive = CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max());
+  const auto non_negative = CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max());
+  soak_cmd->add_option("--calls", options.calls, "calls in all, warm-up included")
+      ->check(positive)
+      ->capture_default_str();
+  soak_cmd->add_option("--samples", options.samples, "RSS readings at evenly spaced calls (+1)")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  soak_cmd
+      ->add_option("--warmup-calls", options.warmup_calls,
+                   "calls before the RSS baseline (default: a tenth of --calls)")
+      ->check(non_negative);
+  soak_cmd
+      ->add_option("--max-growth-kib", options.max_growth_kib,
+                   "fail (exit 3) when the RSS grows by more after the warm-up")
+      ->check(non_negative)
+      ->capture_default_str();
+  soak_cmd->add_flag("--session", options.session,
+                     "step a tdaot::Session (the default for a recurrent package)");
+  soak_cmd->add_option("--seed", options.seed, "seed of the random inputs")->capture_default_str();
+  soak_cmd->add_flag("--json", options.json, "print the results (and the RSS curve) as JSON");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -398,10 +665,17 @@ int main(int argc, char** argv) {
     std::cerr << "tdaot-run: " << e.what() << "\n\n" << app.help();
     return 2;
   }
+  if (*soak_cmd && options.warmup_calls >= options.calls) {
+    std::cerr << "tdaot-run: --warmup-calls " << options.warmup_calls
+              << " leaves no calls to measure: it must be less than --calls " << options.calls
+              << "\n";
+    return 2;
+  }
 
   try {
     if (*inspect_cmd) return inspect(options);
     if (*run_cmd) return run_once(options);
+    if (*soak_cmd) return soak(options);
     return bench(options);
   } catch (const tdaot::Error& e) {
     std::cerr << "tdaot-run: " << e.what() << "\n";

@@ -26,6 +26,7 @@ help:
 	@echo "make demo   build the example policy, check parity, run it natively"
 	@echo "make test   run every Python and C++ test"
 	@echo "make bench  tdaot against other runtimes, side by side (benchmarks/results/, ~15 min)"
+	@echo "make soak   a million calls per package, RSS growth after warm-up under 1 MiB (~3 min)"
 	@echo "make install PREFIX=DIR  install the C++ package (find_package(tdaot)) under DIR"
 	@echo "make clean  remove build outputs (keeps the venv)"
 
@@ -97,6 +98,14 @@ bench: cpp $(VENV)/.bench-deps-stamp
 		-DTorch_DIR=$$($(PY) -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch
 	$(CMAKE) --build $(BENCH_BUILD) -j $(JOBS)
 	$(PY) benchmarks/run.py --server $(BENCH_BUILD)/tdaot-bench-server --tdaot-run $(BUILD)/tdaot-run $(BENCH_ARGS)
+
+# A million calls per example package at batch 1, native (tdaot-run soak) and through the
+# bindings, RSS sampled throughout; fails when it grows by more than 1 MiB after the warm-up.
+# Writes benchmarks/results/<date>-<host>-soak.{json,md}. SOAK_ARGS passes options through.
+.PHONY: soak
+SOAK_ARGS ?=
+soak: cpp
+	SOAK_COMMAND="make soak $(SOAK_ARGS)" $(PY) benchmarks/soak.py --tdaot-run $(BUILD)/tdaot-run $(SOAK_ARGS)
 
 clean:
 	rm -rf build dist

@@ -16,7 +16,8 @@ JOBS ?= $(shell nproc)
 # torch==2.13.0 is the CPU wheel on this machine's disk; a looser pin would pull a CUDA build.
 PY_DEPS := torch==2.13.0 tensordict==0.14.3 torchrl==0.14.1 "pybind11>=2.12,<4" \
 	"scikit-build-core>=0.10" ninja "cmake>=3.25" "pytest>=8" ruff
-APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev
+# zipcmp/zipmerge/ziptool: Debian 12's libzip CMake config refuses to load without them.
+APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev libzip-dev zipcmp zipmerge ziptool libssl-dev
 
 CPP_SOURCES := CMakeLists.txt $(shell find cpp tests/cpp tests/ops -name '*.cpp' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
@@ -31,7 +32,7 @@ help:
 	@echo "make clean  remove build outputs (keeps the venv)"
 
 # --- set-up -------------------------------------------------------------------------
-build/.apt-stamp:
+build/.apt-stamp: Makefile
 	@mkdir -p build
 	@if ! dpkg -s $(APT_DEPS) >/dev/null 2>&1; then \
 		echo "installing Debian packages: $(APT_DEPS)"; \
@@ -109,3 +110,59 @@ soak: cpp
 
 clean:
 	rm -rf build dist
+
+# --- sanitizers and fuzzing (tests/sanitizers, tests/fuzz) -------------------------------
+# make test-asan: the runtime, tdaot-run and the C++ tests built with AddressSanitizer and
+# UndefinedBehaviorSanitizer in build/asan (tdaot's own code; torch stays uninstrumented), then
+# their ctest suite. The options and suppressions for torch's noise are in tests/sanitizers/.
+.PHONY: test-asan fuzz
+ASAN_BUILD := build/asan
+SANITIZERS := $(abspath tests/sanitizers)
+ASAN_OPTIONS_ := detect_leaks=1
+SAN_ENV := ASAN_OPTIONS=$(ASAN_OPTIONS_) \
+	LSAN_OPTIONS=suppressions=$(SANITIZERS)/lsan.supp:print_suppressions=0 \
+	UBSAN_OPTIONS=suppressions=$(SANITIZERS)/ubsan.supp:print_stacktrace=1:halt_on_error=1
+# Left out of the ASan run: the installed-package consumer build, which links the instrumented
+# static library into a project built without -fsanitize (see tests/sanitizers/README.md).
+ASAN_EXCLUDE := ^(install_package|installed_tdaot_run|robot_service\..*)$$
+
+$(ASAN_BUILD)/build.ninja: $(VENV)/.deps-stamp build/.apt-stamp
+	$(CMAKE) -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA)) \
+		-DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		-DTDAOT_SANITIZE=address,undefined
+
+# setup: the test packages fixture runs the Python stage (`python -m tdaot build`).
+test-asan: $(ASAN_BUILD)/build.ninja setup
+	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
+	$(SAN_ENV) $(CTEST) --test-dir $(ASAN_BUILD) --output-on-failure -E '$(ASAN_EXCLUDE)'
+
+# make fuzz: libFuzzer over manifest parsing and input validation (tests/fuzz/README.md), built
+# with clang in build/fuzz and run for FUZZ_SECONDS. New inputs go to build/fuzz/corpus, crashes
+# to build/fuzz/artifacts; a crash belongs in tests/fuzz/regressions/ once fixed.
+FUZZ_BUILD := build/fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_ARGS ?=
+FUZZ_APT_DEPS := clang libclang-rt-14-dev
+
+build/.fuzz-apt-stamp:
+	@mkdir -p build
+	@if ! dpkg -s $(FUZZ_APT_DEPS) >/dev/null 2>&1; then \
+		echo "installing Debian packages: $(FUZZ_APT_DEPS)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $(FUZZ_APT_DEPS); \
+	fi
+	@touch $@
+
+$(FUZZ_BUILD)/build.ninja: $(VENV)/.deps-stamp build/.apt-stamp build/.fuzz-apt-stamp
+	$(CMAKE) -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA)) \
+		-DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		-DCMAKE_CXX_COMPILER=clang++ -DTDAOT_BUILD_TESTS=OFF -DTDAOT_BUILD_TOOLS=OFF \
+		-DTDAOT_FUZZ=ON -DTDAOT_SANITIZE=address,undefined
+
+fuzz: $(FUZZ_BUILD)/build.ninja
+	$(CMAKE) --build $(FUZZ_BUILD) -j $(JOBS) --target tdaot_fuzz_manifest
+	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
+	$(SAN_ENV) $(FUZZ_BUILD)/tests/fuzz/tdaot_fuzz_manifest $(FUZZ_BUILD)/corpus tests/fuzz/corpus \
+		-dict=tests/fuzz/manifest.dict -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+		-artifact_prefix=$(abspath $(FUZZ_BUILD))/artifacts/ $(FUZZ_ARGS) \
+	|| { echo "fuzz: crash input in $(FUZZ_BUILD)/artifacts/; fix it, then add it to tests/fuzz/regressions/"; exit 1; }

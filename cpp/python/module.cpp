@@ -42,6 +42,8 @@ void translate(std::exception_ptr error) {
   } catch (const tdaot::MissingOperatorError& e) {
     py::object cls = py::module_::import("tdaot.errors").attr("MissingOperatorError");
     PyErr_SetObject(cls.ptr(), cls(e.what(), e.path(), e.op()).ptr());
+  } catch (const tdaot::IntegrityError& e) {
+    raise_python("IntegrityError", e.what(), &e.path());
   } catch (const tdaot::ManifestError& e) {
     raise_python("ManifestError", e.what(), &e.path());
   } catch (const tdaot::HostMismatchError& e) {
@@ -63,20 +65,25 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<tdaot::Policy>(m, "Policy")
       .def(py::init([](const std::string& path, int intra_op_threads, int num_runners,
-                       int warmup_runs, std::vector<std::string> op_libraries) {
+                       int warmup_runs, std::vector<std::string> op_libraries,
+                       std::string expected_sha256, std::string temp_dir) {
              tdaot::PolicyOptions options;
              options.intra_op_threads = intra_op_threads;
              options.num_runners = num_runners;
              options.warmup_runs = warmup_runs;
              options.op_libraries = std::move(op_libraries);
+             options.expected_sha256 = std::move(expected_sha256);
+             options.temp_dir = std::move(temp_dir);
              py::gil_scoped_release unlocked;
              return std::make_unique<tdaot::Policy>(path, options);
            }),
            py::arg("path"), py::kw_only(), py::arg("intra_op_threads") = 0,
            py::arg("num_runners") = 1, py::arg("warmup_runs") = 1,
            py::arg("op_libraries") = std::vector<std::string>{},
+           py::arg("expected_sha256") = std::string(), py::arg("temp_dir") = std::string(),
            "Loads a package (see tdaot::PolicyOptions; intra_op_threads=0 leaves torch's alone).")
       .def_property_readonly("path", &tdaot::Policy::path)
+      .def_property_readonly("sha256", &tdaot::Policy::sha256)
       .def_property_readonly("manifest_json",
                              [](const tdaot::Policy& p) { return p.manifest().to_json(); })
       .def_property_readonly("metadata", &tdaot::Policy::metadata)
@@ -139,6 +146,15 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("mask") = py::none(),
           "Zeroes the state (of the rows where the bool [batch] mask is true) and marks is_init.");
+
+  m.def(
+      "verify_package",
+      [](const std::string& path, const std::string& expected_sha256) {
+        py::gil_scoped_release unlocked;
+        return tdaot::verify_package(path, expected_sha256);
+      },
+      py::arg("path"), py::arg("expected_sha256") = std::string(),
+      "Checks a package's digests without loading it; returns its sha256.");
 
   // The C++ reading of a manifest, so tests can check both stages agree on the schema.
   m.def("read_manifest_json",

@@ -1,4 +1,4 @@
-// The manifest JSON schema (v1): parsing with field-level errors, and serialising.
+// The manifest JSON schema (v2): parsing with field-level errors, and serialising.
 // Reading a manifest out of a package file lives in package.cpp.
 #include "tdaot/manifest.h"
 
@@ -9,6 +9,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "digest.h"
 #include "tdaot/errors.h"
 
 namespace tdaot {
@@ -239,6 +240,23 @@ std::vector<std::string> parse_custom_ops(const Parser& p, const json& root) {
   return ops;
 }
 
+// The required "files" object: archive file name -> sha256 hex digest.
+std::map<std::string, std::string> parse_files(const Parser& p, const json& root) {
+  const json& files = p.object(p.member(root, "", "files"), "files");
+  if (files.empty()) p.fail("files", "empty; a package lists the digest of every file");
+  std::map<std::string, std::string> digests;
+  for (const auto& [name, digest] : files.items()) {
+    const std::string field = "files['" + name + "']";
+    if (name.empty()) p.fail(field, "empty file name");
+    std::string hex = p.string(digest, field);
+    if (!detail::is_sha256_hex(hex) || detail::lowercase(hex) != hex) {
+      p.fail(field, "'" + hex + "' is not a sha256 digest (64 lowercase hex digits)");
+    }
+    digests.emplace(name, std::move(hex));
+  }
+  return digests;
+}
+
 json spec_to_json(const TensorSpec& spec) {
   return json::object(
       {{"key", spec.key}, {"dtype", dtype_name(spec.dtype)}, {"shape", spec.shape}});
@@ -283,6 +301,10 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin)
   // The version decides how to read everything else, so it is checked first.
   const int64_t version =
       p.integer_member(root, "", "schema_version", std::numeric_limits<int64_t>::min());
+  if (version == 1) {
+    p.fail("schema_version", "version 1 packages carry no file digests, which this runtime "
+                             "verifies before loading; rebuild the package with tdaot >= 0.2");
+  }
   if (version != kManifestSchemaVersion) {
     p.fail("schema_version", "unsupported schema version " + std::to_string(version) +
                                  " (this runtime reads version " +
@@ -301,6 +323,7 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin)
   m.source = parse_source(p, root);
   m.recurrent = parse_recurrent(p, root, m);
   m.custom_ops = parse_custom_ops(p, root);
+  m.files = parse_files(p, root);
   return m;
 }
 
@@ -331,6 +354,7 @@ std::string Manifest::to_json(int indent) const {
         {"is_init", recurrent->is_init.empty() ? json(nullptr) : json(recurrent->is_init)}};
   }
   if (!custom_ops.empty()) out["custom_ops"] = custom_ops;
+  out["files"] = files;
   return out.dump(indent);
 }
 

@@ -1,11 +1,11 @@
-// tdaot::Policy: manifest and host checks, then AOTInductor's loader behind input validation.
+// tdaot::Policy: package checks (package.h), host checks, then AOTInductor's runner behind input
+// validation.
 #include "tdaot/policy.h"
 
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <mutex>
 #include <utility>
 
 #include "host.h"
@@ -51,30 +51,59 @@ c10::Device model_device(const Manifest& manifest, const PolicyOptions& options,
 #endif
 }
 
+// AOTInductor's runner for the device the package was compiled for, on the extracted library.
+std::unique_ptr<torch::inductor::AOTIModelContainerRunner> create_runner(
+    const detail::ExtractedModel& files, const detail::Metadata& metadata,
+    const Manifest& manifest, const PolicyOptions& options, c10::Device device,
+    const std::string& path) {
+  const auto key = metadata.find("AOTI_DEVICE_KEY");
+  if (key == metadata.end() || key->second != manifest.device) {
+    throw ManifestError(path, "package '" + path + "': AOTInductor's metadata names device '" +
+                                  (key == metadata.end() ? std::string("<none>") : key->second) +
+                                  "', but the manifest says '" + manifest.device + "'");
+  }
+  auto& registry = torch::inductor::getAOTIModelRunnerRegistry();
+  const auto create = registry.find(key->second);
+  if (create == registry.end()) {
+    throw HostMismatchError(path, "package '" + path + "' needs AOTInductor's '" + key->second +
+                                      "' runner, which this torch does not provide");
+  }
+  try {
+    auto runner = create->second(files.library, static_cast<size_t>(options.num_runners),
+                                 device.str(), files.directory(), /*run_single_threaded=*/false);
+    if (!files.weights_blob.empty()) runner->update_constant_buffer_from_blob(files.weights_blob);
+    return runner;
+  } catch (const std::exception& e) {
+    throw PackageError(path, "package '" + path + "' could not be loaded by AOTInductor: " +
+                                 detail::exception_text(e));
+  }
+}
+
 }  // namespace
 
+// check_options runs before the package is read, so a bad option never costs a file read.
 Policy::Impl::Impl(std::string package_path, const PolicyOptions& opts)
-    : path(std::move(package_path)),
-      options((check_options(opts), opts)),
-      // The manifest is read before AOTI touches the file, so missing or foreign files and
-      // packages built for another host never reach dlopen.
-      metadata(detail::read_package_metadata(path, options.model_name)),
-      manifest(detail::manifest_from_metadata(metadata, path)),
+    : Impl((check_options(opts), detail::Package(std::move(package_path), opts)), opts) {}
+
+// The package (and its bytes in memory) lives only until this constructor returns.
+Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& opts)
+    : path(package.path()),
+      options(opts),
+      sha256(package.sha256()),
+      metadata(package.metadata()),
+      manifest(package.manifest()),
+      // Packages built for another host are refused before their library is even extracted.
       device((detail::check_host(manifest, path), model_device(manifest, options, path))),
       validator(manifest, device) {
   if (options.intra_op_threads > 0) at::set_num_threads(options.intra_op_threads);
   detail::load_op_libraries(options.op_libraries);
   detail::check_custom_ops(manifest, path);
-  try {
-    std::lock_guard<std::mutex> lock(detail::aoti_metadata_mutex());
-    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-        path, options.model_name, /*run_single_threaded=*/false,
-        static_cast<size_t>(options.num_runners), device.is_cuda() ? device.index() : -1);
-  } catch (const std::exception& e) {
-    throw PackageError(path, "package '" + path + "' could not be loaded by AOTInductor: " +
-                                 detail::exception_text(e));
-  }
+  files.emplace(package.extract(options.temp_dir));
+  runner = create_runner(*files, metadata, manifest, options, device, path);
   warm_up();
+  // CPU kernels are all in the library, which stays mapped: the files are no longer needed, so
+  // nothing is left behind even if the process is killed later. CUDA kernels load lazily.
+  if (!device.is_cuda()) files.reset();
 }
 
 void Policy::Impl::warm_up() const {
@@ -101,7 +130,7 @@ std::vector<at::Tensor> Policy::Impl::execute(const std::vector<at::Tensor>& inp
   std::vector<at::Tensor> outputs;
   try {
     // No stream handle: AOTI's CUDA runner then uses the caller's current stream.
-    outputs = loader->run(inputs);
+    outputs = runner->run(inputs);
   } catch (const std::exception& e) {
     throw ExecutionError("package '" + path +
                          "': the compiled model failed: " + detail::exception_text(e));
@@ -157,6 +186,8 @@ const Policy::Impl& Policy::impl() const {
 const Manifest& Policy::manifest() const { return impl().manifest; }
 
 const std::string& Policy::path() const { return impl().path; }
+
+const std::string& Policy::sha256() const { return impl().sha256; }
 
 const std::unordered_map<std::string, std::string>& Policy::metadata() const {
   return impl().metadata;

@@ -1,9 +1,10 @@
 // Internal: the state behind tdaot::Policy, shared with tdaot::Session.
 #pragma once
 
-#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,16 +22,20 @@ struct Policy::Impl {
 
   std::string path;
   PolicyOptions options;
+  std::string sha256;  // of the package file
   detail::Metadata metadata;
   Manifest manifest;
   // The device inputs must be on: cpu, or cuda with the index the model was loaded on.
   c10::Device device;
   detail::InputValidator validator;  // refers to `manifest`; Impl never moves (held by pointer)
-  // run() is thread-safe: the AOTI container hands each call a runner and blocks while none is
-  // free. The pointer is non-const only because AOTIModelPackageLoader::run is not const.
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
+  // The extracted files, while the runner needs them (see PolicyOptions::temp_dir).
+  std::optional<detail::ExtractedModel> files;
+  // run() is thread-safe: the AOTI container hands each call a model instance and blocks while
+  // none is free. The pointer is non-const only because AOTIModelContainerRunner::run is not.
+  std::unique_ptr<torch::inductor::AOTIModelContainerRunner> runner;
 
  private:
+  Impl(const detail::Package& package, const PolicyOptions& options);
   void warm_up() const;
 };
 

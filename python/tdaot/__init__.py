@@ -12,7 +12,7 @@ from tdaot.build import Artifact, build
 from tdaot.errors import *  # noqa: F403 - the error classes are top-level API
 from tdaot.export import StaticBatchWarning
 from tdaot.manifest import BatchRange, Manifest, Recurrent, Source, StatePair, TensorSpec, read_manifest
-from tdaot.runtime import NativePolicy, NativeSession, load
+from tdaot.runtime import NativePolicy, NativeSession, load, verify
 
 __all__ = [
     *errors.__all__,
@@ -31,4 +31,5 @@ __all__ = [
     "load",
     "read_manifest",
     "testing",
+    "verify",
 ]

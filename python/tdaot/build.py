@@ -27,7 +27,7 @@ from tdaot.export import (
     export_policy,
     module_class_name,
 )
-from tdaot.manifest import Manifest, Source
+from tdaot.manifest import Manifest, Source, read_manifest
 from tdaot.targets import cpu_target as resolve_cpu_target
 from tdaot.targets import vector_isa
 
@@ -144,6 +144,8 @@ def build(
         cache_hit = _compile_or_fetch(exported.program, manifest, path, cache, report, kernel_threads)
     if save_exported:
         torch.export.save(exported.program, exported_program_path(path))
+    # The package's own manifest: sealed with the digests of the compiled files.
+    manifest = read_manifest(path)
     return Artifact(
         path=path,
         manifest=manifest,

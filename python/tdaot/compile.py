@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import os
 import shutil
 import tempfile
 import warnings
 
 import torch
+from torch.export.pt2_archive import PT2ArchiveReader, PT2ArchiveWriter
 
 from tdaot.errors import BuildError, CompileError
-from tdaot.manifest import METADATA_KEY, Manifest
+from tdaot.manifest import BOOKKEEPING_RECORDS, METADATA_KEY, Manifest, digest_exempt
 from tdaot.targets import compiling_for, cpu_target, inductor_options
 
 ARCHIVE_NAME = "package"
@@ -85,7 +89,37 @@ def compile_package(
             raise CompileError(
                 f"AOTInductor could not compile {manifest.source.module_class}: {first}"
             ) from err
+        seal_package(staging, manifest)
         os.replace(staging, path)
     finally:
         shutil.rmtree(staging_dir, ignore_errors=True)
     return path
+
+
+def seal_package(archive_path: str, manifest: Manifest) -> Manifest:
+    """Records the sha256 of every file of a freshly compiled package in its manifest.
+
+    AOTInductor wrote the manifest before the files existed, so the archive is written
+    again, in place and in the same record order, with the digests added to the manifest
+    in its metadata JSONs (which are therefore not digested themselves; the zip writer's
+    bookkeeping records are rewritten by the writer). Returns the sealed manifest.
+    """
+    reader = PT2ArchiveReader(archive_path)
+    records = {name: reader.read_bytes(name) for name in reader.get_file_names()}
+    del reader
+    files = {
+        name: hashlib.sha256(data).hexdigest() for name, data in records.items() if not digest_exempt(name)
+    }
+    sealed = dataclasses.replace(manifest, files=files)
+    os.remove(archive_path)  # the top folder is named after the file, so keep its name
+    with PT2ArchiveWriter(archive_path) as writer:
+        for name, data in records.items():
+            if name in BOOKKEEPING_RECORDS:
+                continue
+            if digest_exempt(name):
+                metadata = json.loads(data)
+                if METADATA_KEY in metadata:
+                    metadata[METADATA_KEY] = sealed.to_json()
+                data = json.dumps(metadata).encode()
+            writer.write_bytes(name, data)
+    return sealed

@@ -22,6 +22,12 @@ class PackageError(TdaotError):
         self.path = path
 
 
+class IntegrityError(PackageError):
+    """The package is not the artifact it claims to be: its sha256 differs from the pinned
+    ``expected_sha256``, or a file inside it differs from (or is missing from, or is not
+    listed in) the sha256 digests its manifest records."""
+
+
 class ManifestError(PackageError):
     """The package holds no tdaot manifest, or the manifest is malformed."""
 
@@ -109,6 +115,7 @@ __all__ = [
     "InputError",
     "KeyNameError",
     "LayoutError",
+    "IntegrityError",
     "ManifestError",
     "MissingKeyError",
     "MissingOperatorError",

@@ -5,9 +5,9 @@ The manifest is JSON stored as one string under the AOTInductor metadata key
 the package (``<name>/data/aotinductor/<model>/*_metadata.json``), so both this
 module and the C++ runtime read it without loading any compiled code.
 
-Schema (version 1)::
+Schema (version 2)::
 
-    {"schema_version": 1,
+    {"schema_version": 2,
      "inputs":  [{"key": "agents.observation", "dtype": "float32", "shape": [2, 5]}],
      "outputs": [{"key": "sample", "dtype": "float32", "shape": [2]}],
      "batch": {"min": 1, "max": 1048576},
@@ -15,12 +15,17 @@ Schema (version 1)::
      "cpu_target": "native", "cpu_isa": "avx512",
      "torch_version": "2.13.0+cpu", "tensordict_version": "0.14.3", "tdaot_version": "0.1.0",
      "source": {"module_class": "...", "factory": "examples/policies.py:tutorial_policy"},
-     "custom_ops": ["tdaot_test::scale_clamp"]}
+     "custom_ops": ["tdaot_test::scale_clamp"],
+     "files": {"data/aotinductor/model/<hash>.wrapper.so": "<sha256>", ...}}
 
 ``shape`` is the per-sample shape: the tensor's shape without the leading batch dim.
 Inputs and outputs are listed in the compiled model's positional order. ``custom_ops``
 (optional, written only when non-empty) names the operators from outside torch the
 compiled model calls, which the runner must find registered before it loads the model.
+``files`` (version 2) holds the sha256 of every file in the package by its name inside the
+archive (without the archive's top folder), except the metadata JSONs that carry the
+manifest itself and the zip writer's bookkeeping records (:func:`digest_exempt`); the
+runner checks every digest before it loads the library. Version 1 had no ``files``.
 """
 
 from __future__ import annotations
@@ -37,7 +42,21 @@ import torch
 from tdaot.errors import ManifestError, PackageError
 
 METADATA_KEY = "tdaot.manifest"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# Records torch's zip writer adds to every archive after the payload; they cannot be listed
+# in the manifest that is itself part of the payload, and the runner never extracts them.
+BOOKKEEPING_RECORDS = frozenset(
+    {"archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id"}
+)
+
+
+def digest_exempt(name: str) -> bool:
+    """Whether the archive record ``name`` (without the top folder) is left out of ``files``:
+    AOTInductor's metadata JSONs (they carry the manifest) and the writer's bookkeeping."""
+    return name in BOOKKEEPING_RECORDS or (
+        name.startswith("data/aotinductor/") and name.endswith("_metadata.json")
+    )
 
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -141,6 +160,9 @@ class Manifest:
     recurrent: Recurrent | None = None
     # Qualified names ("ns::op", "ns::op.overload") of the custom operators the model calls.
     custom_ops: tuple[str, ...] = ()
+    # sha256 of every file of the package (see the module docstring); empty until the
+    # package is compiled and sealed (tdaot.compile.compile_package).
+    files: dict[str, str] = field(default_factory=dict, hash=False)
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -167,6 +189,8 @@ class Manifest:
         ]
         if self.custom_ops:
             lines.append(f"  custom ops        {', '.join(self.custom_ops)}")
+        if self.files:
+            lines.append(f"  files             {len(self.files)} with sha256 digests")
         width = max(len(s.key) for s in (*self.inputs, *self.outputs))
         for title, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
             lines.append(f"  {title}")
@@ -188,6 +212,8 @@ class Manifest:
             data["custom_ops"] = list(self.custom_ops)
         else:
             del data["custom_ops"]  # optional: packages calling only torch's operators omit it
+        if not self.files:
+            del data["files"]  # not sealed yet: the compiled files do not exist
         return {**self.extra, **data}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -207,6 +233,12 @@ class Manifest:
         if not isinstance(data, dict):
             reader.fail("", f"expected a JSON object, got {type(data).__name__}")
         version = reader.get(data, "schema_version", int)
+        if version == 1:
+            reader.fail(
+                "schema_version",
+                "version 1 packages carry no file digests, which the runner verifies before "
+                "loading; rebuild the package with tdaot >= 0.2",
+            )
         if version != SCHEMA_VERSION:
             reader.fail(
                 "schema_version",
@@ -235,6 +267,7 @@ class Manifest:
             ),
             recurrent=reader.recurrent(data),
             custom_ops=reader.custom_ops(data),
+            files=reader.files(data),
             schema_version=version,
             extra={k: v for k, v in data.items() if k not in known},
         )
@@ -291,6 +324,17 @@ class _FieldReader:
                     f"custom_ops[{i}]", f"expected a qualified operator name (namespace::name), got {op!r}"
                 )
         return tuple(ops)
+
+    def files(self, data: dict) -> dict[str, str]:
+        files = self.get(data, "files", dict)
+        if not files:
+            self.fail("files", "empty; a package lists the digest of every file")
+        for name, digest in files.items():
+            if not name or not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+                self.fail(
+                    f"files[{name!r}]", f"expected a sha256 digest (64 lowercase hex digits), got {digest!r}"
+                )
+        return dict(files)
 
     def specs(self, data: dict, name: str) -> tuple[TensorSpec, ...]:
         specs = []

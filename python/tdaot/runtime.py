@@ -64,6 +64,8 @@ class NativePolicy:
         num_runners: int = 1,
         warmup_runs: int = 1,
         op_libraries: Sequence[str | os.PathLike] = (),
+        expected_sha256: str | None = None,
+        temp_dir: str | os.PathLike | None = None,
     ) -> None:
         self._policy = _C.Policy(
             os.fspath(path),
@@ -71,8 +73,12 @@ class NativePolicy:
             num_runners=num_runners,
             warmup_runs=warmup_runs,
             op_libraries=[os.fspath(lib) for lib in op_libraries],
+            expected_sha256=expected_sha256 or "",
+            temp_dir=os.fspath(temp_dir) if temp_dir is not None else "",
         )
         self.path = self._policy.path
+        #: sha256 of the package file as loaded (what ``expected_sha256`` pins).
+        self.sha256 = self._policy.sha256
         self.manifest = Manifest.from_json(self._policy.manifest_json, self.path)
         self._in_keys = _td_keys(self.manifest.input_keys)
         self._out_keys = _td_keys(self.manifest.output_keys)
@@ -152,6 +158,8 @@ def load(
     num_runners: int = 1,
     warmup_runs: int = 1,
     op_libraries: Sequence[str | os.PathLike] = (),
+    expected_sha256: str | None = None,
+    temp_dir: str | os.PathLike | None = None,
 ) -> NativePolicy:
     """Loads a tdaot package into the native runner.
 
@@ -163,6 +171,12 @@ def load(
     (its manifest's ``custom_ops``), loaded first; libraries already loaded in this process
     (``torch.ops.load_library``) count too. An operator still missing raises
     :class:`tdaot.MissingOperatorError`; a library that cannot be loaded, :class:`tdaot.PackageError`.
+
+    Before anything is loaded, every file in the package is checked against the sha256 its
+    manifest records, and with ``expected_sha256`` (the package's digest, as ``sha256sum`` or
+    the build report gives it) the whole file is pinned: a mismatch raises
+    :class:`tdaot.IntegrityError`. The files are extracted into a private directory under
+    ``temp_dir`` ($TMPDIR or /tmp by default), removed again once the model is loaded.
     """
     return NativePolicy(
         path,
@@ -170,4 +184,14 @@ def load(
         num_runners=num_runners,
         warmup_runs=warmup_runs,
         op_libraries=op_libraries,
+        expected_sha256=expected_sha256,
+        temp_dir=temp_dir,
     )
+
+
+def verify(path: str | os.PathLike, expected_sha256: str | None = None) -> str:
+    """Checks a package as :func:`load` does, without loading it: its zip structure, its
+    manifest, every file against the manifest's sha256 digests and, with ``expected_sha256``,
+    the whole file. Returns the package's sha256; raises :class:`tdaot.PackageError`
+    (:class:`tdaot.IntegrityError` for a digest mismatch)."""
+    return _C.verify_package(os.fspath(path), expected_sha256 or "")

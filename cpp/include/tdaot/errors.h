@@ -29,6 +29,14 @@ class PackageError : public Error {
   std::string path_;
 };
 
+// The package is not the artifact it claims to be: the whole file's sha256 differs from
+// PolicyOptions::expected_sha256 (pinning), or a file inside it differs from the sha256 its
+// manifest records, is missing, or is not listed at all.
+class IntegrityError : public PackageError {
+ public:
+  using PackageError::PackageError;
+};
+
 // The package holds no tdaot manifest, or the manifest is malformed or of an unknown schema.
 class ManifestError : public PackageError {
  public:

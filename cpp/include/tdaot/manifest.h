@@ -7,6 +7,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -16,8 +17,9 @@ namespace tdaot {
 
 // The AOTInductor metadata key under which the manifest JSON is stored.
 inline constexpr const char* kManifestMetadataKey = "tdaot.manifest";
-// The manifest schema version this runtime reads.
-inline constexpr int kManifestSchemaVersion = 1;
+// The manifest schema version this runtime reads. Version 2 added the file digests; version 1
+// packages are refused with a message to rebuild them.
+inline constexpr int kManifestSchemaVersion = 2;
 
 // One input or output: a dot-joined key, its dtype and its shape after the batch dim.
 struct TensorSpec {
@@ -75,6 +77,12 @@ struct Manifest {
   // Policy refuses to load the package unless every one is registered (the optional top-level
   // "custom_ops" field; empty for packages that call only torch's own operators).
   std::vector<std::string> custom_ops;
+  // The sha256 (64 lowercase hex digits) of every file in the package, by its name inside the
+  // archive without the archive's top folder ("data/aotinductor/model/<hash>.wrapper.so").
+  // Not listed: the AOTInductor metadata JSONs that carry this manifest (a file cannot hold
+  // its own digest) and the zip writer's bookkeeping records (.data/version,
+  // .data/serialization_id). Policy verifies every digest before it loads the library.
+  std::map<std::string, std::string> files;
 
   // Index of the input with this key, or nullopt.
   std::optional<size_t> input_index(const std::string& key) const;

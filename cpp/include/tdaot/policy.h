@@ -15,6 +15,7 @@
 
 #include <ATen/Tensor.h>
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,13 +55,28 @@ struct PolicyOptions {
   // unloaded (the dispatcher keeps pointing into them). Libraries already in the process count
   // too, so a library linked into the program or loaded before needs no entry here.
   std::vector<std::string> op_libraries;
+  // Pins the artifact: the sha256 of the whole package file (64 hex digits, either case), as
+  // `sha256sum` prints it and tdaot's build report records it. When set, any other file is
+  // refused with IntegrityError before anything in it is read. Empty accepts any package whose
+  // files match the digests in its own manifest (always checked).
+  std::string expected_sha256;
+  // Where the package's files are extracted for loading: a private directory (mode 0700,
+  // "tdaot-XXXXXX") is created under it and removed again once the model is loaded (for
+  // CUDA packages, whose kernels load lazily, when the Policy is destroyed). Empty: $TMPDIR,
+  // else /tmp. It must allow executable mappings (not be mounted noexec).
+  std::string temp_dir;
+  // The largest package file, and the most bytes its entries may declare unpacked, that
+  // loading accepts (the whole file is read into memory to check it). Default 4 GiB.
+  uint64_t max_package_bytes = uint64_t{4} << 30;
 };
 
 class Policy {
  public:
-  // Loads the package at `package_path`; throws PackageError, ManifestError or HostMismatchError
-  // (MissingOperatorError for an unregistered custom operator), tdaot::Error for invalid options,
-  // ExecutionError when a warm-up run fails.
+  // Loads the package at `package_path`. The file is read once; its sha256 is compared with
+  // options.expected_sha256 when set, and every file inside it with the digest its manifest
+  // records, before its library is loaded. Throws PackageError (IntegrityError for a digest
+  // mismatch, ManifestError, HostMismatchError, MissingOperatorError for an unregistered
+  // custom operator), tdaot::Error for invalid options, ExecutionError when a warm-up run fails.
   explicit Policy(const std::string& package_path, const PolicyOptions& options = {});
   ~Policy();
   Policy(Policy&&) noexcept;
@@ -72,6 +88,8 @@ class Policy {
   const Manifest& manifest() const;
   // The path the package was loaded from.
   const std::string& path() const;
+  // The sha256 of the package file as loaded (64 lowercase hex digits), for logs and pinning.
+  const std::string& sha256() const;
   // All AOTInductor metadata of the package (the manifest JSON included).
   const std::unordered_map<std::string, std::string>& metadata() const;
 
@@ -89,5 +107,10 @@ class Policy {
   // Shared so that sessions keep the loaded model alive whatever happens to the Policy.
   std::shared_ptr<const Impl> impl_;
 };
+
+// Checks a package without loading it: the file's sha256 against `expected_sha256` (when not
+// empty), its zip structure and manifest, and every file against the digest its manifest
+// records. Returns the package's sha256; throws what the Policy constructor throws for these.
+std::string verify_package(const std::string& package_path, const std::string& expected_sha256 = "");
 
 }  // namespace tdaot

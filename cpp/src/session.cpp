@@ -115,8 +115,10 @@ std::vector<at::Tensor> Session::Impl::run(const std::vector<at::Tensor>& given)
   } clear{*this};
   for (size_t i = 0; i < given.size(); ++i) {
     const at::Tensor& tensor = given[i];
-    // Checked before the validator, whose message would blame a state input's batch size.
-    if (tensor.defined() && tensor.dim() > 0 && tensor.size(0) != batch) {
+    // Checked before the validator, whose message would blame a state input's batch size; a
+    // tensor without plain sizes (nested, sparse, subclass) is refused before they are read.
+    detail::check_plain(given_specs[i], tensor);
+    if (tensor.dim() > 0 && tensor.size(0) != batch) {
       throw BatchSizeError(given_specs[i].key, "input " + in_quotes(given_specs[i].key) +
                                                    " has batch size " +
                                                    std::to_string(tensor.size(0)) +

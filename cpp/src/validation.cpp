@@ -3,8 +3,10 @@
 #include "validation.h"
 
 #include <c10/core/Device.h>
+#include <c10/core/Layout.h>
 
 #include <algorithm>
+#include <sstream>
 #include <string>
 
 #include "tdaot/errors.h"
@@ -126,14 +128,52 @@ void InputValidator::check_tensors(const std::vector<at::Tensor>& inputs) const 
                                       "); AOTInductor assumes contiguous inputs: pass "
                                       "tensor.contiguous()");
     }
+    // A lazy negation (torch._neg_view, the imaginary part of a conjugate view) is a flag the
+    // generated kernels never read: they would compute with the un-negated memory.
+    if (inputs[i].is_neg()) {
+      throw LayoutError(spec.key, "input " + quoted(spec.key) +
+                                      " is a lazily negated view (its negative bit is set); the "
+                                      "compiled model reads the raw memory: pass "
+                                      "tensor.resolve_neg()");
+    }
+  }
+}
+
+void check_plain(const TensorSpec& spec, const at::Tensor& tensor) {
+  const std::string& key = spec.key;
+  if (!tensor.defined()) {
+    throw InputError(key, "input " + quoted(key) + " is an undefined tensor");
+  }
+  // First, and by flag only: asking such a tensor for its device or sizes may call into Python.
+  const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+  if (impl->is_python_dispatch() || impl->has_symbolic_sizes_strides()) {
+    throw LayoutError(key, "input " + quoted(key) +
+                               " is a tensor subclass with its own __torch_dispatch__ (a jagged "
+                               "nested, fake or distributed tensor, for example); the compiled "
+                               "model reads plain memory: pass a plain dense tensor");
+  }
+  if (tensor.is_nested()) {
+    throw LayoutError(key, "input " + quoted(key) +
+                               " is a nested tensor; the compiled model takes dense tensors of "
+                               "one shape: pass a plain dense tensor");
+  }
+  if (tensor.layout() != c10::kStrided) {
+    std::ostringstream layout;
+    layout << tensor.layout();
+    throw LayoutError(key, "input " + quoted(key) + " has layout " + layout.str() +
+                               "; the compiled model reads strided dense tensors: pass "
+                               "tensor.to_dense()");
+  }
+  if (!tensor.has_storage()) {
+    throw LayoutError(key, "input " + quoted(key) +
+                               " has no storage of its own (a wrapper or batched tensor); the "
+                               "compiled model reads plain memory: pass a plain dense tensor");
   }
 }
 
 void InputValidator::check_tensor(const TensorSpec& spec, const at::Tensor& tensor) const {
   const std::string& key = spec.key;
-  if (!tensor.defined()) {
-    throw InputError(key, "input " + quoted(key) + " is an undefined tensor");
-  }
+  check_plain(spec, tensor);
   if (tensor.device().type() != device_.type()) {
     throw DeviceError(key, "input " + quoted(key) + " is on device " + tensor.device().str() +
                                ", but the package was built for device " + manifest_.device);

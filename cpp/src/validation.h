@@ -35,6 +35,12 @@ class InputValidator {
   c10::Device device_;
 };
 
+// Throws for a tensor whose memory the compiled model cannot read as plain dense data: InputError
+// when it is undefined, LayoutError for a Python tensor subclass that overrides
+// __torch_dispatch__, a nested tensor, a layout other than strided (sparse, mkldnn) or a tensor
+// without storage. Run before anything reads the sizes, which some of these do not have.
+void check_plain(const TensorSpec& spec, const at::Tensor& tensor);
+
 // The tensors of `specs` taken from `inputs`, in the order of `specs`. Throws MissingKeyError
 // or UnknownKeyError naming the key and listing the expected keys. Checks nothing else.
 std::vector<at::Tensor> pick_keyed(const std::vector<TensorSpec>& specs, const TensorMap& inputs);

@@ -174,54 +174,6 @@ TEST_F(PolicyTest, PolicyIsMovable) {
   EXPECT_NE(std::string(error->what()).find("moved from"), std::string::npos) << error->what();
 }
 
-// 8 threads x many calls on one Policy, each with its own batch size, against references
-// computed on one thread first. With num_runners = 1 the calls queue for the one runner;
-// with 4 they run on 4 model instances at once.
-void expect_threads_match_reference(const Policy& policy) {
-  constexpr int kThreads = 8;
-  constexpr int kCalls = 200;
-  std::vector<std::vector<at::Tensor>> inputs;
-  std::vector<std::vector<at::Tensor>> reference;
-  for (int t = 0; t < kThreads; ++t) {
-    inputs.push_back(random_inputs(policy.manifest(), 1 + 3 * t));
-    reference.push_back(policy.run_positional(inputs.back()));
-  }
-  std::vector<int> mismatches(kThreads, 0);
-  std::vector<std::string> errors(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      try {
-        for (int i = 0; i < kCalls; ++i) {
-          // Alternate the paths so both run concurrently.
-          const auto out = (i % 2 == 0) ? policy.run_positional(inputs[t])
-                                        : run_keyed_in_order(policy, inputs[t]);
-          for (size_t k = 0; k < out.size(); ++k) {
-            if (!at::equal(out[k], reference[t][k])) ++mismatches[t];
-          }
-        }
-      } catch (const std::exception& e) {
-        errors[t] = e.what();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  for (int t = 0; t < kThreads; ++t) {
-    EXPECT_EQ(mismatches[t], 0) << "thread " << t;
-    EXPECT_EQ(errors[t], "") << "thread " << t;
-  }
-}
-
-TEST_F(PolicyTest, EightThreadsOnOneRunnerMatchTheReference) {
-  expect_threads_match_reference(nested());
-}
-
-TEST(PolicyOptionsTest, EightThreadsOnFourRunnersMatchTheReference) {
-  PolicyOptions options;
-  options.num_runners = 4;
-  expect_threads_match_reference(Policy(test::package_path("nested.pt2"), options));
-}
-
 // ---- load options ----
 
 TEST(PolicyOptionsTest, IntraOpThreadsDefaultToOne) {

@@ -66,7 +66,8 @@ PYBIND11_MODULE(_C, m) {
   py::class_<tdaot::Policy>(m, "Policy")
       .def(py::init([](const std::string& path, int intra_op_threads, int num_runners,
                        int warmup_runs, std::vector<std::string> op_libraries,
-                       std::string expected_sha256, std::string temp_dir) {
+                       std::string expected_sha256, std::string temp_dir,
+                       uint64_t max_package_bytes) {
              tdaot::PolicyOptions options;
              options.intra_op_threads = intra_op_threads;
              options.num_runners = num_runners;
@@ -74,6 +75,7 @@ PYBIND11_MODULE(_C, m) {
              options.op_libraries = std::move(op_libraries);
              options.expected_sha256 = std::move(expected_sha256);
              options.temp_dir = std::move(temp_dir);
+             options.max_package_bytes = max_package_bytes;
              py::gil_scoped_release unlocked;
              return std::make_unique<tdaot::Policy>(path, options);
            }),
@@ -81,6 +83,7 @@ PYBIND11_MODULE(_C, m) {
            py::arg("num_runners") = 1, py::arg("warmup_runs") = 1,
            py::arg("op_libraries") = std::vector<std::string>{},
            py::arg("expected_sha256") = std::string(), py::arg("temp_dir") = std::string(),
+           py::arg("max_package_bytes") = tdaot::PolicyOptions{}.max_package_bytes,
            "Loads a package (see tdaot::PolicyOptions; intra_op_threads=0 leaves torch's alone).")
       .def_property_readonly("path", &tdaot::Policy::path)
       .def_property_readonly("sha256", &tdaot::Policy::sha256)

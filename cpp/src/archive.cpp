@@ -4,7 +4,6 @@
 #include <zip.h>
 
 #include <memory>
-#include <unordered_set>
 
 #include "tdaot/errors.h"
 
@@ -63,9 +62,14 @@ ZipArchive::ZipArchive(std::string_view bytes, std::string path, uint64_t max_un
   if (source == nullptr) fail("cannot be opened as a zip archive: " + libzip_error(&error));
   // ZIP_CHECKCONS compares the central directory with every local header, which catches
   // truncated copies and headers that disagree about names or sizes.
+  // libzip also refuses two entries of one name (ZIP_ER_EXISTS) while it reads the directory.
   zip_ = zip_open_from_source(source, ZIP_RDONLY | ZIP_CHECKCONS, &error);
   if (zip_ == nullptr) {
     zip_source_free(source);
+    if (zip_error_code_zip(&error) == ZIP_ER_EXISTS) {
+      zip_error_fini(&error);
+      fail("is not a .pt2 package: two of its entries have the same name");
+    }
     fail("is not a .pt2 package (a damaged or truncated zip archive: " + libzip_error(&error) +
          ")");
   }
@@ -73,7 +77,8 @@ ZipArchive::ZipArchive(std::string_view bytes, std::string path, uint64_t max_un
 
   const zip_int64_t count = zip_get_num_entries(zip_, 0);
   if (count <= 0) fail("is an empty zip archive, not a .pt2 package");
-  std::unordered_set<std::string> names;
+  const std::string over_limit = ", more than the limit of " +
+                                 std::to_string(max_unpacked_bytes) + " (max_package_bytes)";
   uint64_t total = 0;
   for (zip_int64_t i = 0; i < count; ++i) {
     const auto index = static_cast<zip_uint64_t>(i);
@@ -103,18 +108,15 @@ ZipArchive::ZipArchive(std::string_view bytes, std::string path, uint64_t max_un
            std::to_string(stat.comp_method) + " (tdaot reads stored and deflated entries)");
     }
     if ((stat.valid & ZIP_STAT_SIZE) == 0) fail("has an " + quoted + " of unknown size");
-    if (!names.insert(entry.name).second) fail("has two entries named '" + entry.name + "'");
-    const std::string limit = " bytes, more than the limit of " +
-                              std::to_string(max_unpacked_bytes) +
-                              " (PolicyOptions::max_package_bytes)";
     if (entry.size > max_unpacked_bytes) {
-      fail("has an " + quoted + " that declares " + std::to_string(entry.size) + limit);
+      fail("has an " + quoted + " that declares " + std::to_string(entry.size) + " bytes" +
+           over_limit);
     }
-    total += entry.size;
-    if (total > max_unpacked_bytes) {
-      fail("declares more than " + std::to_string(total) + " unpacked" + limit);
-    }
+    total += entry.size;  // no overflow: each term is at most the limit
     entries_.push_back(std::move(entry));
+  }
+  if (total > max_unpacked_bytes) {
+    fail("declares " + std::to_string(total) + " bytes in all its entries" + over_limit);
   }
 }
 

@@ -66,6 +66,7 @@ class NativePolicy:
         op_libraries: Sequence[str | os.PathLike] = (),
         expected_sha256: str | None = None,
         temp_dir: str | os.PathLike | None = None,
+        max_package_bytes: int = 4 << 30,
     ) -> None:
         self._policy = _C.Policy(
             os.fspath(path),
@@ -75,6 +76,7 @@ class NativePolicy:
             op_libraries=[os.fspath(lib) for lib in op_libraries],
             expected_sha256=expected_sha256 or "",
             temp_dir=os.fspath(temp_dir) if temp_dir is not None else "",
+            max_package_bytes=max_package_bytes,
         )
         self.path = self._policy.path
         #: sha256 of the package file as loaded (what ``expected_sha256`` pins).
@@ -160,6 +162,7 @@ def load(
     op_libraries: Sequence[str | os.PathLike] = (),
     expected_sha256: str | None = None,
     temp_dir: str | os.PathLike | None = None,
+    max_package_bytes: int = 4 << 30,
 ) -> NativePolicy:
     """Loads a tdaot package into the native runner.
 
@@ -177,6 +180,8 @@ def load(
     the build report gives it) the whole file is pinned: a mismatch raises
     :class:`tdaot.IntegrityError`. The files are extracted into a private directory under
     ``temp_dir`` ($TMPDIR or /tmp by default), removed again once the model is loaded.
+    Packages (and the unpacked sizes their entries declare) above ``max_package_bytes`` are
+    refused, since the file is read into memory to be checked.
     """
     return NativePolicy(
         path,
@@ -186,6 +191,7 @@ def load(
         op_libraries=op_libraries,
         expected_sha256=expected_sha256,
         temp_dir=temp_dir,
+        max_package_bytes=max_package_bytes,
     )
 
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import zipfile
 
 import pytest
 import torch
@@ -48,7 +45,7 @@ def test_keyword_mapping_and_positional_forms_agree(nested, nested_native):
 
 def test_metadata_holds_the_manifest_and_aoti_keys(tutorial_native):
     metadata = tutorial_native.metadata
-    assert json.loads(metadata["tdaot.manifest"])["schema_version"] == 1
+    assert json.loads(metadata["tdaot.manifest"])["schema_version"] == 2
     assert metadata["AOTI_DEVICE_KEY"] == "cpu"
     assert "observation" in repr(tutorial_native)
 
@@ -61,107 +58,7 @@ def test_an_input_error_carries_the_key_and_is_a_tdaot_error(tutorial_native):
     assert info.value.key == "observation"
 
 
-# --- packages that cannot be loaded ---------------------------------------------------
-def test_missing_package_names_the_path(tmp_path):
-    path = tmp_path / "nope.pt2"
-    with pytest.raises(tdaot.PackageError, match=f"{path}") as info:
-        tdaot.load(path)
-    assert info.value.path == str(path)
-
-
-@pytest.mark.parametrize("content", [b"", os.urandom(4096)], ids=["empty", "random-bytes"])
-def test_non_package_file_names_the_path(tmp_path, content):
-    path = tmp_path / "broken.pt2"
-    path.write_bytes(content)
-    with pytest.raises(tdaot.PackageError, match=f"{path}.*not a .pt2 package"):
-        tdaot.load(path)
-
-
-def test_directory_and_dev_null_are_refused(tmp_path):
-    with pytest.raises(tdaot.PackageError, match=str(tmp_path)):
-        tdaot.load(tmp_path)
-    with pytest.raises(tdaot.PackageError, match="/dev/null"):
-        tdaot.load("/dev/null")
-
-
-def _rewrite_manifest(source: str, target, edit) -> None:
-    """Copies a package, passing its AOTInductor metadata through ``edit``."""
-    with zipfile.ZipFile(source) as src, zipfile.ZipFile(target, "w") as dst:
-        for info in src.infolist():
-            data = src.read(info)
-            if info.filename.endswith("wrapper_metadata.json"):
-                metadata = json.loads(data)
-                edit(metadata)
-                data = json.dumps(metadata).encode()
-            dst.writestr(info, data)
-
-
-def _edit_manifest(change):
-    def edit(metadata):
-        manifest = json.loads(metadata["tdaot.manifest"])
-        change(manifest)
-        metadata["tdaot.manifest"] = json.dumps(manifest)
-
-    return edit
-
-
-MANIFEST_FAULTS = [
-    pytest.param(
-        lambda md: md.pop("tdaot.manifest"),
-        tdaot.ManifestError,
-        "has no 'tdaot.manifest' metadata",
-        id="no-manifest",
-    ),
-    pytest.param(
-        lambda md: md.update({"tdaot.manifest": "{not json"}), tdaot.ManifestError, "JSON|json", id="not-json"
-    ),
-    pytest.param(
-        _edit_manifest(lambda m: m.update(schema_version=99)),
-        tdaot.ManifestError,
-        "schema_version",
-        id="schema-version",
-    ),
-    pytest.param(
-        _edit_manifest(lambda m: m["inputs"][0].update(dtype="float8")),
-        tdaot.ManifestError,
-        r"inputs\[0\]\.dtype.*float8",
-        id="unknown-dtype",
-    ),
-    pytest.param(
-        _edit_manifest(lambda m: m.pop("outputs")), tdaot.ManifestError, "outputs", id="missing-field"
-    ),
-    pytest.param(
-        _edit_manifest(lambda m: m.update(torch_version="1.13.1")),
-        tdaot.HostMismatchError,
-        r"1\.13.*2\.13",
-        id="torch-version",
-    ),
-]
-
-
-@pytest.mark.parametrize(("edit", "error", "message"), MANIFEST_FAULTS)
-def test_bad_manifest_is_refused_naming_the_package(tutorial, tmp_path, edit, error, message):
-    path = tmp_path / "edited.pt2"
-    _rewrite_manifest(tutorial[2].path, path, edit)
-    with pytest.raises(error, match=message) as info:
-        tdaot.load(path)
-    assert str(path) in str(info.value)
-
-
-def test_cuda_package_on_a_host_without_cuda_is_refused(tutorial, tmp_path):
-    if torch.cuda.is_available():
-        pytest.skip("this host has CUDA")
-    path = tmp_path / "cuda.pt2"
-    _rewrite_manifest(tutorial[2].path, path, _edit_manifest(lambda m: m.update(device="cuda")))
-    with pytest.raises(tdaot.HostMismatchError, match="cuda"):
-        tdaot.load(path)
-
-
-def test_python_reader_refuses_the_same_packages(tmp_path):
-    path = tmp_path / "x.pt2"
-    shutil.copy(__file__, path)
-    with pytest.raises(tdaot.PackageError, match="not a .pt2 package"):
-        tdaot.read_manifest(path)
+# --- packages that cannot be loaded: test_packages.py ---------------------------------
 
 
 # --- load options (threads sharing a policy: test_concurrency.py) ---------------------

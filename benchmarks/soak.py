@@ -49,15 +49,45 @@ def log(message: str) -> None:
 # --- the Python-binding soak, run in its own process (--worker) ----------------------------
 
 
-def current_rss() -> tuple[int, int]:
-    """(resident, file-backed) KiB of this process, from /proc/self/statm."""
+def _mallinfo2():
+    """glibc's mallinfo2, or None (another libc, or glibc before 2.33)."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+        ]
+
+    try:
+        function = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    function.restype = MallInfo2
+    return function
+
+
+MALLINFO2 = _mallinfo2()
+
+
+READINGS = ("rss_kib", "file_kib", "heap_kib", "py_blocks")
+
+
+def current_rss() -> tuple[int, int, int, int]:
+    """This process's resident set and its file-backed part (/proc/self/statm), the bytes held
+    from malloc (glibc's count, -1 elsewhere) in KiB, and the Python objects' memory blocks
+    (sys.getallocatedblocks): RSS growing while those two do not is allocator caching."""
     fd = os.open("/proc/self/statm", os.O_RDONLY)
     try:
         fields = os.read(fd, 256).split()
     finally:
         os.close(fd)
     page_kib = os.sysconf("SC_PAGESIZE") // 1024
-    return int(fields[1]) * page_kib, int(fields[2]) * page_kib
+    heap = -1
+    if MALLINFO2 is not None:
+        info = MALLINFO2()
+        heap = (info.uordblks + info.hblkhd) // 1024
+    return int(fields[1]) * page_kib, int(fields[2]) * page_kib, heap, sys.getallocatedblocks()
 
 
 def sample_points(calls: int, samples: int, warmup: int) -> list[int]:
@@ -110,6 +140,8 @@ def summarize(
         "rss_final_kib": last["rss_kib"],
         "growth_kib": growth,
         "file_growth_kib": last["file_kib"] - warm["file_kib"],
+        "heap_growth_kib": None if last["heap_kib"] is None else last["heap_kib"] - warm["heap_kib"],
+        "py_blocks_growth": last["py_blocks"] - warm["py_blocks"],
         "slope_kib_per_million_calls": slope,
         "max_growth_kib": max_growth_kib,
         "passed": growth <= max_growth_kib,
@@ -169,28 +201,43 @@ def python_soak(args: argparse.Namespace) -> dict:
 
     calls, warmup = args.calls, args.warmup_calls if args.warmup_calls is not None else args.calls // 10
     points = sample_points(calls, args.samples, warmup)
-    # Preallocated and written through before the first call, so that the bookkeeping itself
-    # does not grow the RSS being measured (a list of ints would, by 36 bytes a call).
+    # Arrays allocated and written through before the first call, so that the bookkeeping
+    # itself grows neither the RSS nor the Python block count being measured (a list of ints
+    # would, by 36 bytes a call; a dict per RSS reading, by 7 blocks).
     latencies = array.array("q", bytes(8 * (calls - warmup)))
-    samples = []
+    times = array.array("q", bytes(8 * len(points)))
+    readings = [array.array("q", bytes(8 * len(points))) for _ in READINGS]
     clock = time.perf_counter_ns
+
+    def read(index: int) -> None:
+        times[index] = clock() - start
+        for values, value in zip(readings, current_rss()):
+            values[index] = value
+
     start = clock()
     next_point = 0
     for i in range(calls):
         if i == points[next_point]:
-            rss, file_kib = current_rss()
-            samples.append(
-                {"call": i, "seconds": (clock() - start) / 1e9, "rss_kib": rss, "file_kib": file_kib}
-            )
+            read(next_point)
             next_point += 1
         t0 = clock()
         call()
         elapsed = clock() - t0
         if i >= warmup:
             latencies[i - warmup] = elapsed
-    seconds = (clock() - start) / 1e9
-    rss, file_kib = current_rss()
-    samples.append({"call": calls, "seconds": seconds, "rss_kib": rss, "file_kib": file_kib})
+    read(next_point)  # the last point: `calls`
+    seconds = times[-1] / 1e9
+    samples = [
+        {
+            "call": call_index,
+            "seconds": times[k] / 1e9,
+            **{name: values[k] for name, values in zip(READINGS, readings)},
+        }
+        for k, call_index in enumerate(points)
+    ]
+    for sample in samples:
+        if sample["heap_kib"] < 0:
+            sample["heap_kib"] = None
     return summarize(
         package=args.worker,
         mode=mode,
@@ -233,6 +280,18 @@ def ensure_package(name: str, directory: Path, tdaot_run: str, rebuild: bool) ->
     return path
 
 
+def last_error(text: str, code: int) -> str:
+    """The exception line of a Python traceback (the first unindented line after it: a
+    message may run over several lines), else the last line."""
+    lines = text.strip().splitlines()
+    if "Traceback (most recent call last):" in lines:
+        after = lines[len(lines) - lines[::-1].index("Traceback (most recent call last):") :]
+        unindented = [line for line in after if line and not line[0].isspace()]
+        if unindented:
+            return unindented[0]
+    return lines[-1] if lines else f"exit {code}"
+
+
 def soak_process(runner: str, command: list[str]) -> dict:
     """Runs one soak process; its JSON record, with the runner, command and exit code added.
     A process that printed no record gets an ``error``: its last line on stderr (a Python
@@ -244,8 +303,7 @@ def soak_process(runner: str, command: list[str]) -> dict:
     except json.JSONDecodeError:
         if done.stderr.strip():
             log(done.stderr.rstrip())
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        record = {"passed": False, "error": lines[-1] if lines else f"exit {done.returncode}"}
+        record = {"passed": False, "error": last_error(done.stderr or done.stdout, done.returncode)}
     if done.returncode == 3:  # tdaot-run soak: growth over the limit; its message says by how much
         record["message"] = done.stderr.strip()
     record.update(runner=runner, command=" ".join(command), exit_code=done.returncode)
@@ -259,25 +317,31 @@ def git_commit() -> str:
 
 
 def kib(value) -> str:
-    return "–" if value is None else f"{value / 1024:.1f} MiB"
+    return "–" if value is None else f"{value:,} KiB"
+
+
+def signed_kib(value) -> str:
+    return "–" if value is None else f"{value:+,} KiB"
 
 
 def table(results: list[dict]) -> str:
     lines = [
         "| package | runner | calls | time | calls/s | RSS warm-up | RSS max | RSS final | growth | "
-        "p50 | p99 | p99.9 | max | result |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "heap Δ | p50 | p99 | p99.9 | max | result |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['name']} | {r['runner']} | | | | | | | | | | | | error: {r['error'][:120]} |")
+            cells = " | " * 12
+            lines.append(f"| {r['name']} | {r['runner']}{cells}error: {r['error'][:160]} |")
             continue
         lat = r["latency_us"]
         verdict = "pass" if r["passed"] else "**FAIL**"
         lines.append(
             f"| {r['name']} | {r['runner']}: {r['mode']} | {r['calls']:,} | {r['seconds']:.1f} s | "
             f"{r['calls_per_s'] / 1e3:.0f}k | {kib(r['rss_warmup_kib'])} | {kib(r['rss_max_kib'])} | "
-            f"{kib(r['rss_final_kib'])} | {r['growth_kib']:+d} KiB | {lat['p50']:.1f} µs | "
+            f"{kib(r['rss_final_kib'])} | {signed_kib(r['growth_kib'])} | "
+            f"{signed_kib(r.get('heap_growth_kib'))} | {lat['p50']:.1f} µs | "
             f"{lat['p99']:.1f} µs | {lat['p999']:.1f} µs | {lat['max']:.0f} µs | "
             f"{verdict} (≤ {r['max_growth_kib']} KiB) |"
         )
@@ -296,8 +360,11 @@ def markdown(context: dict, results: list[dict]) -> str:
             "fixed random inputs; the first tenth is warm-up. RSS (/proc/self/statm) is read at "
             f"{context['samples'] + 1} evenly spaced calls and at the end of the warm-up; growth is "
             "the final RSS minus the RSS at the end of the warm-up, and must be at most "
-            f"{context['max_growth_kib']} KiB. Latency percentiles are over the calls after the "
-            "warm-up, each timed on its own; calls/s is over the whole run.",
+            f"{context['max_growth_kib']} KiB; heap Δ is the same difference in the bytes held "
+            "from malloc (glibc's mallinfo2), which tells a leak (both grow) from the allocator "
+            "keeping freed pages (only the RSS grows). Latency percentiles are over the calls "
+            "after the warm-up, each timed on its own; calls/s is over the whole run, sampling "
+            "and timing included. The JSON file holds every RSS reading.",
             f"Load average (1/5/15 min): {context['load_start']} at start, {context['load_end']} at the end.",
             "",
             table(results),

@@ -28,6 +28,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -404,11 +405,23 @@ class LatencyHistogram {
   uint64_t max_ = 0;
 };
 
-// The process's resident set now, and its file-backed part (mapped libraries), in KiB.
+// The process's resident set now, its file-backed part (mapped libraries), and the bytes the
+// program holds from malloc (glibc's count, -1 elsewhere), in KiB. RSS growing while the heap in
+// use does not is the allocator keeping freed memory, not a leak.
 struct Rss {
   int64_t resident_kib = 0;
   int64_t file_kib = 0;
+  int64_t heap_kib = -1;
 };
+
+int64_t heap_in_use_kib() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+  const struct mallinfo2 info = ::mallinfo2();
+  return static_cast<int64_t>((info.uordblks + info.hblkhd) / 1024);
+#else
+  return -1;
+#endif
+}
 
 Rss current_rss() {
   // statm: size resident shared text lib data dt, in pages. Read with open/read: no allocation.
@@ -422,7 +435,7 @@ Rss current_rss() {
     throw tdaot::Error("soak: cannot read the resident set from /proc/self/statm");
   }
   static const int64_t page_kib = ::sysconf(_SC_PAGESIZE) / 1024;
-  return {resident * page_kib, shared * page_kib};
+  return {resident * page_kib, shared * page_kib, heap_in_use_kib()};
 }
 
 struct RssSample {
@@ -490,6 +503,8 @@ int soak(const Options& options) {
       });
   const int64_t growth = last.rss.resident_kib - warm.rss.resident_kib;
   const int64_t file_growth = last.rss.file_kib - warm.rss.file_kib;
+  const bool heap_known = last.rss.heap_kib >= 0;
+  const int64_t heap_growth = last.rss.heap_kib - warm.rss.heap_kib;
   const bool passed = growth <= options.max_growth_kib;
   // Least-squares slope of the RSS over the samples after the warm-up: a leak is a trend, a
   // one-off allocation (a cache filled late) is a step.
@@ -513,31 +528,34 @@ int soak(const Options& options) {
       rss_curve.push_back({{"call", s.call},
                            {"seconds", s.seconds},
                            {"rss_kib", s.rss.resident_kib},
-                           {"file_kib", s.rss.file_kib}});
+                           {"file_kib", s.rss.file_kib},
+                           {"heap_kib", heap_known ? json(s.rss.heap_kib) : json(nullptr)}});
     }
-    nlohmann::ordered_json out = {{"package", options.package},
-                                  {"mode", mode},
-                                  {"batch", batch},
-                                  {"calls", calls},
-                                  {"warmup_calls", warmup},
-                                  {"seconds", seconds},
-                                  {"calls_per_s", calls_per_s},
-                                  {"rss_start_kib", samples.front().rss.resident_kib},
-                                  {"rss_warmup_kib", warm.rss.resident_kib},
-                                  {"rss_max_kib", peak->rss.resident_kib},
-                                  {"rss_final_kib", last.rss.resident_kib},
-                                  {"growth_kib", growth},
-                                  {"file_growth_kib", file_growth},
-                                  {"slope_kib_per_million_calls", slope},
-                                  {"max_growth_kib", options.max_growth_kib},
-                                  {"passed", passed},
-                                  {"latency_us",
-                                   {{"p50", latency.percentile_us(0.5)},
-                                    {"p99", latency.percentile_us(0.99)},
-                                    {"p999", latency.percentile_us(0.999)},
-                                    {"max", latency.max_us()},
-                                    {"mean", latency.mean_us()}}},
-                                  {"samples", rss_curve}};
+    nlohmann::ordered_json out = {
+        {"package", options.package},
+        {"mode", mode},
+        {"batch", batch},
+        {"calls", calls},
+        {"warmup_calls", warmup},
+        {"seconds", seconds},
+        {"calls_per_s", calls_per_s},
+        {"rss_start_kib", samples.front().rss.resident_kib},
+        {"rss_warmup_kib", warm.rss.resident_kib},
+        {"rss_max_kib", peak->rss.resident_kib},
+        {"rss_final_kib", last.rss.resident_kib},
+        {"growth_kib", growth},
+        {"file_growth_kib", file_growth},
+        {"heap_growth_kib", heap_known ? json(heap_growth) : json(nullptr)},
+        {"slope_kib_per_million_calls", slope},
+        {"max_growth_kib", options.max_growth_kib},
+        {"passed", passed},
+        {"latency_us",
+         {{"p50", latency.percentile_us(0.5)},
+          {"p99", latency.percentile_us(0.99)},
+          {"p999", latency.percentile_us(0.999)},
+          {"max", latency.max_us()},
+          {"mean", latency.mean_us()}}},
+        {"samples", rss_curve}};
     std::cout << out.dump(2) << "\n";
   } else {
     std::cout << options.package << ": soak of " << calls << " calls (" << mode << ", batch "
@@ -546,7 +564,9 @@ int soak(const Options& options) {
               << warm.rss.resident_kib << "  max " << peak->rss.resident_kib << "  final "
               << last.rss.resident_kib << "  (" << samples.size() << " samples)\n"
               << "  growth after warm-up " << growth << " KiB (file-backed " << file_growth
-              << " KiB), limit " << options.max_growth_kib << " KiB: " << (passed ? "ok" : "FAILED")
+              << " KiB"
+              << (heap_known ? ", malloc heap in use " + std::to_string(heap_growth) + " KiB" : "")
+              << "), limit " << options.max_growth_kib << " KiB: " << (passed ? "ok" : "FAILED")
               << "\n"
               << std::fixed << std::setprecision(1) << "  latency after warm-up  p50 "
               << latency.percentile_us(0.5) << " us  p99 " << latency.percentile_us(0.99)

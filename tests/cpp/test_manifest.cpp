@@ -22,7 +22,7 @@ using test::Contains;
 // The example manifest of the schema documentation, as the Python stage writes it.
 json sample_json() {
   return json::parse(R"({
-    "schema_version": 1,
+    "schema_version": 2,
     "inputs": [{"key": "agents.observation", "dtype": "float32", "shape": [2, 5]},
                {"key": "agents.mask", "dtype": "bool", "shape": []}],
     "outputs": [{"key": "sample", "dtype": "float32", "shape": [2]}],
@@ -31,7 +31,11 @@ json sample_json() {
     "cpu_target": "native", "cpu_isa": "avx512",
     "torch_version": "2.13.0+cpu", "tensordict_version": "0.14.3", "tdaot_version": "0.1.0",
     "source": {"module_class": "tensordict.nn.sequence.TensorDictSequential",
-               "factory": "examples/policies.py:tutorial_policy"}})");
+               "factory": "examples/policies.py:tutorial_policy"},
+    "files": {"data/aotinductor/model/a.wrapper.so":
+                "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+              "data/aotinductor/model/a.wrapper.cpp":
+                "60303ae22b998861bce3b28f33eec1be758a213c86c93c076dbe9f558c11c752"}})");
 }
 
 // A recurrent manifest in the shape of examples/policies.py:recurrent_policy.
@@ -76,11 +80,12 @@ void expect_same(const Manifest& a, const Manifest& b) {
   EXPECT_EQ(a.tdaot_version, b.tdaot_version);
   EXPECT_EQ(a.source.module_class, b.source.module_class);
   EXPECT_EQ(a.source.factory, b.source.factory);
+  EXPECT_EQ(a.files, b.files);
 }
 
 TEST(ManifestJson, ParsesEveryField) {
   const Manifest m = parse(sample_json());
-  EXPECT_EQ(m.schema_version, 1);
+  EXPECT_EQ(m.schema_version, 2);
   ASSERT_EQ(m.inputs.size(), 2u);
   EXPECT_EQ(m.inputs[0].key, "agents.observation");
   EXPECT_EQ(m.inputs[0].dtype, c10::ScalarType::Float);
@@ -102,6 +107,9 @@ TEST(ManifestJson, ParsesEveryField) {
   EXPECT_EQ(m.source.module_class, "tensordict.nn.sequence.TensorDictSequential");
   EXPECT_EQ(m.source.factory, "examples/policies.py:tutorial_policy");
   EXPECT_EQ(m.input_index("agents.mask"), 1u);
+  EXPECT_EQ(m.files.size(), 2u);
+  EXPECT_EQ(m.files.at("data/aotinductor/model/a.wrapper.so"),
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08");
   EXPECT_EQ(m.output_index("sample"), 0u);
   EXPECT_FALSE(m.input_index("sample").has_value());
   EXPECT_FALSE(m.output_index("agents.mask").has_value());
@@ -206,9 +214,26 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadManifest{"UnknownDtype", [](json& v) { v["inputs"][1]["dtype"] = "float8"; },
                     "field 'inputs[1].dtype': unknown dtype 'float8' (known: float32"},
-        BadManifest{"SchemaVersion2", [](json& v) { v["schema_version"] = 2; },
-                    "field 'schema_version': unsupported schema version 2 (this runtime reads "
-                    "version 1)"},
+        BadManifest{"SchemaVersion3", [](json& v) { v["schema_version"] = 3; },
+                    "field 'schema_version': unsupported schema version 3 (this runtime reads "
+                    "version 2)"},
+        BadManifest{"SchemaVersion1", [](json& v) { v["schema_version"] = 1; },
+                    "field 'schema_version': version 1 packages carry no file digests, which this "
+                    "runtime verifies before loading; rebuild the package with tdaot >= 0.2"},
+        BadManifest{"FilesMissing", [](json& v) { v.erase("files"); }, "field 'files': missing"},
+        BadManifest{"FilesNotObject", [](json& v) { v["files"] = json::array(); },
+                    "field 'files': expected an object, got array"},
+        BadManifest{"FilesEmpty", [](json& v) { v["files"] = json::object(); },
+                    "field 'files': empty; a package lists the digest of every file"},
+        BadManifest{"FileDigestShort", [](json& v) { v["files"]["data/x"] = "abc"; },
+                    "field 'files['data/x']': 'abc' is not a sha256 digest (64 lowercase hex"},
+        BadManifest{"FileDigestUpperCase",
+                    [](json& v) { v["files"]["data/x"] = std::string(64, 'A'); },
+                    "field 'files['data/x']': '" + std::string(64, 'A') + "' is not a sha256"},
+        BadManifest{"FileDigestNumber", [](json& v) { v["files"]["data/x"] = 7; },
+                    "field 'files['data/x']': expected a string, got 7"},
+        BadManifest{"FileNameEmpty", [](json& v) { v["files"][""] = std::string(64, 'a'); },
+                    "field 'files['']': empty file name"},
         BadManifest{"SchemaVersionMissing", [](json& v) { v.erase("schema_version"); },
                     "field 'schema_version': missing"},
         BadManifest{"SchemaVersionString", [](json& v) { v["schema_version"] = "1"; },
@@ -392,7 +417,7 @@ TEST(ReadManifest, Directory) {
 }
 
 TEST(ReadManifest, DevNull) {
-  expect_refused<PackageError>("/dev/null", "is not a .pt2 package (not a zip archive)");
+  expect_refused<PackageError>("/dev/null", "is empty, not a .pt2 package");
 }
 
 TEST(ReadManifest, RandomBytes) {
@@ -407,7 +432,8 @@ TEST(ReadManifest, RandomBytes) {
 TEST(ReadManifest, TruncatedZip) {
   test::TempDir dir;
   test::write_file(dir.file("truncated.pt2"), std::string("PK\x03\x04", 4) + "garbage");
-  expect_refused<PackageError>(dir.file("truncated.pt2"), "is not a .pt2 package: ");
+  expect_refused<PackageError>(dir.file("truncated.pt2"),
+                               "is not a .pt2 package (a damaged or truncated zip archive: ");
 }
 
 TEST(ReadManifest, Unreadable) {
@@ -439,7 +465,7 @@ TEST(ReadManifest, EntryEscapingTheExtractionDir) {
                         [](const std::string&, std::string&) { return true; },
                         {{"data/aotinductor/model/../../../../../" + canary, "pwned"}});
   expect_refused<PackageError>(
-      path, "has an unsafe entry 'data/aotinductor/model/../../../../../" + canary + "'");
+      path, "has an unsafe entry 'evil/data/aotinductor/model/../../../../../" + canary + "'");
   EXPECT_FALSE(std::filesystem::exists(canary_path)) << canary_path;
   std::filesystem::remove(canary_path);
 }
@@ -462,9 +488,9 @@ TEST(ReadManifest, PackageWithBadManifestJson) {
 TEST(ReadManifest, PackageWithFutureSchema) {
   test::TempDir dir;
   test::rewrite_manifest(test::package_path("tutorial.pt2"), dir.file("future.pt2"),
-                         [](json& manifest) { manifest["schema_version"] = 2; });
+                         [](json& manifest) { manifest["schema_version"] = 3; });
   expect_refused<ManifestError>(dir.file("future.pt2"),
-                                "field 'schema_version': unsupported schema version 2");
+                                "field 'schema_version': unsupported schema version 3");
 }
 
 }  // namespace

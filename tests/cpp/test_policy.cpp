@@ -429,17 +429,18 @@ TEST(PolicyExecution, ModelFailureBecomesExecutionError) {
 }
 
 TEST(PolicyLoad, AotiRefusalBecomesPackageError) {
-  // The metadata (and manifest) are intact but the compiled library is truncated.
+  // The manifest is intact and lists the digests of the files as they now are (resealed), but
+  // the compiled library is truncated.
   test::TempDir dir;
   const std::string path = dir.file("broken_so.pt2");
-  test::rewrite_package(test::package_path("tutorial.pt2"), path,
+  test::rewrite_resealed(test::package_path("tutorial.pt2"), path,
                         [](const std::string& name, std::string& bytes) {
                           if (name.size() > 3 && name.substr(name.size() - 3) == ".so") {
                             bytes.resize(64);
                           }
                           return true;
                         });
-  ASSERT_NO_THROW(read_manifest(path));
+  ASSERT_NO_THROW(verify_package(path));
   const auto error = catch_error<PackageError>([&] { Policy policy(path); });
   ASSERT_TRUE(error);
   EXPECT_TRUE(

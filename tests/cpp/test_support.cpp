@@ -8,6 +8,7 @@
 #include <new>
 #include <random>
 
+#include "digest.h"
 #include "tdaot/manifest.h"
 
 namespace {
@@ -38,6 +39,21 @@ void install_counting_allocator() {
 }
 }  // namespace
 
+// Not under AddressSanitizer (make test-asan), whose own operator new/delete must see every pair:
+// torch's code pairs a nothrow new (ASan's, not replaced here) with a sized delete (this file's
+// free), which ASan reports as a mismatch. That run leaves out the Allocations tests.
+#if defined(__SANITIZE_ADDRESS__)
+#define TDAOT_TEST_REPLACE_NEW 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TDAOT_TEST_REPLACE_NEW 0
+#endif
+#endif
+#ifndef TDAOT_TEST_REPLACE_NEW
+#define TDAOT_TEST_REPLACE_NEW 1
+#endif
+
+#if TDAOT_TEST_REPLACE_NEW
 // Replaced so that AllocationCounter sees every plain new; arrays and sized deletes forward here.
 void* operator new(size_t size) {
   if (allocation_counts != nullptr) ++allocation_counts->news;
@@ -46,6 +62,7 @@ void* operator new(size_t size) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+#endif
 
 namespace tdaot::test {
 
@@ -93,6 +110,8 @@ void rewrite_package(const std::string& src, const std::string& dst, const Recor
   caffe2::serialize::PyTorchStreamReader reader(src);
   // The writer prefixes records with dst's file stem, as torch's own .pt2 writer does.
   caffe2::serialize::PyTorchStreamWriter writer(dst);
+  // As torch's PT2ArchiveWriter: format version 6 names its version record ".data/version".
+  writer.setMinVersion(6);
   for (const std::string& name : reader.getAllRecords()) {
     // Records the writer adds by itself (version, serialization id) must not be written twice.
     if (writer.getAllWrittenRecords().count(name) != 0 || name == ".data/version" ||
@@ -133,6 +152,21 @@ void rewrite_manifest(const std::string& src, const std::string& dst,
     edit(manifest);
     metadata[kManifestMetadataKey] = manifest.dump();
   });
+}
+
+void rewrite_resealed(const std::string& src, const std::string& dst, const RecordEdit& edit) {
+  TempDir dir;
+  const std::string edited = dir.file("edited.pt2");
+  std::map<std::string, std::string> digests;
+  rewrite_package(src, edited, [&](const std::string& name, std::string& bytes) {
+    const bool keep = edit(name, bytes);
+    const bool metadata = name.size() > 14 && name.rfind("_metadata.json") == name.size() - 14;
+    if (keep && name.rfind("data/", 0) == 0 && !metadata) {
+      digests[name] = detail::sha256_hex(bytes);
+    }
+    return keep;
+  });
+  rewrite_manifest(edited, dst, [&](nlohmann::json& manifest) { manifest["files"] = digests; });
 }
 
 ::testing::AssertionResult Contains(const std::string& text, const std::string& part) {

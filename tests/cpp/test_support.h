@@ -42,6 +42,10 @@ using RecordEdit = std::function<bool(const std::string& name, std::string& byte
 void rewrite_package(const std::string& src, const std::string& dst, const RecordEdit& edit,
                      const std::map<std::string, std::string>& extra = {});
 
+// rewrite_package, then the digests of the edited files written into the copy's manifest, as a
+// build would: the copy passes the integrity checks, so a test reaches what comes after them.
+void rewrite_resealed(const std::string& src, const std::string& dst, const RecordEdit& edit);
+
 // Copies a package with its AOTInductor metadata (a JSON object of strings) edited.
 void rewrite_metadata(const std::string& src, const std::string& dst,
                       const std::function<void(nlohmann::json&)>& edit);

@@ -27,7 +27,7 @@ help:
 	@echo "make demo   build the example policy, check parity, run it natively"
 	@echo "make test   run every Python and C++ test"
 	@echo "make bench  tdaot against other runtimes, side by side (benchmarks/results/, ~15 min)"
-	@echo "make soak   a million calls per package, RSS growth after warm-up under 1 MiB (~3 min)"
+	@echo "make soak   a million calls per package, RSS growth after warm-up under 1 MiB (~2 min)"
 	@echo "make install PREFIX=DIR  install the C++ package (find_package(tdaot)) under DIR"
 	@echo "make clean  remove build outputs (keeps the venv)"
 

@@ -485,7 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         "cores": os.cpu_count(),
         "torch": torch.__version__,
         "commit": git_commit(),
-        "command": os.environ.get("SOAK_COMMAND", "benchmarks/soak.py " + " ".join(argv or sys.argv[1:])),
+        "command": os.environ.get(
+            "SOAK_COMMAND", "benchmarks/soak.py " + " ".join(argv or sys.argv[1:])
+        ).strip(),
         "calls": args.calls,
         "batch": args.batch,
         "samples": args.samples,

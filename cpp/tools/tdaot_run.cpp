@@ -1,6 +1,7 @@
 // tdaot-run: inspect, smoke-run and benchmark a tdaot package from the command line.
 //
 //   tdaot-run inspect PKG [--json]
+//   tdaot-run verify PKG [--sha256 HEX]
 //   tdaot-run run PKG [--batch B] [--random] [--seed S] [--inputs FILE.json] [--op-lib LIB]...
 //   tdaot-run bench PKG [--batch B] [--iters N] [--warmup W] [--threads T] [--runners R]
 //                       [--callers C] [--json] [--op-lib LIB]...
@@ -16,6 +17,9 @@
 //
 // --op-lib loads a shared library registering custom operators the package calls (the
 // manifest's custom_ops, shown by inspect) before the package; repeat it for several.
+// run, bench and soak also take --sha256 HEX (refuse any other package: pinning) and
+// --temp-dir DIR (where the package is extracted while it loads). verify checks the sha256
+// digests of every file (and --sha256) without loading the package, and prints its sha256.
 //
 // An inputs file is a JSON object mapping manifest keys to nested arrays, batch dim first:
 //   {"observation": [[0.1, 0.2, 0.3], [0.0, 1.0, -1.0]], "is_init": [[true], [false]]}
@@ -65,6 +69,8 @@ struct Options {
   std::string inputs_file;
   bool json = false;
   std::vector<std::string> op_libraries;
+  std::string expected_sha256;
+  std::string temp_dir;
   // soak
   int64_t calls = 1000000;
   int samples = 100;
@@ -223,6 +229,24 @@ void print_specs(const char* title, const std::vector<tdaot::TensorSpec>& specs)
   }
 }
 
+// The options every loading command shares (--op-lib, --sha256, --temp-dir).
+tdaot::PolicyOptions load_options(const Options& options) {
+  tdaot::PolicyOptions load;
+  load.op_libraries = options.op_libraries;
+  load.expected_sha256 = options.expected_sha256;
+  load.temp_dir = options.temp_dir;
+  return load;
+}
+
+int verify(const Options& options) {
+  const std::string sha256 = tdaot::verify_package(options.package, options.expected_sha256);
+  const tdaot::Manifest m = tdaot::read_manifest(options.package);
+  std::cout << options.package << ": " << m.files.size() << " files match their sha256 digests"
+            << (options.expected_sha256.empty() ? "" : "; the package matches --sha256") << "\n"
+            << "sha256 " << sha256 << "\n";
+  return 0;
+}
+
 int inspect(const Options& options) {
   const tdaot::Manifest m = tdaot::read_manifest(options.package);
   if (options.json) {
@@ -243,6 +267,7 @@ int inspect(const Options& options) {
                         ", tdaot " + m.tdaot_version);
   row("source",
       m.source.module_class + (m.source.factory.empty() ? "" : " from " + m.source.factory));
+  row("files", std::to_string(m.files.size()) + " with sha256 digests (checked at load; verify)");
   if (!m.custom_ops.empty()) {
     std::string ops;
     for (const auto& op : m.custom_ops) ops += (ops.empty() ? "" : ", ") + op;
@@ -262,8 +287,7 @@ int inspect(const Options& options) {
 }
 
 int run_once(const Options& options) {
-  tdaot::PolicyOptions load;
-  load.op_libraries = options.op_libraries;
+  tdaot::PolicyOptions load = load_options(options);
   const tdaot::Policy policy(options.package, load);
   const tdaot::Manifest& m = policy.manifest();
   std::vector<at::Tensor> outputs;
@@ -298,11 +322,10 @@ double percentile(const std::vector<double>& sorted, double p) {
 }
 
 int bench(const Options& options) {
-  tdaot::PolicyOptions load;
+  tdaot::PolicyOptions load = load_options(options);
   load.intra_op_threads = options.threads;
   load.num_runners = options.runners;
   load.warmup_runs = 0;  // the bench does its own, timed separately
-  load.op_libraries = options.op_libraries;
   const tdaot::Policy policy(options.package, load);
   const int64_t batch = batch_size(options, policy.manifest());
   const auto inputs = make_inputs(policy.manifest(), batch, /*random=*/true, options.seed);
@@ -448,8 +471,7 @@ struct RssSample {
 // recurrent package), reading the RSS at evenly spaced calls; fails (exit 3) when it grew by
 // more than --max-growth-kib between the end of the warm-up and the end.
 int soak(const Options& options) {
-  tdaot::PolicyOptions load;
-  load.op_libraries = options.op_libraries;
+  tdaot::PolicyOptions load = load_options(options);
   const tdaot::Policy policy(options.package, load);
   const tdaot::Manifest& m = policy.manifest();
   const int64_t batch = batch_size(options, m);
@@ -592,10 +614,20 @@ CLI::App* add_command(CLI::App& app, const char* name, const char* description, 
   return command;
 }
 
-void add_op_libraries(CLI::App* command, Options& options) {
+void add_sha256(CLI::App* command, Options& options) {
+  command->add_option("--sha256", options.expected_sha256,
+                      "refuse any package whose sha256 is not this one "
+                      "(PolicyOptions::expected_sha256)");
+}
+
+void add_load_options(CLI::App* command, Options& options) {
   command->add_option("--op-lib", options.op_libraries,
                       "shared library registering custom operators the package calls "
                       "(repeatable; PolicyOptions::op_libraries)");
+  add_sha256(command, options);
+  command->add_option("--temp-dir", options.temp_dir,
+                      "where the package is extracted while loading (default $TMPDIR or /tmp; "
+                      "PolicyOptions::temp_dir)");
 }
 
 void add_batch(CLI::App* command, Options& options) {
@@ -613,10 +645,15 @@ int main(int argc, char** argv) {
   CLI::App* inspect_cmd = add_command(app, "inspect", "print the package's manifest", options);
   inspect_cmd->add_flag("--json", options.json, "print the manifest as JSON");
 
+  CLI::App* verify_cmd = add_command(
+      app, "verify", "check every file against the manifest's sha256 digests, load nothing",
+      options);
+  add_sha256(verify_cmd, options);
+
   CLI::App* run_cmd =
       add_command(app, "run", "run once on zero (or random) inputs and print outputs", options);
   add_batch(run_cmd, options);
-  add_op_libraries(run_cmd, options);
+  add_load_options(run_cmd, options);
   run_cmd->add_flag("--random", options.random, "random inputs instead of zeros");
   run_cmd->add_option("--seed", options.seed, "seed for --random")->capture_default_str();
   run_cmd
@@ -627,7 +664,7 @@ int main(int argc, char** argv) {
 
   CLI::App* bench_cmd = add_command(app, "bench", "time run_positional on fixed inputs", options);
   add_batch(bench_cmd, options);
-  add_op_libraries(bench_cmd, options);
+  add_load_options(bench_cmd, options);
   const auto at_least = [](int min) { return CLI::Range(min, std::numeric_limits<int>::max()); };
   bench_cmd->add_option("--iters", options.iters, "timed calls")
       ->check(at_least(1))
@@ -654,7 +691,7 @@ int main(int argc, char** argv) {
       app, "soak", "many calls on fixed inputs with the RSS sampled: fails if it keeps growing",
       options);
   add_batch(soak_cmd, options);
-  add_op_libraries(soak_cmd, options);
+  add_load_options(soak_cmd, options);
   const auto positive = CLI::Range(int64_t{1}, std::numeric_limits<int64_t>::max());
   const auto non_negative = CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max());
   soak_cmd->add_option("--calls", options.calls, "calls in all, warm-up included")
@@ -694,6 +731,7 @@ int main(int argc, char** argv) {
 
   try {
     if (*inspect_cmd) return inspect(options);
+    if (*verify_cmd) return verify(options);
     if (*run_cmd) return run_once(options);
     if (*soak_cmd) return soak(options);
     return bench(options);

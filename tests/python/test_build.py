@@ -65,7 +65,7 @@ def test_recurrent_manifest_round_trips():
     policy, example = recurrent_policy()
     exported = export_policy(policy, example)
     data = {
-        "schema_version": 1,
+        "schema_version": 2,
         "inputs": [{"key": s.key, "dtype": s.dtype, "shape": list(s.shape)} for s in exported.inputs],
         "outputs": [{"key": s.key, "dtype": s.dtype, "shape": list(s.shape)} for s in exported.outputs],
         "batch": {"min": 1, "max": 8},
@@ -75,9 +75,10 @@ def test_recurrent_manifest_round_trips():
         "cpu_isa": "",
         "torch_version": "2.13.0",
         "tensordict_version": "0.14.3",
-        "tdaot_version": "0.1.0",
+        "tdaot_version": "0.2.0",
         "source": {"module_class": "m", "factory": None},
         "recurrent": {"state": [{"input": "hidden", "output": "next.hidden"}], "is_init": "is_init"},
+        "files": {"data/aotinductor/model/m.wrapper.so": "0" * 64},
     }
     manifest = Manifest.from_dict(data)
     assert manifest.recurrent == exported.recurrent

@@ -96,6 +96,12 @@ def _parser() -> argparse.ArgumentParser:
         help="print the exported graph (needs NAME.ep.pt2 from --save-exported)",
     )
 
+    v = commands.add_parser(
+        "verify", help="check a package's files against its manifest's sha256 digests (loads nothing)"
+    )
+    v.add_argument("package")
+    v.add_argument("--sha256", help="also require the whole package to have this sha256 (pinning)")
+
     r = commands.add_parser("report", help="work with build reports")
     r_commands = r.add_subparsers(dest="report_command", required=True)
     m = r_commands.add_parser("merge", help="join the JSON reports of sharded builds")
@@ -186,6 +192,16 @@ def _inspect(args) -> int:
     return 0
 
 
+def _verify(args) -> int:
+    from tdaot.runtime import verify
+
+    digest = verify(args.package, args.sha256)
+    files = len(read_manifest(args.package).files)
+    pinned = "; the package matches --sha256" if args.sha256 else ""
+    print(f"{args.package}: {files} files match their sha256 digests{pinned}\nsha256 {digest}")
+    return 0
+
+
 def exported_graph(package: str) -> str:
     """The readable form of the torch.export program saved beside ``package`` (or given directly)."""
     import torch
@@ -217,7 +233,8 @@ def _report(args) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"build": _build, "inspect": _inspect, "report": _report}[args.command](args)
+        commands = {"build": _build, "inspect": _inspect, "verify": _verify, "report": _report}
+        return commands[args.command](args)
     except (CliError, FactoryError, ConfigError) as err:
         print(f"tdaot {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -79,7 +79,9 @@ class DeviceError(InputError):
 
 
 class LayoutError(InputError):
-    """An input is not contiguous."""
+    """An input is not plain dense contiguous memory, which the generated kernels assume: a
+    non-contiguous view, a sparse or mkldnn layout, a nested tensor, a tensor subclass, or a
+    lazily negated view (``tensor.resolve_neg()``)."""
 
 
 class ExecutionError(TdaotError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -102,6 +103,16 @@ def test_inspect_table_and_json(cli_package, capsys):
     assert "observation  float32   [B, 3]" in table and "sample" in table
     assert main(["inspect", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == tdaot.read_manifest(out).to_dict()
+
+
+def test_verify_prints_the_digest_and_refuses_a_wrong_pin(cli_package, capsys):
+    out, _ = cli_package
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    assert main(["verify", str(out), "--sha256", digest]) == 0
+    printed = capsys.readouterr().out
+    assert f"files match their sha256 digests; the package matches --sha256\nsha256 {digest}" in printed
+    assert main(["verify", str(out), "--sha256", "0" * 64]) == 1
+    assert f"IntegrityError: package '{out}' has sha256 {digest}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -112,7 +112,9 @@ class DeviceError : public InputError {
   using InputError::InputError;
 };
 
-// An input is not contiguous (AOTInductor assumes the traced, contiguous strides).
+// An input is not plain dense contiguous memory, which the generated kernels assume: a
+// non-contiguous view, a sparse or mkldnn layout, a nested tensor, a tensor subclass, or a lazily
+// negated view (resolve it with tensor.resolve_neg()).
 class LayoutError : public InputError {
  public:
   using InputError::InputError;

@@ -4,6 +4,7 @@
 
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 
 #include <algorithm>
 #include <utility>
@@ -129,6 +130,11 @@ std::vector<at::Tensor> Policy::Impl::execute(const std::vector<at::Tensor>& inp
   if (threads > 0 && at::get_num_threads() != threads) at::set_num_threads(threads);
   std::vector<at::Tensor> outputs;
   try {
+    // The compiled model is forward-only: its operator calls skip the autograd and
+    // ADInplaceOrView dispatch keys (0.86x the time per call on the tutorial policy at batch 1,
+    // benchmarks/README.md). Unlike InferenceMode, the outputs stay normal tensors; they never
+    // require grad, even for inputs that do.
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
     // No stream handle: AOTI's CUDA runner then uses the caller's current stream.
     outputs = runner->run(inputs);
   } catch (const std::exception& e) {

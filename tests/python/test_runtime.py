@@ -86,3 +86,12 @@ def test_intra_op_threads_is_set_at_load_or_left_alone(tutorial):
 def test_invalid_load_options_are_refused(tutorial, options, message):
     with pytest.raises(tdaot.TdaotError, match=message):
         tdaot.load(tutorial[2].path, **options)
+
+
+def test_outputs_never_require_grad(tutorial_native):
+    # The compiled model is forward-only and runs below the autograd dispatch keys.
+    observation = _obs(2).requires_grad_()
+    out = tutorial_native(observation=observation)
+    assert not any(value.requires_grad for value in out.values())
+    expected = tutorial_native(observation=observation.detach())
+    assert (out["sample"] == expected["sample"]).all()

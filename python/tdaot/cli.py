@@ -137,6 +137,7 @@ def _build(args) -> int:
         "path": artifact.path,
         "exported_path": artifact.exported_path,
         "size_bytes": artifact.size_bytes,
+        "sha256": artifact.sha256,
         "export_seconds": round(artifact.export_seconds, 3),
         "compile_seconds": round(artifact.compile_seconds, 3),
     }
@@ -147,6 +148,7 @@ def _build(args) -> int:
         f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) in "
         f"{artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s compile"
     )
+    print(f"sha256 {artifact.sha256} (pin it: tdaot.load(..., expected_sha256=...))")
     if artifact.exported_path:
         print(f"exported program: {artifact.exported_path}")
     print(artifact.manifest.describe())

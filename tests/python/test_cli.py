@@ -81,6 +81,7 @@ def test_build_prints_path_size_times_and_manifest(cli_package):
     assert f"built {out}" in stdout and "KiB" in stdout and "s compile" in stdout
     assert "batch             1..8" in stdout
     assert "examples/policies.py:tutorial_policy" in stdout
+    assert f"sha256 {hashlib.sha256(out.read_bytes()).hexdigest()} (pin it" in stdout
 
 
 def test_built_package_has_the_options_and_enforces_its_range(cli_package):

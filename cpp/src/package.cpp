@@ -56,9 +56,11 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
   if (status.type() == fs::file_type::not_found) fail_path(path, "does not exist");
   if (ec) fail_path(path, "cannot be accessed: " + ec.message());
   if (fs::is_directory(status)) fail_path(path, "is a directory, not a .pt2 file");
+  // A device or a named pipe could block the read or never end.
+  if (!fs::is_regular_file(status)) fail_path(path, "is not a regular file, not a .pt2 file");
   std::ifstream file(path, std::ios::binary);
   if (!file) fail_path(path, std::string("cannot be read: ") + std::strerror(errno));
-  // Read up to one byte past the limit, so a device or pipe of unknown size is bounded too.
+  // Read in blocks up to one past the limit: the size is checked on what was read.
   std::string bytes;
   char buffer[1 << 16];
   while (file.read(buffer, sizeof buffer) || file.gcount() > 0) {

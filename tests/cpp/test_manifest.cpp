@@ -417,7 +417,7 @@ TEST(ReadManifest, Directory) {
 }
 
 TEST(ReadManifest, DevNull) {
-  expect_refused<PackageError>("/dev/null", "is empty, not a .pt2 package");
+  expect_refused<PackageError>("/dev/null", "is not a regular file, not a .pt2 file");
 }
 
 TEST(ReadManifest, RandomBytes) {

@@ -157,10 +157,12 @@ def test_a_malformed_pin_names_the_value(tutorial, extract_dir):
         _load(tutorial[2].path, extract_dir, expected_sha256="abc")
 
 
-def test_missing_directory_and_dev_null_name_the_path(tmp_path, extract_dir):
+def test_missing_directory_device_and_pipe_name_the_path(tmp_path, extract_dir):
     _refused(tmp_path / "nope.pt2", extract_dir, tdaot.PackageError, "does not exist")
     _refused(tmp_path, extract_dir, tdaot.PackageError, "is a directory, not a .pt2 file")
-    _refused("/dev/null", extract_dir, tdaot.PackageError, "is empty, not a .pt2 package")
+    _refused("/dev/null", extract_dir, tdaot.PackageError, "is not a regular file, not a .pt2 file")
+    os.mkfifo(tmp_path / "pipe.pt2")  # reading it would block forever
+    _refused(tmp_path / "pipe.pt2", extract_dir, tdaot.PackageError, "is not a regular file")
 
 
 @pytest.mark.parametrize(

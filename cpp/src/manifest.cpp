@@ -289,7 +289,7 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin)
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number like 1e400
     throw ManifestError(origin, manifest_prefix(origin) + "invalid JSON: " + e.what());
   }
   if (!root.is_object()) {

@@ -60,7 +60,9 @@ bool shape_matches(const TensorSpec& spec, const at::Tensor& tensor) {
 }
 
 [[noreturn]] void throw_unknown(const std::vector<TensorSpec>& specs, const TensorMap& inputs) {
-  for (const auto& [key, tensor] : inputs) {
+  for (const auto& entry : inputs) {
+    // Not a structured binding: clang before 16 cannot capture one in the lambda (make fuzz).
+    const std::string& key = entry.first;
     const bool known =
         std::any_of(specs.begin(), specs.end(), [&](const TensorSpec& s) { return s.key == key; });
     if (known) continue;

@@ -74,6 +74,17 @@ ZipArchive::ZipArchive(std::string_view bytes, std::string path, uint64_t max_un
          ")");
   }
   zip_error_fini(&error);
+  // fail() below throws out of the constructor, where ~ZipArchive does not run (make test-asan
+  // found the leak): discard the archive here unless the constructor completes.
+  struct DiscardUnlessDone {
+    zip_t*& zip;
+    bool done = false;
+    ~DiscardUnlessDone() {
+      if (done) return;
+      zip_discard(zip);
+      zip = nullptr;
+    }
+  } guard{zip_};
 
   const zip_int64_t count = zip_get_num_entries(zip_, 0);
   if (count <= 0) fail("is an empty zip archive, not a .pt2 package");
@@ -118,6 +129,7 @@ ZipArchive::ZipArchive(std::string_view bytes, std::string path, uint64_t max_un
   if (total > max_unpacked_bytes) {
     fail("declares " + std::to_string(total) + " bytes in all its entries" + over_limit);
   }
+  guard.done = true;
 }
 
 ZipArchive::~ZipArchive() {

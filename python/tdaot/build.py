@@ -30,6 +30,7 @@ from tdaot.export import (
 from tdaot.manifest import Manifest, Source, read_manifest
 from tdaot.targets import cpu_target as resolve_cpu_target
 from tdaot.targets import vector_isa
+from tdaot.tuning import DEFAULT_TUNING, check_tuning, tune_program
 
 DEVICES = ("cpu", "cuda")
 
@@ -69,6 +70,7 @@ def build(
     on_status: Callable[[str], None] | None = None,
     save_exported: bool = False,
     kernel_threads: int = 1,
+    tuning: str = DEFAULT_TUNING,
 ) -> Artifact:
     """Export ``policy`` on ``example`` and compile it into a package at ``path``.
 
@@ -82,14 +84,18 @@ def build(
     "cached". ``save_exported`` also writes the torch.export program beside the package
     (``NAME.ep.pt2``, see :func:`exported_program_path`), to inspect what went into it.
     ``kernel_threads`` is the OpenMP thread count compiled into the generated kernels:
-    1 (serial, best for control loops), N, or 0 to let the runtime decide.
+    1 (serial, best for control loops), N, or 0 to let the runtime decide. ``tuning`` is
+    "throughput" (default: ATen's matrix and RNN kernels) or "latency" (inductor's C++
+    GEMM template, recurrent layers decomposed: faster at batch 1, slower at large
+    batch; CPU only; see tdaot.tuning).
     """
     report = on_status or (lambda status: None)
     path = check_output_path(os.fspath(path))
     target = resolve_cpu_target(cpu_target)
-    compile_options(kernel_threads)  # refuse a bad value before the export
+    compile_options(kernel_threads)  # refuse bad values before the export
     if device not in DEVICES:
         raise BuildError(f"device {device!r} is not one of {', '.join(DEVICES)}")
+    check_tuning(tuning, device)
     if device == "cuda":
         if not torch.cuda.is_available():
             raise BuildError("device 'cuda' was asked for but torch sees no CUDA device on this host")
@@ -121,7 +127,7 @@ def build(
 
     manifest = manifest_of(exported)
     try:
-        cache_hit = _compile_or_fetch(exported.program, manifest, path, cache, report, kernel_threads)
+        cache_hit = _compile_or_fetch(exported.program, manifest, path, cache, report, kernel_threads, tuning)
     except CompileError as err:
         if not (batch == "dynamic" and exported.batch.dynamic):
             raise
@@ -141,9 +147,10 @@ def build(
             stacklevel=2,
         )
         manifest = manifest_of(exported)
-        cache_hit = _compile_or_fetch(exported.program, manifest, path, cache, report, kernel_threads)
+        cache_hit = _compile_or_fetch(exported.program, manifest, path, cache, report, kernel_threads, tuning)
     if save_exported:
-        torch.export.save(exported.program, exported_program_path(path))
+        # What went into the compiler: the tuning's rewrite included.
+        torch.export.save(tune_program(exported.program, tuning), exported_program_path(path))
     # The package's own manifest: sealed with the digests of the compiled files.
     manifest = read_manifest(path)
     return Artifact(
@@ -163,15 +170,21 @@ def exported_program_path(package_path: str | os.PathLike) -> str:
 
 
 def _compile_or_fetch(
-    program, manifest: Manifest, path: str, cache: ArtifactCache | None, report, kernel_threads: int
+    program,
+    manifest: Manifest,
+    path: str,
+    cache: ArtifactCache | None,
+    report,
+    kernel_threads: int,
+    tuning: str,
 ) -> bool:
     """Compiles ``program`` to ``path``, or copies it from ``cache``; True on a cache hit."""
-    key = artifact_key(program, manifest, kernel_threads) if cache is not None else None
+    key = artifact_key(program, manifest, kernel_threads, tuning) if cache is not None else None
     if key is not None and cache.fetch(key, path):
         report("cached")
         return True
     report("compiling")
-    compile_package(program, manifest, path, kernel_threads)
+    compile_package(program, manifest, path, kernel_threads, tuning)
     if key is not None:
         cache.store(key, path)
     return False

@@ -3,7 +3,8 @@
 The key hashes everything that changes the artifact: the exported program (graph,
 signature, range constraints, every parameter, buffer and constant), the manifest
 (keys, shapes, batch range, interaction type, device, CPU target and ISA, torch,
-tensordict and tdaot versions, source) and the inductor options of the target.
+tensordict and tdaot versions, source), the inductor options of the target and the
+build tuning (its options and the graph rewrite it applies before compiling).
 A hit copies the cached package into place; nothing is compiled.
 
 The cache lives in ``$TDAOT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tdaot``, else
@@ -24,6 +25,7 @@ import torch
 from tdaot.compile import compile_options
 from tdaot.manifest import Manifest
 from tdaot.targets import cpu_target, inductor_options
+from tdaot.tuning import DEFAULT_TUNING, cache_key_parts
 
 # Bump when the build itself changes what a given key produces.
 CACHE_FORMAT = 1
@@ -36,7 +38,14 @@ def default_cache_dir() -> Path:
     return Path(base) / "tdaot"
 
 
-def artifact_key(program: torch.export.ExportedProgram, manifest: Manifest, kernel_threads: int = 1) -> str:
+def artifact_key(
+    program: torch.export.ExportedProgram,
+    manifest: Manifest,
+    kernel_threads: int = 1,
+    tuning: str = DEFAULT_TUNING,
+) -> str:
+    """The cache key of compiling ``program`` (as exported: the tuning's rewrite is named by
+    the tuning's key parts, not hashed from its output) into a package carrying ``manifest``."""
     digest = hashlib.sha256()
 
     def add(label: str, data: bytes) -> None:
@@ -48,6 +57,7 @@ def artifact_key(program: torch.export.ExportedProgram, manifest: Manifest, kern
     add("manifest", manifest.to_json(indent=1).encode())
     options = {**compile_options(kernel_threads), **inductor_options(cpu_target(manifest.cpu_target))}
     add("inductor", json.dumps(options, sort_keys=True).encode())
+    add("tuning", json.dumps(cache_key_parts(tuning), sort_keys=True).encode())
     add("graph", str(program.graph).encode())
     add("signature", str(program.graph_signature).encode())
     add("ranges", str(sorted((str(k), str(v)) for k, v in program.range_constraints.items())).encode())

@@ -17,6 +17,7 @@ from tdaot.export import INTERACTION_TYPES, BatchSpec
 from tdaot.factories import FactoryError, call_factory
 from tdaot.manifest import read_manifest
 from tdaot.targets import CPU_TARGETS
+from tdaot.tuning import DEFAULT_TUNING, TUNINGS
 
 
 class CliError(Exception):
@@ -67,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="OpenMP threads compiled into the kernels: 1 (default, serial), N, or 0 (decided at run time)",
+    )
+    b.add_argument(
+        "--tuning",
+        choices=TUNINGS,
+        default=DEFAULT_TUNING,
+        help="throughput (default: ATen's GEMM and RNN kernels) or latency (inductor's C++ GEMM "
+        "template, recurrent layers decomposed: faster at batch 1, slower at large batch)",
     )
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     b.add_argument(
@@ -132,6 +140,7 @@ def _build(args) -> int:
         factory=args.factory,
         save_exported=args.save_exported,
         kernel_threads=args.kernel_threads,
+        tuning=args.tuning,
     )
     summary = {
         "path": artifact.path,

@@ -16,6 +16,7 @@ from torch.export.pt2_archive import PT2ArchiveReader, PT2ArchiveWriter
 from tdaot.errors import BuildError, CompileError
 from tdaot.manifest import BOOKKEEPING_RECORDS, METADATA_KEY, Manifest, digest_exempt
 from tdaot.targets import compiling_for, cpu_target, inductor_options
+from tdaot.tuning import DEFAULT_TUNING, compiling_with, tune_program, tuning_options
 
 ARCHIVE_NAME = "package"
 
@@ -56,9 +57,15 @@ def check_output_path(path: str) -> str:
 
 
 def compile_package(
-    program: torch.export.ExportedProgram, manifest: Manifest, path: str, kernel_threads: int = 1
+    program: torch.export.ExportedProgram,
+    manifest: Manifest,
+    path: str,
+    kernel_threads: int = 1,
+    tuning: str = DEFAULT_TUNING,
 ) -> str:
     """Compile ``program`` into a package at ``path`` carrying ``manifest``.
+
+    ``tuning`` (see tdaot.tuning) may rewrite the program and adds inductor options.
 
     The package is written beside its destination and renamed into place, so a
     failed or interrupted build never leaves a half-written artifact.
@@ -72,7 +79,8 @@ def compile_package(
     staging = os.path.join(staging_dir, ARCHIVE_NAME + ".pt2")
     try:
         try:
-            with warnings.catch_warnings(), compiling_for(target):
+            program = tune_program(program, tuning)
+            with warnings.catch_warnings(), compiling_for(target), compiling_with(tuning):
                 # torch 2.13's own packaging code trips its pytree deprecation; not the user's concern.
                 warnings.filterwarnings("ignore", message=r"`isinstance\(treespec", category=FutureWarning)
                 torch._inductor.aoti_compile_and_package(
@@ -81,6 +89,7 @@ def compile_package(
                     inductor_configs={
                         "aot_inductor.metadata": {METADATA_KEY: manifest.to_json()},
                         **compile_options(kernel_threads),
+                        **tuning_options(tuning),
                         **inductor_options(target),
                     },
                 )

@@ -16,6 +16,7 @@
     output = "{name}-{target}.pt2"   # in output_dir; default "{name}.pt2" for one target
     parity = true                    # check against the eager module after the build
     kernel_threads = 1               # OpenMP threads in the kernels; 0: decided at run time
+    tuning = "throughput"            # or "latency" (batch-1 control loops; see tdaot.tuning)
 
 Every mistake is a ConfigError naming the artifact and the field.
 """
@@ -33,11 +34,12 @@ from tdaot.build import DEVICES
 from tdaot.errors import BuildError
 from tdaot.export import INTERACTION_TYPES, BatchSpec
 from tdaot.targets import CPU_TARGETS
+from tdaot.tuning import DEFAULT_TUNING, TUNINGS
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _FIELDS = {
     "name", "factory", "out_keys", "batch", "interaction_type", "device",
-    "cpu_targets", "output", "output_dir", "parity", "kernel_threads",
+    "cpu_targets", "output", "output_dir", "parity", "kernel_threads", "tuning",
 }  # fmt: skip
 _DEFAULTS = {
     "batch": "dynamic",
@@ -47,6 +49,7 @@ _DEFAULTS = {
     "output_dir": "dist",
     "parity": True,
     "kernel_threads": 1,
+    "tuning": DEFAULT_TUNING,
 }
 
 
@@ -68,6 +71,7 @@ class BuildSpec:
     device: str
     parity: bool
     kernel_threads: int = 1
+    tuning: str = DEFAULT_TUNING
 
     @property
     def id(self) -> str:
@@ -165,6 +169,10 @@ def _parse_entry(merged: dict, entry: dict, base_dir: Path, where: str) -> list[
     threads = merged["kernel_threads"]
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
         fail("kernel_threads", f"expected 0 (decided at run time) or a count >= 1, got {threads!r}")
+    if merged["tuning"] not in TUNINGS:
+        fail("tuning", f"{merged['tuning']!r} is not one of {', '.join(TUNINGS)}")
+    if merged["tuning"] != DEFAULT_TUNING and merged["device"] != "cpu":
+        fail("tuning", f"{merged['tuning']!r} is for CPU packages (device is {merged['device']!r})")
     targets = merged["cpu_targets"]
     if not isinstance(targets, list) or not targets:
         fail("cpu_targets", f"expected a non-empty list, got {targets!r}")
@@ -191,6 +199,7 @@ def _parse_entry(merged: dict, entry: dict, base_dir: Path, where: str) -> list[
             device=merged["device"],
             parity=merged["parity"],
             kernel_threads=threads,
+            tuning=merged["tuning"],
         )
         for target in targets
     ]

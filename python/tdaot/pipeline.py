@@ -139,6 +139,7 @@ def _build_options(spec: BuildSpec) -> dict:
         "cpu_target": spec.cpu_target,
         "factory": spec.factory,
         "kernel_threads": spec.kernel_threads,
+        "tuning": spec.tuning,
     }
 
 

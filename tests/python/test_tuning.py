@@ -1,0 +1,234 @@
+"""Build tunings: the "latency" build (inductor's C++ GEMM template, recurrent layers
+decomposed) through the API, the CLI and config files, its parity, cache key and errors.
+
+Two AOTInductor compiles: the tutorial policy (through a config file) and an LSTM policy.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))  # for `policies` (the benchmark's LSTM policy)
+
+import tdaot
+import tdaot.tuning
+from tdaot.cache import artifact_key
+from tdaot.cli import main
+from tdaot.config import ConfigError, load_config
+from tdaot.errors import BuildError
+from tdaot.export import export_policy
+from tdaot.manifest import Manifest, Source
+from tdaot.tuning import RECURRENT_OPS, TUNINGS, tune_program
+
+POLICIES = ROOT / "examples" / "policies.py"
+
+
+def _kernel_source(package: str | Path) -> str:
+    """The generated C++ kernels AOTInductor keeps in the package."""
+    with zipfile.ZipFile(package) as archive:
+        return "".join(
+            archive.read(name).decode() for name in archive.namelist() if name.endswith(".kernel.cpp")
+        )
+
+
+def _recurrent_ops(program: torch.export.ExportedProgram) -> set[str]:
+    names = {f"aten.{name}" for name in RECURRENT_OPS}
+    return {str(n.target) for n in program.graph.nodes if n.op == "call_function"} & names
+
+
+@pytest.fixture(scope="module")
+def latency_project(tmp_path_factory):
+    """The tutorial policy built with tuning = "latency" from a config file, with the cache,
+    while inductor's candidate timing is made to fail: the latency build must choose its
+    GEMM kernels without benchmarking them (reproducible on a busy machine)."""
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    root = tmp_path_factory.mktemp("latency")
+    config = root / "tdaot.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""
+            [defaults]
+            tuning = "latency"
+
+            [[artifact]]
+            name = "tutorial"
+            factory = "{POLICIES}:tutorial_policy"
+            batch = [1, 64]
+            """
+        )
+    )
+    argv = ["build", "--config", str(config), "--cache-dir", str(root / "cache")]
+
+    def timed_candidates(*args, **kwargs):
+        raise AssertionError("the latency build timed GEMM candidates")
+
+    with pytest.MonkeyPatch.context() as patch:
+        for method in ("autotune", "do_autotuning", "benchmark_choices"):
+            patch.setattr(AlgorithmSelectorCache, method, timed_candidates)
+        code = main([*argv, "--report", str(root / "first.json")])
+    return {"root": root, "argv": argv, "code": code, "package": root / "dist" / "tutorial.pt2"}
+
+
+def _result(path: Path) -> dict:
+    (result,) = json.loads(path.read_text())["results"]
+    return result
+
+
+def test_latency_build_from_config_passes_the_parity_gate(latency_project):
+    result = _result(latency_project["root"] / "first.json")
+    assert latency_project["code"] == 0, result["error"]
+    assert result["status"] == "built"
+    assert result["parity"] and all(row["max_abs"] <= 1e-5 for row in result["parity"])
+
+
+def test_latency_package_uses_the_cpp_gemm_template_and_is_sealed(latency_project):
+    package = latency_project["package"]
+    assert "micro_gemm" in _kernel_source(package)  # inductor's C++ GEMM template, not ATen's addmm
+    assert len(tdaot.verify(package)) == 64  # every file against its digest in the manifest
+    from examples.policies import tutorial_policy
+
+    policy, example = tutorial_policy()
+    tdaot.testing.assert_parity(policy, str(package), example, batch_sizes=[1, 3, 64])
+
+
+def test_latency_build_is_cached_under_its_own_key(latency_project):
+    root = latency_project["root"]
+    assert main([*latency_project["argv"], "--no-parity", "--report", str(root / "again.json")]) == 0
+    again, first = _result(root / "again.json"), _result(root / "first.json")
+    assert again["status"] == "cached" and again["sha256"] == first["sha256"]
+
+
+def test_tuning_and_its_rewrite_change_the_cache_key(monkeypatch):
+    from examples.policies import tutorial_policy
+
+    from policies import lstm_policy
+
+    for make in (tutorial_policy, lstm_policy):
+        policy, example = make()
+        exported = export_policy(policy, example)
+        manifest = Manifest(
+            inputs=exported.inputs, outputs=exported.outputs, batch=exported.batch,
+            interaction_type="deterministic", device="cpu", cpu_target="native", cpu_isa="",
+            torch_version="", tensordict_version="", tdaot_version="", source=Source("Policy"),
+        )  # fmt: skip
+        keys = {tuning: artifact_key(exported.program, manifest, tuning=tuning) for tuning in TUNINGS}
+        assert len(set(keys.values())) == len(TUNINGS)
+        assert keys["throughput"] == artifact_key(exported.program, manifest)  # the default
+    # The LSTM's rewrite is in the key (the ops it decomposes), so changing what the
+    # latency tuning decomposes is a different key even with the same inductor options.
+    before = artifact_key(exported.program, manifest, tuning="latency")
+    monkeypatch.setattr(tdaot.tuning, "RECURRENT_OPS", RECURRENT_OPS[:1])
+    assert artifact_key(exported.program, manifest, tuning="latency") != before
+
+
+def test_latency_lstm_is_decomposed_and_matches_eager(tmp_path):
+    from policies import lstm_policy
+
+    policy, example = lstm_policy()
+    artifact = tdaot.build(policy, example, tmp_path / "lstm.pt2", tuning="latency", save_exported=True)
+    # What went into the compiler (saved beside it) holds no fused RNN op any more.
+    assert _recurrent_ops(torch.export.load(artifact.exported_path)) == set()
+    assert "micro_gemm" in _kernel_source(artifact.path)
+    tdaot.testing.assert_parity(policy, artifact, example, batch_sizes=[1, 5, 64])
+    native = tdaot.load(artifact.path)
+    assert native.sha256 == artifact.sha256
+
+
+def test_gru_and_rnn_layers_are_decomposed_too():
+    from tensordict import TensorDict
+    from tensordict.nn import TensorDictModule
+    from torch import nn
+
+    class Recurrent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gru = nn.GRU(6, 16, num_layers=2, batch_first=True)
+            self.rnn = nn.RNN(16, 8, batch_first=True)
+
+        def forward(self, x, h):
+            out, h = self.gru(x.unsqueeze(1), h.transpose(0, 1).contiguous())
+            out, _ = self.rnn(out)
+            return out.squeeze(1), h.transpose(0, 1)
+
+    torch.manual_seed(0)
+    policy = TensorDictModule(Recurrent(), in_keys=["x", "h"], out_keys=["y", ("next", "h")])
+    example = TensorDict({"x": torch.randn(4, 6), "h": torch.randn(4, 2, 16)}, batch_size=[4])
+    program = export_policy(policy, example).program
+    assert _recurrent_ops(program) == {"aten.gru.input", "aten.rnn_tanh.input"}
+    tuned = tune_program(program, "latency")
+    assert _recurrent_ops(tuned) == set()
+    assert tune_program(program, "throughput") is program
+    for batch in (1, 3):
+        x, h = torch.randn(batch, 6), torch.randn(batch, 2, 16)
+        for got, want in zip(tuned.module()(x, h), program.module()(x, h)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", ["fast", "Latency", None, 1])
+def test_bad_tuning_is_a_build_error_naming_it(bad, tmp_path):
+    from examples.policies import tutorial_policy
+
+    policy, example = tutorial_policy()
+    with pytest.raises(BuildError, match=rf"tuning={bad!r} is not one of 'throughput', 'latency'"):
+        tdaot.build(policy, example, tmp_path / "x.pt2", tuning=bad)
+
+
+def test_latency_is_refused_for_cuda(tmp_path):
+    from examples.policies import tutorial_policy
+
+    policy, example = tutorial_policy()
+    with pytest.raises(BuildError, match=r"tuning='latency' is for CPU packages \(device is 'cuda'\)"):
+        tdaot.build(policy, example, tmp_path / "x.pt2", device="cuda", tuning="latency")
+
+
+def test_cli_takes_the_tuning_and_refuses_others(monkeypatch, capsys):
+    seen = {}
+
+    def fake_build(module, example, output, **options):
+        seen.update(options)
+        raise BuildError("stop here")
+
+    monkeypatch.setattr("tdaot.cli.build", fake_build)
+    argv = ["build", f"{POLICIES}:tutorial_policy", "-o", "/tmp/never-written.pt2"]
+    assert main(argv) == 1 and seen["tuning"] == "throughput"  # the default
+    assert main([*argv, "--tuning", "latency"]) == 1 and seen["tuning"] == "latency"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--tuning", "fast"])
+    assert exit_info.value.code == 2
+    assert "--tuning: invalid choice: 'fast'" in capsys.readouterr().err
+
+
+A = "[[artifact]]\nname = 'a'\nfactory = 'f.py:f'\n"
+
+
+def test_config_tuning_default_entry_and_errors(tmp_path, capsys):
+    config = tmp_path / "tdaot.toml"
+    config.write_text(A + "[[artifact]]\nname = 'b'\nfactory = 'f.py:f'\ntuning = 'latency'\n")
+    assert [spec.tuning for spec in load_config(config)] == ["throughput", "latency"]
+    config.write_text("[defaults]\ntuning = 'latency'\n" + A)
+    assert [spec.tuning for spec in load_config(config)] == ["latency"]
+    for body, message in (
+        (A + "tuning = 'fast'\n", r"artifact #1 \('a'\): field 'tuning': 'fast' is not one of throughput"),
+        ("[defaults]\ntuning = 1\n" + A, r"field 'tuning': 1 is not one of"),
+        (A + "tuning = 'latency'\ndevice = 'cuda'\n", r"field 'tuning': 'latency' is for CPU packages"),
+    ):
+        config.write_text(body)
+        with pytest.raises(ConfigError, match=message):
+            load_config(config)
+        assert main(["build", "--config", str(config)]) == 2
+        assert "field 'tuning'" in capsys.readouterr().err
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        "[tool.tdaot]\n[[tool.tdaot.artifact]]\nname = 'a'\nfactory = 'p.py:f'\ntuning = 'latency'\n"
+    )
+    assert [spec.tuning for spec in load_config(pyproject)] == ["latency"]

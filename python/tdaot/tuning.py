@@ -104,15 +104,18 @@ def compiling_with(tuning: str) -> Iterator[None]:
     if not tuning_options(tuning):
         yield
         return
-    from torch._inductor.codegen.cpp_template_kernel import CppTemplateCaller
-    from torch._inductor.select_algorithm import get_algorithm_selector_cache
+    # select_algorithm first: cpp_template_kernel imported on its own is a circular import.
+    from torch._inductor import select_algorithm
+    from torch._inductor.codegen import cpp_template_kernel
 
     def prefer_template(choices: list) -> list:
         # Template callers may come wrapped (DataProcessorChoiceCallerWrapper).
-        templates = [c for c in choices if isinstance(getattr(c, "_wrapped", c), CppTemplateCaller)]
+        templates = [
+            c for c in choices if isinstance(getattr(c, "_wrapped", c), cpp_template_kernel.CppTemplateCaller)
+        ]
         return templates[:1] if templates else choices[:1]
 
-    selector = get_algorithm_selector_cache()
+    selector = select_algorithm.get_algorithm_selector_cache()
     selector.add_preprocessing_fn(prefer_template)
     try:
         yield

@@ -7,6 +7,7 @@ Two AOTInductor compiles: the tutorial policy (through a config file) and an LST
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import textwrap
 import zipfile
@@ -171,6 +172,18 @@ def test_gru_and_rnn_layers_are_decomposed_too():
         x, h = torch.randn(batch, 6), torch.randn(batch, 2, 16)
         for got, want in zip(tuned.module()(x, h), program.module()(x, h)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_latency_compile_setup_works_in_a_fresh_process():
+    # The fixture's process imported inductor first; a `tdaot build --tuning latency` has not.
+    code = (
+        "import tdaot.tuning as t\n"
+        "with t.compiling_with('latency'):\n"
+        "    from torch._inductor.select_algorithm import get_algorithm_selector_cache as c\n"
+        "    inside = len(c().preprocessing_fns)\n"
+        "assert len(c().preprocessing_fns) == inside - 1\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
 @pytest.mark.parametrize("bad", ["fast", "Latency", None, 1])

@@ -58,7 +58,8 @@ def digest_exempt(name: str) -> bool:
         name.startswith("data/aotinductor/") and name.endswith("_metadata.json")
     )
 
-_DTYPES: dict[str, torch.dtype] = {
+# Manifest dtype names and the torch dtypes they stand for.
+DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "float64": torch.float64,
     "float16": torch.float16,
@@ -70,7 +71,7 @@ _DTYPES: dict[str, torch.dtype] = {
     "uint8": torch.uint8,
     "bool": torch.bool,
 }
-_DTYPE_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
+_DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -79,15 +80,15 @@ def dtype_name(dtype: torch.dtype) -> str:
         return _DTYPE_NAMES[dtype]
     except KeyError:
         raise ManifestError(
-            f"dtype {dtype} is not supported by tdaot (supported: {', '.join(_DTYPES)})"
+            f"dtype {dtype} is not supported by tdaot (supported: {', '.join(DTYPES)})"
         ) from None
 
 
 def dtype_from_name(name: str) -> torch.dtype:
     try:
-        return _DTYPES[name]
+        return DTYPES[name]
     except KeyError:
-        raise ManifestError(f"unknown dtype {name!r} (known: {', '.join(_DTYPES)})") from None
+        raise ManifestError(f"unknown dtype {name!r} (known: {', '.join(DTYPES)})") from None
 
 
 @dataclass(frozen=True)
@@ -343,7 +344,7 @@ class _FieldReader:
             if not isinstance(entry, dict):
                 self.fail(path, f"expected an object, got {entry!r}")
             dtype = self.get(entry, "dtype", str, f"{path}.dtype")
-            if dtype not in _DTYPES:
+            if dtype not in DTYPES:
                 self.fail(f"{path}.dtype", f"unknown dtype {dtype!r}")
             shape = self.get(entry, "shape", list, f"{path}.shape")
             if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):

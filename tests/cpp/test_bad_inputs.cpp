@@ -64,11 +64,7 @@ std::vector<at::Tensor> valid_inputs(const std::vector<TensorSpec>& specs, int64
   return inputs;
 }
 
-TensorMap keyed(const std::vector<TensorSpec>& specs, const std::vector<at::Tensor>& inputs) {
-  TensorMap map;
-  for (size_t i = 0; i < inputs.size(); ++i) map.emplace(specs[i].key, inputs[i]);
-  return map;
-}
+using test::keyed;
 
 std::vector<at::Tensor> in_order(const Manifest& manifest, const TensorMap& outputs) {
   std::vector<at::Tensor> ordered;

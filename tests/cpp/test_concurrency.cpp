@@ -108,21 +108,8 @@ auto start_held(Gate& gate, F call) {
 
 // ---- shared inputs ----
 
-std::vector<at::Tensor> random_inputs(const Manifest& manifest, int64_t batch) {
-  std::vector<at::Tensor> inputs;
-  for (const auto& spec : manifest.inputs) {
-    std::vector<int64_t> shape{batch};
-    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-    inputs.push_back(at::randn(shape, at::TensorOptions().dtype(spec.dtype)));
-  }
-  return inputs;
-}
-
-TensorMap keyed(const Manifest& manifest, const std::vector<at::Tensor>& inputs) {
-  TensorMap map;
-  for (size_t i = 0; i < inputs.size(); ++i) map.emplace(manifest.inputs[i].key, inputs[i]);
-  return map;
-}
+using test::keyed;
+using test::random_inputs;
 
 bool all_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
   if (got.size() != want.size()) return false;
@@ -133,7 +120,7 @@ bool all_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>
 }
 
 std::vector<at::Tensor> keyed_in_order(const Policy& policy, const std::vector<at::Tensor>& in) {
-  const TensorMap out = policy.run(keyed(policy.manifest(), in));
+  const TensorMap out = policy.run(keyed(policy.manifest().inputs, in));
   std::vector<at::Tensor> ordered;
   for (const auto& spec : policy.manifest().outputs) ordered.push_back(out.at(spec.key));
   return ordered;
@@ -187,9 +174,9 @@ TEST_P(ManyThreads, EightThreadsMixingGoodAndBadCallsMatchTheReference) {
       return [&policy, inputs] { policy.run(inputs); };
     };
     const int64_t batch = good[0].size(0);
-    TensorMap missing = keyed(manifest, good);
+    TensorMap missing = keyed(manifest.inputs, good);
     missing.erase("robot.joints");
-    TensorMap unknown = keyed(manifest, good);
+    TensorMap unknown = keyed(manifest.inputs, good);
     unknown.emplace("robot.velocity", good[1]);
     work[t].bad = {
         {positional(with(1, good[1].to(at::kDouble))), &typeid(DtypeError), "robot.joints"},
@@ -199,10 +186,10 @@ TEST_P(ManyThreads, EightThreadsMixingGoodAndBadCallsMatchTheReference) {
         {positional(with(1, at::zeros({65, 7}))), &typeid(BatchSizeError), "robot.joints"},
         {by_key(missing), &typeid(MissingKeyError), "robot.joints"},
         {by_key(unknown), &typeid(UnknownKeyError), "robot.velocity"},
-        {by_key(keyed(manifest,
+        {by_key(keyed(manifest.inputs,
                       with(1, at::empty({batch, 7}, at::TensorOptions().device(at::kMeta))))),
          &typeid(DeviceError), "robot.joints"},
-        {by_key(keyed(manifest, with(0, at::zeros({batch, 3, 5})))), &typeid(ShapeError),
+        {by_key(keyed(manifest.inputs, with(0, at::zeros({batch, 3, 5})))), &typeid(ShapeError),
          "agents.observation"},
     };
   }

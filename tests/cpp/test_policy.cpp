@@ -20,27 +20,13 @@ namespace {
 using test::catch_error;
 using test::Contains;
 
-// Tensors shaped for `manifest` at batch `batch`, in manifest order.
-std::vector<at::Tensor> random_inputs(const Manifest& manifest, int64_t batch) {
-  std::vector<at::Tensor> inputs;
-  for (const auto& spec : manifest.inputs) {
-    std::vector<int64_t> shape{batch};
-    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-    inputs.push_back(at::randn(shape, at::TensorOptions().dtype(spec.dtype)));
-  }
-  return inputs;
-}
-
-TensorMap keyed(const Manifest& manifest, const std::vector<at::Tensor>& inputs) {
-  TensorMap map;
-  for (size_t i = 0; i < inputs.size(); ++i) map.emplace(manifest.inputs[i].key, inputs[i]);
-  return map;
-}
+using test::keyed;
+using test::random_inputs;
 
 // Runs the keyed path and returns the outputs in manifest order.
 std::vector<at::Tensor> run_keyed_in_order(const Policy& policy,
                                            const std::vector<at::Tensor>& inputs) {
-  const TensorMap out = policy.run(keyed(policy.manifest(), inputs));
+  const TensorMap out = policy.run(keyed(policy.manifest().inputs, inputs));
   std::vector<at::Tensor> ordered;
   for (const auto& spec : policy.manifest().outputs) ordered.push_back(out.at(spec.key));
   return ordered;
@@ -85,7 +71,7 @@ class PolicyTest : public ::testing::Test {
     }
     {
       SCOPED_TRACE("run (keyed)");
-      const TensorMap map = keyed(policy.manifest(), inputs);
+      const TensorMap map = keyed(policy.manifest().inputs, inputs);
       expect_rejected<E>(
           policy, [&] { policy.run(map); }, key, parts);
     }
@@ -328,7 +314,7 @@ TEST_F(PolicyTest, KeyedRejectsMissingKey) {
 }
 
 TEST_F(PolicyTest, KeyedRejectsUnknownKey) {
-  TensorMap inputs = keyed(nested().manifest(), random_inputs(nested().manifest(), 2));
+  TensorMap inputs = keyed(nested().manifest().inputs, random_inputs(nested().manifest(), 2));
   inputs.emplace("robot.velocity", at::randn({2, 7}));
   expect_rejected<UnknownKeyError>(
       nested(), [&] { nested().run(inputs); }, "robot.velocity",
@@ -365,7 +351,7 @@ TEST(InputValidator, StaticBatchMessage) {
 TEST_F(PolicyTest, ValidationOfGoodInputsDoesNotAllocate) {
   const detail::InputValidator validator(nested().manifest(), c10::Device(c10::DeviceType::CPU));
   const auto inputs = random_inputs(nested().manifest(), 4);
-  const TensorMap map = keyed(nested().manifest(), inputs);
+  const TensorMap map = keyed(nested().manifest().inputs, inputs);
   {
     test::AllocationCounter counter;  // sanity: the counter does see allocations
     EXPECT_EQ(format_shape({1000000, 2000000, 3000000}), "[1000000, 2000000, 3000000]");

@@ -1,5 +1,6 @@
 #include "test_support.h"
 
+#include <ATen/Functions.h>
 #include <c10/core/CPUAllocator.h>
 #include <caffe2/serialize/inline_container.h>
 
@@ -152,6 +153,23 @@ void rewrite_manifest(const std::string& src, const std::string& dst,
     edit(manifest);
     metadata[kManifestMetadataKey] = manifest.dump();
   });
+}
+
+std::vector<at::Tensor> random_inputs(const Manifest& manifest, int64_t batch) {
+  std::vector<at::Tensor> inputs;
+  for (const auto& spec : manifest.inputs) {
+    std::vector<int64_t> shape{batch};
+    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+    inputs.push_back(at::randn(shape, at::TensorOptions().dtype(spec.dtype)));
+  }
+  return inputs;
+}
+
+std::map<std::string, at::Tensor> keyed(const std::vector<TensorSpec>& specs,
+                                        const std::vector<at::Tensor>& inputs) {
+  std::map<std::string, at::Tensor> map;
+  for (size_t i = 0; i < inputs.size(); ++i) map.emplace(specs[i].key, inputs[i]);
+  return map;
 }
 
 void rewrite_resealed(const std::string& src, const std::string& dst, const RecordEdit& edit) {

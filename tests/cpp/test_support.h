@@ -2,6 +2,7 @@
 // exception checks.
 #pragma once
 
+#include <ATen/Tensor.h>
 #include <c10/util/Type.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "tdaot/manifest.h"
 
 namespace tdaot::test {
 
@@ -94,6 +98,14 @@ class AllocationCounter {
   Counts counts_;
   Counts* previous_;
 };
+
+// Random tensors (randn in each input's dtype) for every input of `manifest` at `batch`, in
+// manifest order.
+std::vector<at::Tensor> random_inputs(const Manifest& manifest, int64_t batch);
+
+// `inputs` (in the order of `specs`) keyed by the specs' keys.
+std::map<std::string, at::Tensor> keyed(const std::vector<TensorSpec>& specs,
+                                        const std::vector<at::Tensor>& inputs);
 
 // EXPECT_TRUE(Contains(text, part)) prints both strings when it fails.
 ::testing::AssertionResult Contains(const std::string& text, const std::string& part);

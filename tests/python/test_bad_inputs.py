@@ -21,6 +21,7 @@ from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 
 import tdaot
+from tdaot.manifest import DTYPES
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:The PyTorch API of nested tensors is in prototype stage:UserWarning",
@@ -28,18 +29,6 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 BATCH = 4
-DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "int64": torch.int64,
-    "int32": torch.int32,
-    "int16": torch.int16,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "bool": torch.bool,
-}
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 # Each package's inputs in manifest order: (key, dtype, per-sample shape).

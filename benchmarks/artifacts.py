@@ -5,10 +5,11 @@ benchmarks/run.py, run once per policy in a fresh process with an empty inductor
     python benchmarks/artifacts.py POLICY OUT_DIR TIMINGS.json
 
 OUT_DIR receives: weights.pt (the eager state dict), policy.pt2 (tdaot.build; also what the
-AOTInductor loaders run), program.pt2 (torch.export.save of the same ExportedProgram, for
-ExportedProgram.module() and torch.compile), policy.ts (torch.jit.trace of that program's
-module, frozen), policy.onnx (torch.onnx.export of that program), check.pt (reference inputs
-and eager outputs) and info.json (input and output specs). The inductor cache is whatever
+AOTInductor loaders run), policy-latency.pt2 (tdaot.build with tuning="latency"), program.pt2
+(torch.export.save of the same ExportedProgram, for ExportedProgram.module() and
+torch.compile), policy.ts (torch.jit.trace of that program's module, frozen), policy.onnx
+(torch.onnx.export of that program), check.pt (reference inputs and eager outputs) and
+info.json (input and output specs). The inductor cache is whatever
 TORCHINDUCTOR_CACHE_DIR names; the driver sets it.
 """
 
@@ -58,6 +59,14 @@ def build_all(name: str, out: Path) -> dict:
         "bytes": artifact.size_bytes,
     }
     manifest = artifact.manifest
+    # The same policy built for batch-1 latency (inductor's C++ GEMM template, recurrent
+    # layers decomposed): the "latency build" rows, Python and native.
+    latency = tdaot.build(policy, example, out / "policy-latency.pt2", tuning="latency")
+    timings["tdaot .pt2, latency build"] = {
+        "export_s": latency.export_seconds,
+        "compile_s": latency.compile_seconds,
+        "bytes": latency.size_bytes,
+    }
     if "cache" in inspect.signature(tdaot.build).parameters:
         # tdaot's own artifact cache (a content-addressed copy): store once, then time a hit.
         from tdaot.cache import ArtifactCache

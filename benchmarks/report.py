@@ -88,6 +88,7 @@ def markdown(results: dict) -> str:
         "close to the max.",
         "",
     ]
+    lines += summary_tables(results)
     for policy, info in results["policies"].items():
         lines += [f"## {policy}: {info['description']}", ""]
         lines += [
@@ -191,6 +192,37 @@ def markdown(results: dict) -> str:
         ]
         lines += [""]
     return "\n".join(lines)
+
+
+def summary_tables(results: dict) -> list[str]:
+    """p50 per runtime (rows) and policy (columns) at each batch size, ratio to tdaot native:
+    the README's table."""
+    timing = _timing_index(results)
+    native = results["native"]
+    policies = list(results["policies"])
+    lines = []
+    for batch in sorted({t["batch"] for t in results["timing"]}):
+        lines += [
+            f"## Summary: batch {batch}, p50 (ratio to {results['runtimes'][native]})",
+            "",
+            "| runtime | " + " | ".join(policies) + " |",
+            "|---|" + "---:|" * len(policies),
+        ]
+        for runtime, label in results["runtimes"].items():
+            cells = []
+            for policy in policies:
+                t = timing.get((runtime, policy, batch))
+                base = timing.get((native, policy, batch))
+                if t is None:
+                    cells.append("–")
+                elif runtime == native or base is None:
+                    cells.append(fmt_time_us(t["p50_us"]))
+                else:
+                    cells.append(f"{fmt_time_us(t['p50_us'])} ({t['p50_us'] / base['p50_us']:.2f}x)")
+            name = f"**{label}**" if runtime == native else label
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines += [""]
+    return lines
 
 
 def plot(results: dict, path: Path) -> None:

@@ -48,9 +48,11 @@ RUNTIMES = [
     ("onnxruntime", "ONNX Runtime (Py)", "py"),
     ("tdaot-python-td", "tdaot Python, TensorDict (Py)", "py"),
     ("tdaot-python", "tdaot Python, positional (Py)", "py"),
+    ("tdaot-python-latency", "tdaot Python, positional, latency build (Py)", "py"),
     ("torchscript", "TorchScript torch::jit::load (C++)", "cpp"),
     ("aoti", "AOTI AOTIModelPackageLoader (C++)", "cpp"),
     ("aoti-single-threaded", "AOTI loader, run_single_threaded (C++)", "cpp"),
+    ("tdaot-latency", "tdaot native, latency build (C++)", "cpp"),
     ("tdaot", "tdaot native (C++)", "cpp"),
 ]
 NATIVE = "tdaot"
@@ -72,8 +74,13 @@ ARTIFACT_FILE = {
     "aoti": "policy.pt2",
     "aoti-single-threaded": "policy.pt2",
     "tdaot": "policy.pt2",
+    "tdaot-python-latency": "policy-latency.pt2",
+    "tdaot-latency": "policy-latency.pt2",
     "eager": "weights.pt",
 }
+# The C++ server's runner for a runtime key, where they differ (the latency build is the
+# same tdaot::Policy on another package).
+SERVER_RUNTIME = {"tdaot-latency": "tdaot"}
 COMMAND_TIMEOUT_S = 600
 
 
@@ -211,7 +218,9 @@ def start_worker(runtime: str, kind: str, policy: str, args, work: Path, info: d
         load = {"cmd": "load"}
         if kind == "cpp":
             load.update(
-                runtime=runtime, path=str(worker.artifacts / ARTIFACT_FILE[runtime]), inputs=info["inputs"]
+                runtime=SERVER_RUNTIME.get(runtime, runtime),
+                path=str(worker.artifacts / ARTIFACT_FILE[runtime]),
+                inputs=info["inputs"],
             )
         record["load_s"] = worker.ask(load)["seconds"]
         record["first_call_s"] = worker.ask({"cmd": "first", "batch": 1})["seconds"]

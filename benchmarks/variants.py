@@ -1,17 +1,21 @@
 """Experiments behind the profile in benchmarks/README.md: the same ExportedProgram compiled
-by AOTInductor with other inductor options ("freezing", "decomposed-lstm", ...), or the
+by tdaot with other build settings or inductor options ("latency", "freezing", ...), or the
 default package called under a guard ("guard:inference_mode", "guard:no_grad"), each timed
 beside the default through tdaot::Policy (the C++ bench server), alternating between variants.
 
-    .venv/bin/python benchmarks/variants.py [--policies conv,lstm] [--work build/bench]
+    .venv/bin/python benchmarks/variants.py [--policies conv,lstm] [--variants default,latency]
 
-Needs the artifacts of a `make bench` run (build/bench/artifacts/<policy>/program.pt2).
-Prints a table and writes build/bench/variants/results.json; nothing here is part of tdaot.
+Needs the artifacts of a `make bench` run (build/bench/artifacts/<policy>/program.pt2 and
+policy.pt2). Every variant is compiled and sealed by tdaot.compile.compile_package with the
+default package's manifest, so tdaot.load accepts it (file digests included). Prints a table
+and writes build/bench/variants/results-*.json; nothing here is part of tdaot.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import statistics
@@ -27,49 +31,68 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+import tdaot  # noqa: E402
 from run import Worker, base_env  # noqa: E402
-from tdaot.manifest import METADATA_KEY, read_metadata  # noqa: E402
+from tdaot.compile import compile_package  # noqa: E402
+from tdaot.manifest import read_manifest  # noqa: E402
+from tdaot.tuning import tune_program  # noqa: E402
 
-try:  # tdaot's own compile options, which every variant starts from
-    from tdaot.compile import COMPILE_OPTIONS
-except ImportError:
-    COMPILE_OPTIONS = {}
-
-# Variant names join these parts with "+"; "decomposed-lstm" rewrites the graph instead.
+# Variant names join these parts with "+". Each part sets tdaot build settings
+# (kernel_threads, tuning), extra inductor options, or rewrites the graph.
 VARIANTS = {
     "default": {},
-    "static-threads": {"cpp.dynamic_threads": False},
-    "freezing": {"freezing": True},
-    "cpp-gemm": {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"},
+    "latency": {"tuning": "latency"},  # tdaot's latency build: C++ GEMM template + decomposed RNNs
+    "dynamic-threads": {"kernel_threads": 0},  # OpenMP threads decided at run time
+    "freezing": {"options": {"freezing": True}},
+    # The GEMM template as inductor's own max_autotune picks it: by timing candidates on the
+    # build machine (tdaot's latency tuning picks the template without timing).
+    "autotuned-gemm": {"options": {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}},
+    "decomposed-rnn": {"rewrite": "latency"},  # only the latency tuning's graph rewrite
+    # 2-D convolutions as im2col (unfold) + a matrix product, which the latency tuning then
+    # gives to the C++ GEMM template instead of oneDNN. Not part of tdaot.
+    "conv-gemm": {"rewrite": "conv-gemm"},
 }
 
 
-def decompose_lstm(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """aten.lstm replaced by its decomposition (matmuls and pointwise ops inductor can fuse)."""
-    from torch._decomp import decomposition_table
+def conv2d_as_gemm(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    """aten.conv2d as unfold + addmm (no padding, dilation or groups; others left alone)."""
+    if groups != 1 or x.dim() != 4 or any(padding) or any(d != 1 for d in dilation):
+        return NotImplemented
+    out_channels, channels, kh, kw = weight.shape
+    (sh, sw), (batch, _, height, width) = stride, x.shape
+    oh, ow = (height - kh) // sh + 1, (width - kw) // sw + 1
+    patches = x.unfold(2, kh, sh).unfold(3, kw, sw)  # B, C, oh, ow, kh, kw
+    cols = patches.permute(0, 2, 3, 1, 4, 5).reshape(batch * oh * ow, channels * kh * kw)
+    w = weight.reshape(out_channels, channels * kh * kw).t()
+    out = torch.addmm(bias, cols, w) if bias is not None else torch.mm(cols, w)
+    return out.reshape(batch, oh, ow, out_channels).permute(0, 3, 1, 2)
 
-    table = {torch.ops.aten.lstm.input: decomposition_table[torch.ops.aten.lstm.input]}
-    return program.run_decompositions(table)
+
+def rewrite(program: torch.export.ExportedProgram, name: str) -> torch.export.ExportedProgram:
+    if name == "conv-gemm":
+        return program.run_decompositions({torch.ops.aten.conv2d.default: conv2d_as_gemm})
+    return tune_program(program, name)
 
 
 def build_variant(policy: str, variant: str, work: Path) -> Path:
-    """One package per variant, carrying the default package's manifest so tdaot loads it."""
+    """One package per variant, with the default package's manifest, sealed by tdaot."""
     out = work / "variants" / f"{policy}-{variant}.pt2"
     source = work / "artifacts" / policy
-    manifest_json = read_metadata(source / "policy.pt2")[METADATA_KEY]
+    manifest = dataclasses.replace(read_manifest(source / "policy.pt2"), files={})
     program = torch.export.load(str(source / "program.pt2"))
-    options = dict(COMPILE_OPTIONS)
+    settings = {"kernel_threads": 1, "tuning": "throughput"}
+    options: dict = {}
     for part in variant.split("+"):
-        if part == "decomposed-lstm":
-            program = decompose_lstm(program)
-        else:
-            options.update(VARIANTS[part])
-    options["aot_inductor.metadata"] = {METADATA_KEY: manifest_json}
+        spec = VARIANTS[part]
+        settings.update({k: v for k, v in spec.items() if k in settings})
+        options.update(spec.get("options", {}))
+        if "rewrite" in spec:
+            program = rewrite(program, spec["rewrite"])
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     # Inductor applies freezing (weight prepacking, mkldnn/mkl fused ops) only with grad off.
-    with torch.no_grad():
-        torch._inductor.aoti_compile_and_package(program, package_path=str(out), inductor_configs=options)
+    with torch.no_grad(), torch._inductor.config.patch(options) if options else contextlib.nullcontext():
+        compile_package(program, manifest, str(out), **settings)
     print(f"built {out.name} in {time.perf_counter() - start:.1f} s", flush=True)
     return out
 
@@ -79,7 +102,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--policies", default="tutorial,mlp,conv,lstm")
-    parser.add_argument("--variants", default="default,freezing")
+    parser.add_argument("--variants", default="default,latency", help=f"parts: {', '.join(VARIANTS)}")
     parser.add_argument("--work", default=str(HERE.parent / "build/bench"))
     parser.add_argument("--server", default=str(HERE.parent / "build/bench/cpp/tdaot-bench-server"))
     parser.add_argument("--batches", default="1,64")
@@ -97,7 +120,7 @@ def main() -> int:
     packages = {}
     for policy in args.policies.split(","):
         for variant in args.variants.split(","):
-            if "decomposed-lstm" in variant and policy != "lstm":
+            if "decomposed-rnn" in variant and policy != "lstm":
                 continue
             path = work / "variants" / f"{policy}-{variant}.pt2"
             if variant == "default" or variant.startswith("guard:"):
@@ -106,14 +129,15 @@ def main() -> int:
                 path = subprocess_build(policy, variant, work)
             packages[policy, variant] = path
 
-    # Each package against the eager outputs the main benchmark saved (check.pt).
+    # Each package, loaded by tdaot (digests checked), against the eager outputs the main
+    # benchmark saved (check.pt).
     for (policy, variant), path in packages.items():
         reference = torch.load(work / "artifacts" / policy / "check.pt", weights_only=True)
-        model = torch._inductor.aoti_load_package(str(path))
+        model = tdaot.load(path)
         error = max(
             float((got - want).abs().max())
             for case in reference["cases"]
-            for got, want in zip(model(*case["inputs"]), case["outputs"])
+            for got, want in zip(model.run_positional(*case["inputs"]), case["outputs"])
         )
         print(f"{policy} {variant}: max abs error vs eager {error:.1e}", flush=True)
 

@@ -43,6 +43,7 @@ RUNTIMES = (
     "onnxruntime",
     "tdaot-python-td",
     "tdaot-python",
+    "tdaot-python-latency",
 )
 
 
@@ -119,6 +120,11 @@ class Runtime:
 
     _load_tdaot_python_td = _load_tdaot_python
 
+    def _load_tdaot_python_latency(self) -> None:
+        import tdaot
+
+        self.native = tdaot.load(self.dir / "policy-latency.pt2")  # tdaot.build(..., tuning="latency")
+
     # -- calling ---------------------------------------------------------------------------
     def bind(self, tensors: list[torch.Tensor]):
         name = self.name
@@ -145,7 +151,7 @@ class Runtime:
             feeds = {n: t.numpy() for n, t in zip(self.ort_inputs, tensors)}
             run = self.session.run
             return lambda: run(None, feeds)
-        if name == "tdaot-python":
+        if name in ("tdaot-python", "tdaot-python-latency"):
             run = self.native.run_positional
             return lambda: run(*tensors)
         if name == "tdaot-python-td":

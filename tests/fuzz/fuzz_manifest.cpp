@@ -89,11 +89,16 @@ constexpr c10::ScalarType kDtypes[] = {
 };
 constexpr size_t kNumDtypes = sizeof(kDtypes) / sizeof(kDtypes[0]);
 
+// a + b wrapping around instead of overflowing (the manifest's sizes may be INT64_MAX).
+int64_t wrapping_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+
 // A size near `expected`: mostly itself, sometimes one off or arbitrary.
 int64_t perturb(Script& s, int64_t expected) {
   switch (s.byte() % 8) {
-    case 5: return expected + 1;
-    case 6: return expected - 1;
+    case 5: return wrapping_add(expected, 1);
+    case 6: return wrapping_add(expected, -1);
     case 7: return s.int64();
     default: return expected;
   }
@@ -103,11 +108,11 @@ int64_t pick_batch(Script& s, const tdaot::BatchRange& range) {
   switch (s.byte() % 8) {
     case 0: return range.min;
     case 1: return range.max;
-    case 2: return range.min - 1;
-    case 3: return range.max + 1;
+    case 2: return wrapping_add(range.min, -1);
+    case 3: return wrapping_add(range.max, 1);
     case 4: return 0;
     case 5: return s.int64();
-    default: return range.min + s.byte();
+    default: return wrapping_add(range.min, s.byte());
   }
 }
 

@@ -63,8 +63,9 @@ ZipArchive::ZipArchive(std::string_view bytes, std::string path, uint64_t max_un
   // ZIP_CHECKCONS compares the central directory with every local header, which catches
   // truncated copies and headers that disagree about names or sizes.
   // libzip also refuses two entries of one name (ZIP_ER_EXISTS) while it reads the directory.
-  zip_ = zip_open_from_source(source, ZIP_RDONLY | ZIP_CHECKCONS, &error);
-  if (zip_ == nullptr) {
+  // Owned from here on, so it is discarded also when a check below refuses the package.
+  zip_.reset(zip_open_from_source(source, ZIP_RDONLY | ZIP_CHECKCONS, &error));
+  if (!zip_) {
     zip_source_free(source);
     if (zip_error_code_zip(&error) == ZIP_ER_EXISTS) {
       zip_error_fini(&error);
@@ -74,19 +75,8 @@ ZipArchive::ZipArchive(std::string_view bytes, std::string path, uint64_t max_un
          ")");
   }
   zip_error_fini(&error);
-  // fail() below throws out of the constructor, where ~ZipArchive does not run (make test-asan
-  // found the leak): discard the archive here unless the constructor completes.
-  struct DiscardUnlessDone {
-    zip_t*& zip;
-    bool done = false;
-    ~DiscardUnlessDone() {
-      if (done) return;
-      zip_discard(zip);
-      zip = nullptr;
-    }
-  } guard{zip_};
 
-  const zip_int64_t count = zip_get_num_entries(zip_, 0);
+  const zip_int64_t count = zip_get_num_entries(zip_.get(), 0);
   if (count <= 0) fail("is an empty zip archive, not a .pt2 package");
   const std::string over_limit = ", more than the limit of " +
                                  std::to_string(max_unpacked_bytes) + " (max_package_bytes)";
@@ -94,9 +84,9 @@ ZipArchive::ZipArchive(std::string_view bytes, std::string path, uint64_t max_un
   for (zip_int64_t i = 0; i < count; ++i) {
     const auto index = static_cast<zip_uint64_t>(i);
     zip_stat_t stat;
-    if (zip_stat_index(zip_, index, 0, &stat) != 0 || (stat.valid & ZIP_STAT_NAME) == 0) {
+    if (zip_stat_index(zip_.get(), index, 0, &stat) != 0 || (stat.valid & ZIP_STAT_NAME) == 0) {
       fail("has an unreadable entry at index " + std::to_string(i) + ": " +
-           zip_strerror(zip_));
+           zip_strerror(zip_.get()));
     }
     ZipEntry entry{stat.name, stat.size, index, false};
     const std::string quoted = "entry '" + entry.name + "'";
@@ -105,7 +95,7 @@ ZipArchive::ZipArchive(std::string_view bytes, std::string path, uint64_t max_un
            " (an absolute path, a '..' component or a backslash); refusing to extract it");
     }
     entry.directory = entry.name.back() == '/';
-    const unsigned type = unix_file_type(zip_, index);
+    const unsigned type = unix_file_type(zip_.get(), index);
     const unsigned expected = entry.directory ? S_IFDIR : S_IFREG;
     if (type != 0 && type != expected) {
       fail("has an " + quoted + " that is " + file_type_name(type) + "; refusing to extract it");
@@ -129,12 +119,11 @@ ZipArchive::ZipArchive(std::string_view bytes, std::string path, uint64_t max_un
   if (total > max_unpacked_bytes) {
     fail("declares " + std::to_string(total) + " bytes in all its entries" + over_limit);
   }
-  guard.done = true;
 }
 
-ZipArchive::~ZipArchive() {
-  if (zip_ != nullptr) zip_discard(zip_);
-}
+ZipArchive::~ZipArchive() = default;
+
+void ZipArchive::Discard::operator()(struct zip* zip) const { zip_discard(zip); }
 
 void ZipArchive::fail(const std::string& problem) const {
   throw PackageError(path_, "package '" + path_ + "' " + problem);
@@ -142,8 +131,8 @@ void ZipArchive::fail(const std::string& problem) const {
 
 std::string ZipArchive::read(const ZipEntry& entry) const {
   const std::string quoted = "entry '" + entry.name + "'";
-  std::unique_ptr<zip_file_t, FileCloser> file(zip_fopen_index(zip_, entry.index, 0));
-  if (!file) fail("has an " + quoted + " that cannot be read: " + zip_strerror(zip_));
+  std::unique_ptr<zip_file_t, FileCloser> file(zip_fopen_index(zip_.get(), entry.index, 0));
+  if (!file) fail("has an " + quoted + " that cannot be read: " + zip_strerror(zip_.get()));
   std::string data(entry.size, '\0');
   uint64_t done = 0;
   while (done < entry.size) {

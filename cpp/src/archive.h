@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,8 +42,11 @@ class ZipArchive {
  private:
   [[noreturn]] void fail(const std::string& problem) const;
 
+  struct Discard {
+    void operator()(struct zip* zip) const;
+  };
   std::string path_;
-  struct zip* zip_ = nullptr;
+  std::unique_ptr<struct zip, Discard> zip_;
   std::vector<ZipEntry> entries_;
 };
 

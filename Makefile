@@ -28,6 +28,8 @@ help:
 	@echo "make test   run every Python and C++ test"
 	@echo "make bench  tdaot against other runtimes, side by side (benchmarks/results/, ~15 min)"
 	@echo "make soak   a million calls per package, RSS growth after warm-up under 1 MiB (~2 min)"
+	@echo "make test-asan  the C++ tests under AddressSanitizer + UBSan (build/asan, ~10 min)"
+	@echo "make fuzz   libFuzzer over manifest parsing and input validation (FUZZ_SECONDS=60)"
 	@echo "make install PREFIX=DIR  install the C++ package (find_package(tdaot)) under DIR"
 	@echo "make clean  remove build outputs (keeps the venv)"
 

@@ -2,7 +2,10 @@
 // runs a policy. Each tick it writes fresh "sensor" values into preallocated inputs, runs the
 // policy (through a Session when the package is recurrent), and sleeps until the next tick.
 //
-//   robot_service PACKAGE [--rate HZ] [--steps N] [--batch B]
+//   robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] [--sha256 HEX] [--op-lib LIB]
+//
+// --sha256 pins the artifact the service was certified with: any other file is refused before
+// it is loaded. --op-lib loads a library registering custom operators the package calls.
 //
 // Prints the policy's compute time per tick (p50, p99, max), how late the loop woke up, and
 // the missed deadlines (ticks whose compute ended after the next tick was due).
@@ -31,11 +34,13 @@ struct Args {
   double rate_hz = 1000.0;
   int64_t steps = 1000;
   int64_t batch = 1;
+  tdaot::PolicyOptions options;  // defaults: one intra-op thread, a warm-up run at load
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "robot_service: " << problem
-            << "\nusage: robot_service PACKAGE [--rate HZ] [--steps N] [--batch B]\n";
+            << "\nusage: robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] [--sha256 HEX] "
+               "[--op-lib LIB]\n";
   std::exit(2);
 }
 
@@ -43,10 +48,14 @@ Args parse_args(int argc, char** argv) {
   Args args;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    const auto value = [&]() -> double {
+    const auto text = [&]() -> std::string {
       if (i + 1 >= argc) usage(arg + " needs a value");
+      return argv[++i];
+    };
+    const auto value = [&]() -> double {
+      const std::string given = text();
       char* end = nullptr;
-      const double number = std::strtod(argv[++i], &end);
+      const double number = std::strtod(given.c_str(), &end);
       if (*end != '\0' || !(number > 0)) usage(arg + " needs a positive number");
       return number;
     };
@@ -56,6 +65,10 @@ Args parse_args(int argc, char** argv) {
       args.steps = static_cast<int64_t>(value());
     } else if (arg == "--batch") {
       args.batch = static_cast<int64_t>(value());
+    } else if (arg == "--sha256") {
+      args.options.expected_sha256 = text();
+    } else if (arg == "--op-lib") {
+      args.options.op_libraries.push_back(text());
     } else if (args.package.empty() && arg.rfind("--", 0) != 0) {
       args.package = arg;
     } else {
@@ -103,8 +116,9 @@ void read_sensors(std::vector<at::Tensor>& buffers, int64_t step) {
 int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   try {
-    // Defaults: one intra-op thread and a warm-up run at load, so tick 0 is not the slow one.
-    const tdaot::Policy policy(args.package);
+    // The warm-up run at load (a default) keeps tick 0 from being the slow one.
+    const tdaot::Policy policy(args.package, args.options);
+    std::cout << "loaded " << args.package << " (sha256 " << policy.sha256() << ")\n";
     const tdaot::Manifest& manifest = policy.manifest();
     std::optional<tdaot::Session> session;
     if (manifest.recurrent) session.emplace(policy, args.batch);

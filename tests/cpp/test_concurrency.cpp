@@ -6,7 +6,6 @@
 // of an armed thread: the compiled model allocates its outputs, so the thread stops there with
 // its runner (and its session's busy flag) taken, until the test releases it.
 #include <ATen/ATen.h>
-#include <c10/core/CPUAllocator.h>
 #include <c10/util/Type.h>
 #include <gtest/gtest.h>
 
@@ -66,39 +65,18 @@ class Gate {
 
 Gate* active_gate = nullptr;
 
-// Forwards to the CPU allocator torch had; blocks an armed thread's first allocation.
-class GateAllocator final : public c10::Allocator {
- public:
-  explicit GateAllocator(c10::Allocator* base) : base_(base) {}
-  c10::DataPtr allocate(size_t n) override {
-    if (armed) {
-      armed = false;
-      if (active_gate != nullptr) active_gate->hold();
-    }
-    return base_->allocate(n);
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return base_->raw_deleter(); }
-  void copy_data(void* dest, const void* src, size_t count) const override {
-    base_->copy_data(dest, src, count);
-  }
-
- private:
-  c10::Allocator* base_;
-};
-
-void install_gate_allocator() {
-  // The same priority as test_support's counting allocator: whichever comes second wraps the
-  // first, and both only forward when not in use.
-  static GateAllocator allocator(c10::GetCPUAllocator());
-  static const bool installed = (c10::SetCPUAllocator(&allocator, /*priority=*/100), true);
-  (void)installed;
+// The allocation hook: blocks an armed thread's first tensor allocation.
+void hold_if_armed() {
+  if (!armed) return;
+  armed = false;
+  if (active_gate != nullptr) active_gate->hold();
 }
 
 // Runs `call` on a new thread that is held inside its first tensor allocation; the caller
 // checks gate.wait_inside(), does its part, then gate.release() and get()s the result.
 template <typename F>
 auto start_held(Gate& gate, F call) {
-  install_gate_allocator();
+  test::install_cpu_allocation_hook(&hold_if_armed);
   active_gate = &gate;
   return std::async(std::launch::async, [call] {
     armed = true;

@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <new>
+#include <mutex>
 #include <random>
+#include <set>
 
 #include "digest.h"
 #include "tdaot/manifest.h"
@@ -15,12 +17,12 @@
 namespace {
 thread_local tdaot::test::AllocationCounter::Counts* allocation_counts = nullptr;
 
-// Forwards to the CPU allocator torch had, counting storages for AllocationCounter.
-class CountingCpuAllocator final : public c10::Allocator {
+// Forwards to the CPU allocator it replaced, calling `hook` first on every allocation.
+class HookedCpuAllocator final : public c10::Allocator {
  public:
-  explicit CountingCpuAllocator(c10::Allocator* base) : base_(base) {}
+  HookedCpuAllocator(c10::Allocator* base, void (*hook)()) : base_(base), hook_(hook) {}
   c10::DataPtr allocate(size_t n) override {
-    if (allocation_counts != nullptr) ++allocation_counts->tensors;
+    hook_();
     return base_->allocate(n);
   }
   c10::DeleterFnPtr raw_deleter() const override { return base_->raw_deleter(); }
@@ -30,13 +32,11 @@ class CountingCpuAllocator final : public c10::Allocator {
 
  private:
   c10::Allocator* base_;
+  void (*hook_)();
 };
 
-void install_counting_allocator() {
-  // Installed once, above torch's default priority; it only counts, so it can stay.
-  static CountingCpuAllocator allocator(c10::GetCPUAllocator());
-  static const bool installed = (c10::SetCPUAllocator(&allocator, /*priority=*/100), true);
-  (void)installed;
+void count_tensor_storage() {
+  if (allocation_counts != nullptr) ++allocation_counts->tensors;
 }
 }  // namespace
 
@@ -68,7 +68,7 @@ void operator delete(void* p, size_t) noexcept { std::free(p); }
 namespace tdaot::test {
 
 AllocationCounter::AllocationCounter() : previous_(allocation_counts) {
-  install_counting_allocator();
+  install_cpu_allocation_hook(&count_tensor_storage);
   allocation_counts = &counts_;
 }
 AllocationCounter::~AllocationCounter() { allocation_counts = previous_; }
@@ -153,6 +153,16 @@ void rewrite_manifest(const std::string& src, const std::string& dst,
     edit(manifest);
     metadata[kManifestMetadataKey] = manifest.dump();
   });
+}
+
+void install_cpu_allocation_hook(void (*hook)()) {
+  static std::mutex mutex;
+  static std::set<void (*)()> installed;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!installed.insert(hook).second) return;
+  // Never freed: tensors allocated through it may outlive any test. Each wraps the previous
+  // allocator, above torch's default priority; hooks only act while a test arms them.
+  c10::SetCPUAllocator(new HookedCpuAllocator(c10::GetCPUAllocator(), hook), /*priority=*/100);
 }
 
 std::vector<at::Tensor> random_inputs(const Manifest& manifest, int64_t batch) {

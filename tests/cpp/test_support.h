@@ -75,6 +75,10 @@ std::optional<E> catch_error(F&& f) {
   return std::nullopt;
 }
 
+// Wraps c10's CPU allocator (once per hook) so that `hook` runs before every tensor storage
+// allocation, in the allocating thread. Hooks stay installed; they should act only when armed.
+void install_cpu_allocation_hook(void (*hook)());
+
 // Counts the heap allocations this thread makes while the counter lives: operator new (the
 // test binary replaces the global one) and tensor storage from c10's CPU allocator (wrapped by
 // a counting allocator installed on first use), which uses posix_memalign, not new.

@@ -34,7 +34,7 @@ import tdaot  # noqa: E402
 from common import as_tensordict, make_inputs  # noqa: E402
 from policies import POLICIES  # noqa: E402
 from tdaot import keys as keyutil  # noqa: E402
-from tdaot.export import export_context, export_policy  # noqa: E402
+from tdaot.builder.export import export_context, export_policy  # noqa: E402
 
 
 def timed(fn):
@@ -69,7 +69,7 @@ def build_all(name: str, out: Path) -> dict:
     }
     if "cache" in inspect.signature(tdaot.build).parameters:
         # tdaot's own artifact cache (a content-addressed copy): store once, then time a hit.
-        from tdaot.cache import ArtifactCache
+        from tdaot.builder.cache import ArtifactCache
 
         with tempfile.TemporaryDirectory(dir=out) as scratch:
             cache = ArtifactCache(Path(scratch) / "cache")

@@ -6,7 +6,7 @@ beside the default through tdaot::Policy (the C++ bench server), alternating bet
     .venv/bin/python benchmarks/variants.py [--policies conv,lstm] [--variants default,latency]
 
 Needs the artifacts of a `make bench` run (build/bench/artifacts/<policy>/program.pt2 and
-policy.pt2). Every variant is compiled and sealed by tdaot.compile.compile_package with the
+policy.pt2). Every variant is compiled and sealed by tdaot.builder.compile.compile_package with the
 default package's manifest, so tdaot.load accepts it (file digests included). Prints a table
 and writes build/bench/variants/results-*.json; nothing here is part of tdaot.
 """
@@ -33,9 +33,10 @@ sys.path.insert(0, str(HERE.parent))
 
 import tdaot  # noqa: E402
 from run import Worker, base_env  # noqa: E402
-from tdaot.compile import compile_package  # noqa: E402
+from tdaot.builder import BuildOptions  # noqa: E402
+from tdaot.builder.compile import compile_package  # noqa: E402
+from tdaot.builder.tuning import tune_program  # noqa: E402
 from tdaot.manifest import read_manifest  # noqa: E402
-from tdaot.tuning import tune_program  # noqa: E402
 
 # Variant names join these parts with "+". Each part sets tdaot build settings
 # (kernel_threads, tuning), extra inductor options, or rewrites the graph.
@@ -92,7 +93,7 @@ def build_variant(policy: str, variant: str, work: Path) -> Path:
     start = time.perf_counter()
     # Inductor applies freezing (weight prepacking, mkldnn/mkl fused ops) only with grad off.
     with torch.no_grad(), torch._inductor.config.patch(options) if options else contextlib.nullcontext():
-        compile_package(program, manifest, str(out), **settings)
+        compile_package(program, manifest, str(out), BuildOptions(**settings))
     print(f"built {out.name} in {time.perf_counter() - start:.1f} s", flush=True)
     return out
 

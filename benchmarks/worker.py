@@ -78,7 +78,7 @@ class Runtime:
         return module.eval()
 
     def _load_eager(self) -> None:
-        from tdaot.export import export_context
+        from tdaot.builder.export import export_context
 
         self.module = self._eager_module()
         # Global for the worker's life: the interaction type the artifacts were built with, and

@@ -4,32 +4,59 @@ art = tdaot.build(policy, example_td, "policy.pt2")
 native = tdaot.load("policy.pt2")
 out = native(example_td)
 tdaot.testing.assert_parity(policy, "policy.pt2", example_td)
+
+``import tdaot`` loads the runtime side only; the build side (torch.export, inductor) is
+imported the first time a build name (``build``, ``Artifact``, ``BuildOptions``) or
+``tdaot.testing`` is used.
 """
 
-from tdaot import errors, testing
+import importlib
+
+from tdaot import errors
 from tdaot._version import __version__
-from tdaot.build import Artifact, build
 from tdaot.errors import *  # noqa: F403 - the error classes are top-level API
-from tdaot.export import StaticBatchWarning
 from tdaot.manifest import BatchRange, Manifest, Recurrent, Source, StatePair, TensorSpec, read_manifest
 from tdaot.runtime import NativePolicy, NativeSession, load, verify
 
+# Names imported on first use: (module, attribute), attribute None for the module itself.
+_LAZY = {
+    "Artifact": ("tdaot.builder", "Artifact"),
+    "BuildOptions": ("tdaot.builder", "BuildOptions"),
+    "build": ("tdaot.builder", "build"),
+    "testing": ("tdaot.testing", None),
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tdaot' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 __all__ = [
     *errors.__all__,
-    "Artifact",
+    "Artifact",  # noqa: F405 - imported on first use (__getattr__)
     "BatchRange",
+    "BuildOptions",  # noqa: F405 - imported on first use (__getattr__)
     "Manifest",
     "NativePolicy",
     "NativeSession",
     "Recurrent",
     "Source",
     "StatePair",
-    "StaticBatchWarning",
     "TensorSpec",
     "__version__",
-    "build",
+    "build",  # noqa: F405 - imported on first use (__getattr__)
     "load",
     "read_manifest",
-    "testing",
+    "testing",  # noqa: F405 - imported on first use (__getattr__)
     "verify",
 ]

@@ -10,30 +10,44 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tdaot.build import build, exported_program_path
-from tdaot.config import ConfigError, load_config
-from tdaot.errors import TdaotError
-from tdaot.export import INTERACTION_TYPES, BatchSpec
-from tdaot.factories import FactoryError, call_factory
+from tdaot.builder import BuildOptions, build, exported_program_path
+from tdaot.builder.config import load_config
+from tdaot.builder.factories import call_factory
+from tdaot.builder.options import fields as option_fields
+from tdaot.errors import CliError, TdaotError, exit_code
 from tdaot.manifest import read_manifest
-from tdaot.targets import CPU_TARGETS
-from tdaot.tuning import DEFAULT_TUNING, TUNINGS
 
 
-class CliError(Exception):
-    """A usage problem reported as one line on stderr with exit code 2."""
+def _add_option_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per BuildOptions field: its name, choices and help come from the field; an
+    absent flag leaves the field's default to BuildOptions."""
+    for spec in option_fields():
+        meta = spec.metadata
+        flag = meta["cli_flag"] or "--" + spec.name.replace("_", "-")
+        help_text = f"{meta['doc']} (default: {spec.default})"
+        kwargs: dict = {"dest": spec.name, "default": None, "help": help_text}
+        if spec.type in ("bool", bool):
+            parser.add_argument(flag, action="store_true", **kwargs)
+            continue
+        if meta["from_text"] is not None:
+            kwargs["type"] = _argument_type(meta["from_text"])
+        kwargs["choices"] = meta["choices"] or None
+        if meta["metavar"]:
+            kwargs["metavar"] = meta["metavar"]
+        if spec.name == "out_keys":
+            kwargs.update(action="append", help=f"{meta['doc']} (repeatable)")
+        parser.add_argument(flag, **kwargs)
 
 
-def parse_batch(text: str) -> BatchSpec:
-    if text in ("dynamic", "static"):
-        return text
-    low, sep, high = text.partition(":")
-    try:
-        return (int(low), int(high)) if sep else int(low)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected dynamic, static, a batch size N, or MIN:MAX"
-        ) from None
+def _argument_type(parse):
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,39 +63,8 @@ def _parser() -> argparse.ArgumentParser:
         "factory", nargs="?", help="FILE.py:FUNCTION or MODULE:FUNCTION returning (module, example_td)"
     )
     b.add_argument("-o", "--output", help="package path (.pt2), with a factory")
-    b.add_argument(
-        "--out-key",
-        action="append",
-        dest="out_keys",
-        metavar="KEY",
-        help="an out key to export (repeatable; nested as a.b); default: the module's",
-    )
-    b.add_argument(
-        "--batch", type=parse_batch, default="dynamic", help="dynamic (default), static, N, or MIN:MAX"
-    )
-    b.add_argument("--interaction-type", choices=INTERACTION_TYPES, default="deterministic")
-    b.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    b.add_argument("--cpu-target", default="native", choices=tuple(CPU_TARGETS))
-    b.add_argument(
-        "--kernel-threads",
-        type=int,
-        default=1,
-        metavar="N",
-        help="OpenMP threads compiled into the kernels: 1 (default, serial), N, or 0 (decided at run time)",
-    )
-    b.add_argument(
-        "--tuning",
-        choices=TUNINGS,
-        default=DEFAULT_TUNING,
-        help="throughput (default: ATen's GEMM and RNN kernels) or latency (inductor's C++ GEMM "
-        "template, recurrent layers decomposed: faster at batch 1, slower at large batch)",
-    )
+    _add_option_flags(b)
     b.add_argument("--json", action="store_true", help="print the result as JSON")
-    b.add_argument(
-        "--save-exported",
-        action="store_true",
-        help="also write the torch.export program beside it (NAME.ep.pt2)",
-    )
     many = b.add_argument_group("config builds")
     many.add_argument("--config", help="tdaot.toml, or a pyproject.toml with [tool.tdaot]")
     many.add_argument("--jobs", type=int, default=1, help="parallel build processes")
@@ -126,22 +109,10 @@ def _build(args) -> int:
         return _build_config(args)
     if not args.factory or not args.output:
         raise CliError("give a factory and -o OUTPUT.pt2, or --config FILE")
+    given = {spec.name: getattr(args, spec.name) for spec in option_fields()}
+    options = BuildOptions(**{name: value for name, value in given.items() if value is not None})
     module, example = call_factory(args.factory)
-    out_keys = [tuple(k.split(".")) for k in args.out_keys] if args.out_keys else None
-    artifact = build(
-        module,
-        example,
-        args.output,
-        out_keys=out_keys,
-        batch=args.batch,
-        interaction_type=args.interaction_type,
-        device=args.device,
-        cpu_target=args.cpu_target,
-        factory=args.factory,
-        save_exported=args.save_exported,
-        kernel_threads=args.kernel_threads,
-        tuning=args.tuning,
-    )
+    artifact = build(module, example, args.output, factory=args.factory, **options.as_kwargs())
     summary = {
         "path": artifact.path,
         "exported_path": artifact.exported_path,
@@ -165,10 +136,10 @@ def _build(args) -> int:
 
 
 def _build_config(args) -> int:
-    # Imported here: the pipeline pulls in multiprocessing and the parity checker.
-    from tdaot.pipeline import build_all, select_shard
-    from tdaot.progress import Progress
-    from tdaot.report import summary, write_json, write_junit
+    # Imported here: the jobs pull in multiprocessing and the parity checker.
+    from tdaot.builder.jobs import build_all, select_shard
+    from tdaot.builder.progress import Progress
+    from tdaot.builder.report import summary, write_json, write_junit
 
     specs = select_shard(load_config(args.config), args.shard)
     if args.no_parity:
@@ -230,7 +201,7 @@ def exported_graph(package: str) -> str:
 
 
 def _report(args) -> int:
-    from tdaot.report import merge, summary, write_json, write_junit
+    from tdaot.builder.report import merge, summary, write_json, write_junit
 
     results = merge(args.reports)
     write_json(args.output, results, shard=None)
@@ -246,12 +217,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         commands = {"build": _build, "inspect": _inspect, "verify": _verify, "report": _report}
         return commands[args.command](args)
-    except (CliError, FactoryError, ConfigError) as err:
-        print(f"tdaot {args.command}: error: {err}", file=sys.stderr)
-        return 2
     except TdaotError as err:
-        print(f"tdaot {args.command}: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
+        # Usage errors read as "error: ...", failures of the work itself name their class.
+        kind = "error" if exit_code(err) == 2 else type(err).__name__
+        print(f"tdaot {args.command}: {kind}: {err}", file=sys.stderr)
+        return exit_code(err)
 
 
 if __name__ == "__main__":

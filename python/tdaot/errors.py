@@ -1,9 +1,13 @@
 """Exceptions raised by tdaot.
 
-Every tdaot error derives from :class:`TdaotError`. The runtime classes mirror the
-C++ hierarchy in ``cpp/include/tdaot/errors.h`` one to one; the bindings raise
-them from C++ failures, so ``pytest.raises(tdaot.DtypeError, match="observation")``
-works for the native runner. Build-time errors exist only in Python.
+Every exception tdaot raises derives from :class:`TdaotError`. The runtime classes mirror
+the C++ hierarchy in ``cpp/include/tdaot/errors.h`` one to one; the bindings raise them
+from C++ failures, so ``pytest.raises(tdaot.DtypeError, match="observation")`` works for
+the native runner. Build-time and command-line errors exist only in Python.
+
+Exit codes of the ``tdaot`` command are decided here, by :func:`exit_code`: 2 for a usage
+problem (:class:`UsageError`: a bad command line, config file or factory), 1 for any other
+tdaot error.
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ from __future__ import annotations
 
 class TdaotError(Exception):
     """Base class of every tdaot error."""
+
+    #: The ``tdaot`` command's exit status when this error ends it.
+    exit_code = 1
 
 
 # --- loading a package (C++ runtime) -------------------------------------------------
@@ -105,14 +112,47 @@ class CompileError(BuildError):
     """AOTInductor could not compile the exported program."""
 
 
+# --- usage: the command line, config files, factories (exit code 2) ----------------------
+class UsageError(TdaotError):
+    """The request itself is malformed, before any policy is built: exit code 2."""
+
+    exit_code = 2
+
+
+class CliError(UsageError):
+    """A command-line usage problem, reported as one line on stderr."""
+
+
+class ConfigError(UsageError, BuildError):
+    """A build configuration file is unreadable or has a bad entry (naming the artifact and field)."""
+
+
+class FactoryError(UsageError, BuildError):
+    """A factory cannot be found, raises, or returns something else than (module, example)."""
+
+
+# --- warnings -------------------------------------------------------------------------------
+class StaticBatchWarning(UserWarning):
+    """The policy specialised the batch dim (or compiles only with a concrete one), so the
+    artifact has a static batch."""
+
+
+def exit_code(error: BaseException) -> int:
+    """The ``tdaot`` command's exit status for ``error``: 2 for usage errors, 1 otherwise."""
+    return error.exit_code if isinstance(error, TdaotError) else 1
+
+
 __all__ = [
     "BatchSizeError",
     "BuildError",
+    "CliError",
     "CompileError",
+    "ConfigError",
     "DeviceError",
     "DtypeError",
     "ExecutionError",
     "ExportError",
+    "FactoryError",
     "HostMismatchError",
     "InputError",
     "KeyNameError",
@@ -123,6 +163,8 @@ __all__ = [
     "MissingOperatorError",
     "PackageError",
     "ShapeError",
+    "StaticBatchWarning",
     "TdaotError",
     "UnknownKeyError",
+    "UsageError",
 ]

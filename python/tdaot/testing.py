@@ -11,8 +11,8 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from tdaot import keys as keyutil
-from tdaot.build import Artifact
-from tdaot.export import export_context
+from tdaot.builder.export import export_context
+from tdaot.builder.pipeline import Artifact
 from tdaot.runtime import NativePolicy, load
 
 # (rtol, atol) per dtype: AOTInductor fuses and vectorises, so float results differ

@@ -15,7 +15,7 @@ from torch import nn
 
 import tdaot
 from tdaot import _C
-from tdaot.export import DEFAULT_BATCH_RANGE, export_policy
+from tdaot.builder.export import DEFAULT_BATCH_RANGE, export_policy
 from tdaot.manifest import Manifest
 
 
@@ -166,7 +166,7 @@ def test_plain_module_is_refused_with_a_hint():
 
 def test_unknown_interaction_type_is_refused():
     policy, example = tutorial_policy()
-    with pytest.raises(tdaot.BuildError, match="interaction type 'greedy' is not one of"):
+    with pytest.raises(tdaot.BuildError, match="interaction_type='greedy' is not one of"):
         export_policy(policy, example, interaction_type="greedy")
 
 

@@ -15,10 +15,12 @@ import pytest
 from conftest import ROOT
 
 import tdaot
+from tdaot.builder import BuildOptions
+from tdaot.builder.config import BuildSpec, load_config
+from tdaot.builder.jobs import select_shard
+from tdaot.builder.progress import Progress
 from tdaot.cli import main
-from tdaot.config import BuildSpec, ConfigError, load_config
-from tdaot.pipeline import select_shard
-from tdaot.progress import Progress
+from tdaot.errors import ConfigError
 
 POLICIES = ROOT / "examples" / "policies.py"
 
@@ -160,7 +162,7 @@ def test_parallel_jobs_build_in_separate_processes(project, tmp_path):
 
 def test_shards_cover_the_list_exactly_once():
     specs = [
-        BuildSpec(f"p{i}", "f.py:f", f"/o/p{i}.pt2", "native", None, "dynamic", "deterministic", "cpu", True)
+        BuildSpec(f"p{i}", "f.py:f", f"/o/p{i}.pt2", True, BuildOptions())
         for i in range(7)
     ]
     shards = [select_shard(specs, f"{i}/3") for i in (1, 2, 3)]

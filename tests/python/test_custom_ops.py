@@ -19,8 +19,9 @@ from tensordict.nn import TensorDictModule
 
 import tdaot
 from tdaot import _C
+from tdaot._torch_compat import python_registration
+from tdaot.builder.checks import custom_operators
 from tdaot.cli import main
-from tdaot.export import custom_operators, python_registration
 from tdaot.manifest import Manifest
 from tdaot.testing import assert_parity
 

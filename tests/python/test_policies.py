@@ -18,7 +18,7 @@ from torchrl.modules import GRUModule
 
 import tdaot
 from tdaot import cli
-from tdaot.export import export_policy
+from tdaot.builder.export import export_policy
 from tdaot.testing import assert_parity, assert_statistical_parity
 
 # Heads whose distribution defines each deterministic interaction type; the others

@@ -20,14 +20,14 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))  # for `policies` (the benchmark's LSTM policy)
 
 import tdaot
-import tdaot.tuning
-from tdaot.cache import artifact_key
+import tdaot.builder.tuning
+from tdaot.builder.cache import artifact_key
+from tdaot.builder.config import load_config
+from tdaot.builder.export import export_policy
+from tdaot.builder.tuning import RECURRENT_OPS, TUNINGS, tune_program
 from tdaot.cli import main
-from tdaot.config import ConfigError, load_config
-from tdaot.errors import BuildError
-from tdaot.export import export_policy
+from tdaot.errors import BuildError, ConfigError
 from tdaot.manifest import Manifest, Source
-from tdaot.tuning import RECURRENT_OPS, TUNINGS, tune_program
 
 POLICIES = ROOT / "examples" / "policies.py"
 
@@ -127,7 +127,7 @@ def test_tuning_and_its_rewrite_change_the_cache_key(monkeypatch):
     # The LSTM's rewrite is in the key (the ops it decomposes), so changing what the
     # latency tuning decomposes is a different key even with the same inductor options.
     before = artifact_key(exported.program, manifest, tuning="latency")
-    monkeypatch.setattr(tdaot.tuning, "RECURRENT_OPS", RECURRENT_OPS[:1])
+    monkeypatch.setattr(tdaot.builder.tuning, "RECURRENT_OPS", RECURRENT_OPS[:1])
     assert artifact_key(exported.program, manifest, tuning="latency") != before
 
 
@@ -177,7 +177,7 @@ def test_gru_and_rnn_layers_are_decomposed_too():
 def test_latency_compile_setup_works_in_a_fresh_process():
     # The fixture's process imported inductor first; a `tdaot build --tuning latency` has not.
     code = (
-        "import tdaot.tuning as t\n"
+        "import tdaot.builder.tuning as t\n"
         "with t.compiling_with('latency'):\n"
         "    from torch._inductor.select_algorithm import get_algorithm_selector_cache as c\n"
         "    inside = len(c().preprocessing_fns)\n"

@@ -3,48 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import Union
+from collections.abc import Sequence
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDict
 
 from tdaot import _C
-from tdaot import keys as keyutil
 from tdaot.manifest import Manifest
-
-Inputs = Union[TensorDictBase, Mapping]
-
-
-def _td_keys(manifest_keys: Sequence[str]) -> list[tuple[str, object]]:
-    """(manifest key, TensorDict key) pairs."""
-    return [(key, keyutil.td_key(keyutil.from_manifest(key))) for key in manifest_keys]
-
-
-def _keyed_inputs(
-    in_keys: list[tuple[str, object]], inputs: Inputs | None, tensors: dict
-) -> dict[str, torch.Tensor]:
-    """Inputs keyed by manifest key. From a TensorDict only the entries of ``in_keys`` are
-    taken; a mapping or keyword tensors are passed whole, so the C++ side reports extras."""
-    if isinstance(inputs, TensorDictBase):
-        if tensors:
-            raise TypeError("pass either a TensorDict or keyword tensors, not both")
-        found = {}
-        for name, key in in_keys:
-            value = inputs.get(key, None)
-            if value is not None:  # a missing key is reported by the C++ validation
-                found[name] = value
-        return found
-    merged = dict(inputs or {})
-    merged.update(tensors)
-    return {keyutil.SEPARATOR.join(keyutil.as_tuple(key)): value for key, value in merged.items()}
-
-
-def _as_tensordict(out_keys: list[tuple[str, object]], outputs: Mapping[str, torch.Tensor]) -> TensorDict:
-    values = [outputs[name] for name, _ in out_keys]
-    return TensorDict(
-        {key: value for (_, key), value in zip(out_keys, values)}, batch_size=values[0].shape[:1]
-    )
+from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, td_keys
+from tdaot.runtime.session import NativeSession
 
 
 class NativePolicy:
@@ -82,14 +49,14 @@ class NativePolicy:
         #: sha256 of the package file as loaded (what ``expected_sha256`` pins).
         self.sha256 = self._policy.sha256
         self.manifest = Manifest.from_json(self._policy.manifest_json, self.path)
-        self._in_keys = _td_keys(self.manifest.input_keys)
-        self._out_keys = _td_keys(self.manifest.output_keys)
+        self._in_keys = td_keys(self.manifest.input_keys)
+        self._out_keys = td_keys(self.manifest.output_keys)
 
     def __call__(self, inputs: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDict:
         """Runs the policy. A TensorDict may hold more keys than the manifest's inputs;
         only those are passed. A mapping or keyword tensors must match the inputs exactly
         (manifest keys such as ``"agents.observation"`` or tuples)."""
-        return _as_tensordict(self._out_keys, self._policy.run(_keyed_inputs(self._in_keys, inputs, tensors)))
+        return as_tensordict(self._out_keys, self._policy.run(keyed_inputs(self._in_keys, inputs, tensors)))
 
     def run_positional(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The fast path: tensors in manifest input order, outputs in manifest output order."""
@@ -109,48 +76,6 @@ class NativePolicy:
         ins = ", ".join(self.manifest.input_keys)
         outs = ", ".join(self.manifest.output_keys)
         return f"NativePolicy({self.path!r}, inputs=[{ins}], outputs=[{outs}])"
-
-
-class NativeSession:
-    """Steps a recurrent policy (tdaot::Session): ``step`` takes only the non-state inputs,
-    fills in the state (zero at creation) and ``is_init`` (true for rows reset since the
-    last step, so all rows at the first step), and keeps the state outputs for the next
-    step. Passing a state input or ``is_init`` yourself raises :class:`tdaot.InputError`;
-    mark new episodes with ``reset(mask)`` instead. From a TensorDict only the step's
-    inputs are read, so a rollout TensorDict holding the state keys is fine.
-
-    A session is single-threaded: using one from two threads at once raises
-    :class:`tdaot.TdaotError`. Sessions of one policy are independent.
-    """
-
-    def __init__(self, policy: NativePolicy, batch: int) -> None:
-        self._session = _C.Session(policy._policy, batch)
-        self.policy = policy
-        self.batch = batch
-        self._in_keys = _td_keys(self._session.input_keys)
-
-    @property
-    def input_keys(self) -> list[str]:
-        """The manifest keys ``step`` takes."""
-        return list(self._session.input_keys)
-
-    @property
-    def state(self) -> dict[str, torch.Tensor]:
-        """The state the next step sees, keyed by state input key (the session's own tensors)."""
-        return dict(self._session.state)
-
-    def step(self, inputs: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDict:
-        """Runs one step; returns every output (the state outputs included) as a TensorDict."""
-        return _as_tensordict(
-            self.policy._out_keys, self._session.step(_keyed_inputs(self._in_keys, inputs, tensors))
-        )
-
-    def reset(self, mask: torch.Tensor | None = None) -> None:
-        """Zeroes the state and marks is_init: for every row, or where the bool [batch] mask is true."""
-        self._session.reset(mask)
-
-    def __repr__(self) -> str:
-        return f"NativeSession({self.policy.path!r}, batch={self.batch})"
 
 
 def load(

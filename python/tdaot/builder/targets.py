@@ -11,12 +11,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from unittest import mock
 
-import torch
-from torch._inductor import cpu_vec_isa
-
-from tdaot.errors import BuildError
+from tdaot import _torch_compat
 
 
 @dataclass(frozen=True)
@@ -42,13 +38,6 @@ CPU_TARGETS: dict[str, CpuTarget] = {
 }
 
 
-def cpu_target(name: str) -> CpuTarget:
-    try:
-        return CPU_TARGETS[name]
-    except KeyError:
-        raise BuildError(f"CPU target {name!r} is not one of {', '.join(CPU_TARGETS)}") from None
-
-
 def inductor_options(target: CpuTarget) -> dict:
     """The inductor config entries that compile for ``target``."""
     options = {}
@@ -62,19 +51,14 @@ def inductor_options(target: CpuTarget) -> dict:
 @contextlib.contextmanager
 def compiling_for(target: CpuTarget) -> Iterator[None]:
     """Inductor configured to generate code for ``target`` only, for the duration."""
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(torch._inductor.config.patch(inductor_options(target)))
-        if target.isa_classes is not None:
-            allowed = [
-                isa for isa in cpu_vec_isa.valid_vec_isa_list() if type(isa).__name__ in target.isa_classes
-            ]
-            # pick_vec_isa looks the list up through the module on every call.
-            stack.enter_context(mock.patch.object(cpu_vec_isa, "valid_vec_isa_list", lambda: allowed))
+    with (
+        _torch_compat.inductor_config(inductor_options(target)),
+        _torch_compat.vector_isas_limited_to(target.isa_classes),
+    ):
         yield
 
 
 def vector_isa(target: CpuTarget) -> str:
     """The vector ISA inductor generates kernels for ("" when scalar), as the manifest records it."""
     with compiling_for(target):
-        isa = cpu_vec_isa.pick_vec_isa()
-    return str(isa) if isa else ""
+        return _torch_compat.picked_vector_isa()

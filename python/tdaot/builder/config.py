@@ -18,6 +18,8 @@
     kernel_threads = 1               # OpenMP threads in the kernels; 0: decided at run time
     tuning = "throughput"            # or "latency" (batch-1 control loops; see tdaot.tuning)
 
+The build option keys (and their checks) are BuildOptions' fields (tdaot.builder.options),
+``cpu_target`` given as the list ``cpu_targets``; the other keys say which artifact and where.
 Every mistake is a ConfigError naming the artifact and the field.
 """
 
@@ -30,31 +32,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tdaot.build import DEVICES
-from tdaot.errors import BuildError
-from tdaot.export import INTERACTION_TYPES, BatchSpec
-from tdaot.targets import CPU_TARGETS
-from tdaot.tuning import DEFAULT_TUNING, TUNINGS
+from tdaot.builder.options import BuildOptions, Invalid, OptionError
+from tdaot.builder.options import fields as option_fields
+from tdaot.errors import ConfigError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_FIELDS = {
-    "name", "factory", "out_keys", "batch", "interaction_type", "device",
-    "cpu_targets", "output", "output_dir", "parity", "kernel_threads", "tuning",
-}  # fmt: skip
-_DEFAULTS = {
-    "batch": "dynamic",
-    "interaction_type": "deterministic",
-    "device": "cpu",
-    "cpu_targets": ["native"],
-    "output_dir": "dist",
-    "parity": True,
-    "kernel_threads": 1,
-    "tuning": DEFAULT_TUNING,
-}
-
-
-class ConfigError(BuildError):
-    """A build configuration file is unreadable or has a bad entry."""
+# Keys that are not build options: which artifact, from where, to where, checked how.
+_JOB_DEFAULTS = {"output_dir": "dist", "parity": True, "cpu_targets": [BuildOptions().cpu_target]}
+_JOB_FIELDS = {"name", "factory", "output", *_JOB_DEFAULTS}
+# Build options by config key; cpu_target is the job field cpu_targets (one build per target).
+_OPTION_FIELDS = {spec.name: spec for spec in option_fields() if spec.name != "cpu_target"}
+_FIELDS = _JOB_FIELDS | set(_OPTION_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -64,18 +52,18 @@ class BuildSpec:
     name: str
     factory: str
     output: str
-    cpu_target: str
-    out_keys: tuple[tuple[str, ...], ...] | None
-    batch: BatchSpec
-    interaction_type: str
-    device: str
     parity: bool
-    kernel_threads: int = 1
-    tuning: str = DEFAULT_TUNING
+    options: BuildOptions
 
     @property
     def id(self) -> str:
-        return f"{self.name}@{self.cpu_target}"
+        return f"{self.name}@{self.options.cpu_target}"
+
+    def __getattr__(self, name: str) -> Any:
+        # spec.cpu_target, spec.tuning, ...: the build options read through the spec.
+        if name == "options":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.options, name)
 
 
 def load_config(path: str | os.PathLike) -> list[BuildSpec]:
@@ -107,7 +95,7 @@ def parse_config(data: dict[str, Any], base_dir: Path, origin: str) -> list[Buil
     specs: list[BuildSpec] = []
     for index, entry in enumerate(entries, start=1):
         where = f"{origin}: artifact #{index}" + (f" ({entry['name']!r})" if "name" in entry else "")
-        specs.extend(_parse_entry({**_DEFAULTS, **defaults, **entry}, entry, base_dir, where))
+        specs.extend(_parse_entry({**_JOB_DEFAULTS, **defaults, **entry}, entry, base_dir, where))
     seen: dict[str, str] = {}
     for spec in specs:
         if spec.output in seen:
@@ -146,39 +134,24 @@ def _parse_entry(merged: dict, entry: dict, base_dir: Path, where: str) -> list[
     if source.endswith(".py") and not os.path.isabs(source):
         factory = f"{base_dir / source}:{function}"
 
-    out_keys = merged.get("out_keys")
-    if out_keys is not None:
-        if not isinstance(out_keys, list) or not all(isinstance(k, str) and k for k in out_keys):
-            fail("out_keys", f"expected a list of keys like 'a.b', got {out_keys!r}")
-        out_keys = tuple(tuple(k.split(".")) for k in out_keys)
-    batch = merged["batch"]
-    if isinstance(batch, list):
-        if len(batch) != 2 or not all(isinstance(b, int) for b in batch):
-            fail("batch", f"expected [min, max], got {batch!r}")
-        batch = tuple(batch)
-    elif batch not in ("dynamic", "static") and not (isinstance(batch, int) and not isinstance(batch, bool)):
-        fail("batch", f"expected 'dynamic', 'static', a size or [min, max], got {batch!r}")
-    if merged["interaction_type"] not in INTERACTION_TYPES:
-        fail(
-            "interaction_type", f"{merged['interaction_type']!r} is not one of {', '.join(INTERACTION_TYPES)}"
-        )
-    if merged["device"] not in DEVICES:
-        fail("device", f"{merged['device']!r} is not one of {', '.join(DEVICES)}")
     if not isinstance(merged["parity"], bool):
         fail("parity", f"expected true or false, got {merged['parity']!r}")
-    threads = merged["kernel_threads"]
-    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
-        fail("kernel_threads", f"expected 0 (decided at run time) or a count >= 1, got {threads!r}")
-    if merged["tuning"] not in TUNINGS:
-        fail("tuning", f"{merged['tuning']!r} is not one of {', '.join(TUNINGS)}")
-    if merged["tuning"] != DEFAULT_TUNING and merged["device"] != "cpu":
-        fail("tuning", f"{merged['tuning']!r} is for CPU packages (device is {merged['device']!r})")
+    values = {}
+    for key, spec in _OPTION_FIELDS.items():
+        if key in merged:
+            convert = spec.metadata["from_config"]
+            try:
+                values[key] = convert(merged[key]) if convert else merged[key]
+            except Invalid as err:
+                raise ConfigError(f"{where}: {err.config_message(key, merged[key])}") from None
     targets = merged["cpu_targets"]
     if not isinstance(targets, list) or not targets:
         fail("cpu_targets", f"expected a non-empty list, got {targets!r}")
-    for target in targets:
-        if target not in CPU_TARGETS:
-            fail("cpu_targets", f"{target!r} is not one of {', '.join(CPU_TARGETS)}")
+    try:
+        options = [BuildOptions(**values, cpu_target=target) for target in targets]
+    except OptionError as err:
+        key = "cpu_targets" if err.option == "cpu_target" else err.option
+        raise ConfigError(f"{where}: {err.invalid.config_message(key, err.value)}") from None
     template = merged.get("output", "{name}-{target}.pt2" if len(targets) > 1 else "{name}.pt2")
     if not isinstance(template, str) or not template.endswith(".pt2"):
         fail("output", f"{template!r} must be a file name ending in .pt2")
@@ -191,15 +164,9 @@ def _parse_entry(merged: dict, entry: dict, base_dir: Path, where: str) -> list[
         BuildSpec(
             name=name,
             factory=factory,
-            output=str(output_dir / template.format(name=name, target=target)),
-            cpu_target=target,
-            out_keys=out_keys,
-            batch=batch,
-            interaction_type=merged["interaction_type"],
-            device=merged["device"],
+            output=str(output_dir / template.format(name=name, target=option.cpu_target)),
             parity=merged["parity"],
-            kernel_threads=threads,
-            tuning=merged["tuning"],
+            options=option,
         )
-        for target in targets
+        for option in options
     ]

@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict
 
-from tdaot.build import build
-from tdaot.cache import ArtifactCache
-from tdaot.config import BuildSpec, ConfigError
-from tdaot.factories import call_factory
-from tdaot.progress import Progress
-from tdaot.report import BuildResult
-from tdaot.testing import assert_parity
+from tdaot.builder.cache import ArtifactCache
+from tdaot.builder.config import BuildSpec
+from tdaot.builder.factories import call_factory
+from tdaot.builder.pipeline import build
+from tdaot.builder.progress import Progress
+from tdaot.builder.report import BuildResult
+from tdaot.errors import ConfigError
 
 Notify = Callable[[str, str, str], None]  # (artifact id, status, detail)
 
@@ -52,12 +52,12 @@ def build_one(
     )
     try:
         module, example = call_factory(spec.factory)
-        options = _build_options(spec)
         artifact = build(
             module,
             example,
             spec.output,
-            **options,
+            spec.options,
+            factory=spec.factory,
             cache=ArtifactCache(cache_dir) if use_cache else None,
             on_status=lambda status: notify(spec.id, status, ""),
         )
@@ -67,6 +67,8 @@ def build_one(
         result.sha256 = artifact.sha256
         result.size_bytes = artifact.size_bytes
         if spec.parity and artifact.manifest.interaction_type != "random":
+            from tdaot.testing import assert_parity  # the parity gate loads the runtime
+
             notify(spec.id, "checking parity", "")
             report = assert_parity(module, artifact, example)
             result.parity = [
@@ -75,7 +77,7 @@ def build_one(
             ]
         if check_reproducible:
             notify(spec.id, "checking reproducibility", "")
-            result.differing_entries = _rebuild_differences(module, example, options)
+            result.differing_entries = _rebuild_differences(module, example, spec)
             result.reproducible = not result.differing_entries
         result.status = "cached" if artifact.cache_hit else "built"
     except Exception as err:  # noqa: BLE001 - one artifact's failure must not stop the others
@@ -130,20 +132,7 @@ def _drain(queue, progress: Progress) -> None:
         progress.update(*queue.get())
 
 
-def _build_options(spec: BuildSpec) -> dict:
-    return {
-        "out_keys": spec.out_keys,
-        "batch": spec.batch,
-        "interaction_type": spec.interaction_type,
-        "device": spec.device,
-        "cpu_target": spec.cpu_target,
-        "factory": spec.factory,
-        "kernel_threads": spec.kernel_threads,
-        "tuning": spec.tuning,
-    }
-
-
-def _rebuild_differences(module, example, options: dict) -> list[str]:
+def _rebuild_differences(module, example, spec: BuildSpec) -> list[str]:
     """Builds twice from cold inductor caches at one path; the package entries that differ.
 
     AOTInductor writes its cache path into the generated sources and the library's
@@ -155,9 +144,8 @@ def _rebuild_differences(module, example, options: dict) -> list[str]:
         for attempt in range(2):
             shutil.rmtree(inductor_cache, ignore_errors=True)
             with _environment("TORCHINDUCTOR_CACHE_DIR", inductor_cache):
-                packages.append(
-                    build(module, example, os.path.join(scratch, f"{attempt}.pt2"), **options).path
-                )
+                path = os.path.join(scratch, f"{attempt}.pt2")
+                packages.append(build(module, example, path, spec.options, factory=spec.factory).path)
         return _differing_entries(*packages)
 
 

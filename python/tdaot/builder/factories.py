@@ -11,11 +11,7 @@ import importlib.util
 import os
 import sys
 
-from tdaot.errors import BuildError
-
-
-class FactoryError(BuildError):
-    """A factory cannot be found, raises, or returns something else than (module, example)."""
+from tdaot.errors import FactoryError
 
 
 def load_factory(spec: str):

@@ -3,8 +3,8 @@
 The key hashes everything that changes the artifact: the exported program (graph,
 signature, range constraints, every parameter, buffer and constant), the manifest
 (keys, shapes, batch range, interaction type, device, CPU target and ISA, torch,
-tensordict and tdaot versions, source), the inductor options of the target and the
-build tuning (its options and the graph rewrite it applies before compiling).
+tensordict and tdaot versions, source), every BuildOptions field that changes the package,
+the inductor options they select and the tuning's graph rewrite.
 A hit copies the cached package into place; nothing is compiled.
 
 The cache lives in ``$TDAOT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tdaot``, else
@@ -22,13 +22,13 @@ from pathlib import Path
 
 import torch
 
-from tdaot.compile import compile_options
+from tdaot.builder.compile import inductor_configs
+from tdaot.builder.options import BuildOptions
+from tdaot.builder.tuning import cache_key_parts
 from tdaot.manifest import Manifest
-from tdaot.targets import cpu_target, inductor_options
-from tdaot.tuning import DEFAULT_TUNING, cache_key_parts
 
 # Bump when the build itself changes what a given key produces.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 def default_cache_dir() -> Path:
@@ -41,11 +41,13 @@ def default_cache_dir() -> Path:
 def artifact_key(
     program: torch.export.ExportedProgram,
     manifest: Manifest,
-    kernel_threads: int = 1,
-    tuning: str = DEFAULT_TUNING,
+    options: BuildOptions | None = None,
+    **option_values,
 ) -> str:
     """The cache key of compiling ``program`` (as exported: the tuning's rewrite is named by
-    the tuning's key parts, not hashed from its output) into a package carrying ``manifest``."""
+    the tuning's key parts, not hashed from its output) into a package carrying ``manifest``
+    with ``options`` (or BuildOptions keywords)."""
+    options = (options or BuildOptions()).replace(**option_values)
     digest = hashlib.sha256()
 
     def add(label: str, data: bytes) -> None:
@@ -55,9 +57,9 @@ def artifact_key(
 
     add("format", str(CACHE_FORMAT).encode())
     add("manifest", manifest.to_json(indent=1).encode())
-    options = {**compile_options(kernel_threads), **inductor_options(cpu_target(manifest.cpu_target))}
-    add("inductor", json.dumps(options, sort_keys=True).encode())
-    add("tuning", json.dumps(cache_key_parts(tuning), sort_keys=True).encode())
+    add("options", json.dumps(options.artifact_key(), sort_keys=True, default=str).encode())
+    add("inductor", json.dumps(inductor_configs(manifest, options), sort_keys=True).encode())
+    add("tuning", json.dumps(cache_key_parts(options.tuning), sort_keys=True).encode())
     add("graph", str(program.graph).encode())
     add("signature", str(program.graph_signature).encode())
     add("ranges", str(sorted((str(k), str(v)) for k, v in program.range_constraints.items())).encode())

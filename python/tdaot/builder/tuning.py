@@ -27,12 +27,12 @@ from collections.abc import Iterator
 
 import torch
 
-from tdaot.errors import BuildError
+from tdaot import _torch_compat
 
 TUNINGS = ("throughput", "latency")
 DEFAULT_TUNING = "throughput"
 
-# Inductor options per tuning; part of the cache key (tdaot.cache.artifact_key).
+# Inductor options per tuning; part of the cache key (tdaot.builder.cache.artifact_key).
 _OPTIONS = {
     "throughput": {},
     "latency": {
@@ -55,23 +55,14 @@ RECURRENT_OPS = (
 )
 
 
-def check_tuning(tuning: object, device: str = "cpu") -> str:
-    """``tuning`` if it is a known tuning for ``device``, else a BuildError naming it."""
-    if not isinstance(tuning, str) or tuning not in TUNINGS:
-        raise BuildError(f"tuning={tuning!r} is not one of {', '.join(map(repr, TUNINGS))}")
-    if tuning != DEFAULT_TUNING and device != "cpu":
-        raise BuildError(f"tuning={tuning!r} is for CPU packages (device is {device!r})")
-    return tuning
-
-
 def tuning_options(tuning: str) -> dict:
-    """The inductor config entries of ``tuning``."""
-    return dict(_OPTIONS[check_tuning(tuning)])
+    """The inductor config entries of ``tuning`` (checked by BuildOptions)."""
+    return dict(_OPTIONS[tuning])
 
 
 def cache_key_parts(tuning: str) -> dict:
     """Everything ``tuning`` changes in a build, for the artifact cache key."""
-    parts: dict = {"tuning": check_tuning(tuning), "inductor": tuning_options(tuning)}
+    parts: dict = {"tuning": tuning, "inductor": tuning_options(tuning)}
     if tuning == "latency":
         parts["decomposed"] = list(RECURRENT_OPS)
     return parts
@@ -79,16 +70,9 @@ def cache_key_parts(tuning: str) -> dict:
 
 def tune_program(program: torch.export.ExportedProgram, tuning: str) -> torch.export.ExportedProgram:
     """The program ``tuning`` compiles: for "latency", recurrent ops decomposed."""
-    if check_tuning(tuning) != "latency":
+    if tuning != "latency":
         return program
-    from torch._decomp import decomposition_table
-
-    ops = [_aten(name) for name in RECURRENT_OPS]
-    present = {node.target for node in program.graph.nodes if node.op == "call_function"}
-    table = {op: decomposition_table[op] for op in ops if op in present}
-    if not table:
-        return program
-    return program.run_decompositions(table)
+    return _torch_compat.decompose(program, RECURRENT_OPS)
 
 
 @contextlib.contextmanager
@@ -104,25 +88,10 @@ def compiling_with(tuning: str) -> Iterator[None]:
     if not tuning_options(tuning):
         yield
         return
-    # select_algorithm first: cpp_template_kernel imported on its own is a circular import.
-    from torch._inductor import select_algorithm
-    from torch._inductor.codegen import cpp_template_kernel
 
     def prefer_template(choices: list) -> list:
-        # Template callers may come wrapped (DataProcessorChoiceCallerWrapper).
-        templates = [
-            c for c in choices if isinstance(getattr(c, "_wrapped", c), cpp_template_kernel.CppTemplateCaller)
-        ]
+        templates = [c for c in choices if _torch_compat.is_cpp_gemm_template(c)]
         return templates[:1] if templates else choices[:1]
 
-    selector = select_algorithm.get_algorithm_selector_cache()
-    selector.add_preprocessing_fn(prefer_template)
-    try:
+    with _torch_compat.gemm_choices_filtered(prefer_template):
         yield
-    finally:
-        selector.preprocessing_fns.remove(prefer_template)
-
-
-def _aten(name: str):
-    packet, overload = name.split(".")
-    return getattr(getattr(torch.ops.aten, packet), overload)

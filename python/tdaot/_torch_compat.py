@@ -1,0 +1,249 @@
+"""Every use of a private torch API, and every match on torch's error text, in one place.
+
+torch.export and AOTInductor move fast; what tdaot needs from their internals is reached
+only through this module, so a torch upgrade breaks here, and
+``tests/python/test_torch_compat.py`` says which entry changed (each has a test that fails
+with a message naming it). Checked against torch 2.13.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import re
+import sys
+from collections.abc import Callable, Iterator
+
+import torch
+
+# --- distributions -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def distribution_validation_off() -> Iterator[None]:
+    """torch.distributions argument validation off for the duration, then restored.
+
+    Validation makes a data-dependent guard on a dynamic batch; the user's eager code keeps
+    its own setting afterwards. torch has a setter but no public getter for it.
+    """
+    saved = torch.distributions.Distribution._validate_args
+    torch.distributions.Distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(saved)
+
+
+# --- operators ----------------------------------------------------------------------------
+
+
+def operator_name(target: object) -> tuple[str, str] | None:
+    """(namespace, dispatcher name "ns::op" or "ns::op.overload") of an operator overload
+    called by a graph node, or None when ``target`` is not one (a Python function, a
+    higher-order op)."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    # The dispatcher's name: the overload "default" is the empty overload name.
+    overload = target._overloadname
+    return target.namespace, target._schema.name + ("" if overload == "default" else f".{overload}")
+
+
+def argument_names(target: object) -> list[str]:
+    """The schema's argument names of an operator overload (empty for anything else)."""
+    schema = getattr(target, "_schema", None)
+    return [arg.name for arg in schema.arguments] if schema is not None else []
+
+
+def python_registration(op: str, device: str) -> str | None:
+    """ "file.py:line" when custom operator ``op`` is defined, or its kernel for ``device`` is
+    implemented, in Python (torch.library.custom_op, a Python torch.library.Library); None for
+    C++ registrations. Read from the dispatcher's registration dump, whose lines say where each
+    registration was made; a format this does not recognise reads as C++ (the check is skipped)."""
+    dump = torch._C._dispatch_dump(op)  # "" for an operator the dispatcher does not know
+    where = dict(match.groups() for match in re.finditer(r"^([^:\n]+): registered at (\S+)", dump, re.M))
+    schema = where.get("debug")
+    kernel = next((where[key] for key in _KERNEL_KEYS.get(device, ()) if key in where), None)
+    for location in (schema, kernel):
+        if location and re.search(r"\.py:\d+$", location):
+            return location
+    return None
+
+
+# Where the dispatcher would find an operator's kernel for a device, in the order it looks.
+_KERNEL_KEYS = {
+    "cpu": ("CPU", "CompositeExplicitAutograd[alias]", "CompositeImplicitAutograd[alias]"),
+    "cuda": ("CUDA", "CompositeExplicitAutograd[alias]", "CompositeImplicitAutograd[alias]"),
+}
+
+
+def decompose(
+    program: torch.export.ExportedProgram, op_names: tuple[str, ...]
+) -> torch.export.ExportedProgram:
+    """``program`` with the aten ops named ``packet.overload`` that it calls decomposed by
+    torch's own decomposition table (unchanged when it calls none of them)."""
+    from torch._decomp import decomposition_table
+
+    ops = [getattr(getattr(torch.ops.aten, name), overload) for name, overload in map(_split_op, op_names)]
+    present = {node.target for node in program.graph.nodes if node.op == "call_function"}
+    table = {op: decomposition_table[op] for op in ops if op in present}
+    return program.run_decompositions(table) if table else program
+
+
+def _split_op(name: str) -> tuple[str, str]:
+    packet, _, overload = name.partition(".")
+    return packet, overload
+
+
+# --- inductor -----------------------------------------------------------------------------
+
+
+def aoti_compile_and_package(program: torch.export.ExportedProgram, package_path: str, configs: dict) -> None:
+    """AOTInductor: compile ``program`` into a .pt2 package at ``package_path``."""
+    torch._inductor.aoti_compile_and_package(program, package_path=package_path, inductor_configs=configs)
+
+
+def inductor_config(options: dict):
+    """A context manager with inductor's config entries ``options`` set."""
+    import torch._inductor.config
+
+    return torch._inductor.config.patch(options)
+
+
+@contextlib.contextmanager
+def vector_isas_limited_to(class_names: tuple[str, ...] | None) -> Iterator[None]:
+    """Inductor's CPU vector ISAs limited to the named classes ("VecAVX2", ...) for the
+    duration (None: all). Inductor adds each ISA's own flags (-mavx512vnni, AMX) on top of
+    -march, so a target level must exclude the ISAs that go beyond it."""
+    from torch._inductor import cpu_vec_isa
+
+    if class_names is None:
+        yield
+        return
+    original = cpu_vec_isa.valid_vec_isa_list
+    allowed = [isa for isa in original() if type(isa).__name__ in class_names]
+    # pick_vec_isa looks the list up through the module on every call.
+    cpu_vec_isa.valid_vec_isa_list = lambda: allowed
+    try:
+        yield
+    finally:
+        cpu_vec_isa.valid_vec_isa_list = original
+
+
+def picked_vector_isa() -> str:
+    """The vector ISA inductor generates CPU kernels for now ("" when scalar)."""
+    from torch._inductor import cpu_vec_isa
+
+    isa = cpu_vec_isa.pick_vec_isa()
+    return str(isa) if isa else ""
+
+
+@contextlib.contextmanager
+def gemm_choices_filtered(keep: Callable[[list], list]) -> Iterator[None]:
+    """Inductor's GEMM candidate lists passed through ``keep`` before any is timed."""
+    # select_algorithm first: cpp_template_kernel imported on its own is a circular import.
+    from torch._inductor import select_algorithm  # noqa: F401
+
+    selector = select_algorithm.get_algorithm_selector_cache()
+    selector.add_preprocessing_fn(keep)
+    try:
+        yield
+    finally:
+        selector.preprocessing_fns.remove(keep)
+
+
+def is_cpp_gemm_template(choice: object) -> bool:
+    """Whether a GEMM candidate is inductor's C++ GEMM template (possibly wrapped)."""
+    from torch._inductor import select_algorithm  # noqa: F401 - see gemm_choices_filtered
+    from torch._inductor.codegen import cpp_template_kernel
+
+    return isinstance(getattr(choice, "_wrapped", choice), cpp_template_kernel.CppTemplateCaller)
+
+
+# --- the .pt2 archive ---------------------------------------------------------------------
+
+
+def read_archive(path: str) -> dict[str, bytes]:
+    """Every record of a .pt2 archive by name (without the archive's top folder), in order."""
+    from torch.export.pt2_archive import PT2ArchiveReader
+
+    reader = PT2ArchiveReader(path)
+    try:
+        return {name: reader.read_bytes(name) for name in reader.get_file_names()}
+    finally:
+        del reader
+
+
+def write_archive(path: str, records: dict[str, bytes]) -> None:
+    """A .pt2 archive at ``path`` holding ``records`` (the writer adds its bookkeeping)."""
+    from torch.export.pt2_archive import PT2ArchiveWriter
+
+    with PT2ArchiveWriter(path) as writer:
+        for name, data in records.items():
+            writer.write_bytes(name, data)
+
+
+# --- torch.export's messages ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def export_output_captured() -> Iterator[None]:
+    """torch.export's stderr and its symbolic-shapes warnings held back for the duration.
+
+    A failed trace prints screens of partial graph to stderr and logs a warning about
+    symbols it cannot map to user code; the ExportError quotes what matters. Anything
+    else written is passed on afterwards.
+    """
+    printed = io.StringIO()
+    shapes_log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    level = shapes_log.level
+    shapes_log.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(printed):
+            yield
+    finally:
+        shapes_log.setLevel(level)
+        sys.stderr.write(printed.getvalue())
+
+
+def is_batch_specialisation(err: BaseException) -> bool:
+    """Whether torch.export failed because the code pinned the dynamic batch dim."""
+    text = str(err)
+    return "specialized" in text and "batch" in text or "ConstraintViolation" in type(err).__name__
+
+
+def is_data_dependent(err: BaseException) -> bool:
+    """Whether torch.export failed on a branch (or .item()) on a tensor's value."""
+    return "data-dependent" in str(err) or "DataDependent" in type(err).__name__
+
+
+def is_locked_parameter(err: BaseException) -> bool:
+    """Whether torch.export failed swapping a parameter held in a locked TensorDictParams."""
+    return "part of a locked graph" in str(err)
+
+
+# torch's generic debugging advice (env vars, links), which would push the failing call out
+# of the quoted lines.
+_TORCH_ADVICE = re.compile(
+    r"\s*(For more information, run with|For extended logs|If you suspect the guard|"
+    r"For more debugging help|For C\+\+ stack trace|The error above occurred when calling)"
+)
+
+
+def is_advice(line: str) -> bool:
+    """Whether a line of a torch.export error is torch's generic debugging advice."""
+    return bool(_TORCH_ADVICE.match(line))
+
+
+def raising_call_index(lines: list[str]) -> int | None:
+    """Index of torch's "The following call raised this error:" line, which precedes the frame."""
+    return next((i for i, line in enumerate(lines) if "The following call raised this error" in line), None)
+
+
+def raising_frame(lines: list[str]) -> tuple[str, str] | None:
+    """(path, line) of the frame torch quotes after "The following call raised this error"."""
+    marker = raising_call_index(lines)
+    if marker is None or marker + 1 >= len(lines):
+        return None
+    frame = re.search(r'File "([^"]+)", line (\d+)', lines[marker + 1])
+    return frame.groups() if frame else None

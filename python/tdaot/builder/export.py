@@ -1,0 +1,287 @@
+"""Flatten a tensordict policy into positional tensors and trace it with torch.export.
+
+torch.export cannot be given a TensorDict with a dynamic batch through the module's
+own kwargs dispatch (the dynamic_shapes spec never matches), so the policy is
+wrapped in :class:`PositionalPolicy`: one tensor per in-key in manifest order in, a
+tuple in out-key order out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
+from torch import nn
+
+from tdaot import _torch_compat
+from tdaot import keys as keyutil
+from tdaot.builder import checks
+from tdaot.builder.messages import describe_module, export_message, first_line, module_class_name
+from tdaot.builder.options import BatchSpec, BuildOptions
+from tdaot.errors import BuildError, ExportError, StaticBatchWarning
+from tdaot.manifest import BatchRange, Recurrent, StatePair, TensorSpec, dtype_name
+
+DEFAULT_BATCH_RANGE = BatchRange(1, 1 << 20)
+# The batch size the program is traced with; torch.export specialises sizes 0 and 1.
+_MIN_TRACE_BATCH = 2
+
+
+@dataclass(frozen=True)
+class ExportedPolicy:
+    """What the export found: the program and everything the manifest says about it."""
+
+    program: torch.export.ExportedProgram
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    batch: BatchRange
+    recurrent: Recurrent | None = None
+    custom_ops: tuple[str, ...] = ()
+
+class PositionalPolicy(nn.Module):
+    """Runs a tensordict module on positional tensors, one per in-key."""
+
+    def __init__(
+        self,
+        module: TensorDictModuleBase,
+        in_keys: Sequence[tuple[str, ...]],
+        out_keys: Sequence[tuple[str, ...]],
+        batch_shape: torch.Size,
+        nested_batch_shapes: dict[tuple[str, ...], torch.Size],
+    ) -> None:
+        super().__init__()
+        self.module = module
+        self.in_keys = list(in_keys)
+        self.out_keys = list(out_keys)
+        # Batch dims after the leading one, for the root and each nested tensordict
+        # whose batch is longer than the root's (e.g. an agent dim).
+        self._trailing_batch = tuple(batch_shape[1:])
+        self._nested_trailing = {k: tuple(v[1:]) for k, v in nested_batch_shapes.items()}
+
+    def make_tensordict(self, tensors: Sequence[torch.Tensor]) -> TensorDict:
+        """The TensorDict the module expects, rebuilt from positional tensors."""
+        batch = tensors[0].shape[0]
+        td = TensorDict(
+            {keyutil.td_key(k): t for k, t in zip(self.in_keys, tensors)},
+            batch_size=(batch, *self._trailing_batch),
+        )
+        for key, trailing in self._nested_trailing.items():
+            td.get(keyutil.td_key(key)).batch_size = (batch, *trailing)
+        return td
+
+    def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.module(self.make_tensordict(tensors))
+        return tuple(out.get(keyutil.td_key(k)) for k in self.out_keys)
+
+@contextlib.contextmanager
+def export_context(interaction_type: str) -> Iterator[None]:
+    """The interaction type set and distribution argument validation off, for one export
+    (or one eager reference run): validation makes a data-dependent guard on a dynamic batch."""
+    with _torch_compat.distribution_validation_off(), set_interaction_type(InteractionType(interaction_type)):
+        yield
+
+
+def export_policy(
+    module: TensorDictModuleBase,
+    example: TensorDictBase,
+    options: BuildOptions | None = None,
+    **option_values,
+) -> ExportedPolicy:
+    """Trace ``module`` on ``example`` with a (by default dynamic) leading batch dim, as
+    ``options`` (or BuildOptions keywords: ``out_keys``, ``batch``, ``interaction_type``) say."""
+    options = (options or BuildOptions()).replace(**option_values)
+    if not isinstance(module, TensorDictModuleBase):
+        raise BuildError(
+            f"tdaot builds tensordict modules (TensorDictModuleBase); got {module_class_name(module)}. "
+            "Wrap a plain nn.Module in tensordict.nn.TensorDictModule(module, in_keys=..., out_keys=...)"
+        )
+    if not isinstance(example, TensorDictBase):
+        raise BuildError(f"the example must be a TensorDict, got {type(example).__name__}")
+    if example.batch_dims == 0:
+        # One unbatched sample: give it the batch dim every artifact has.
+        example = example.unsqueeze(0)
+
+    in_keys = _unique([keyutil.as_tuple(k) for k in module.in_keys])
+    out_keys = options.out_keys or _unique([keyutil.as_tuple(k) for k in module.out_keys])
+    if not out_keys:
+        raise BuildError(f"{module_class_name(module)} has no out keys to export")
+    input_tensors = _input_tensors(module, example, in_keys)
+    batch_range = resolve_batch(options.batch, example.batch_size[0])
+    interaction_type = options.interaction_type
+
+    wrapper = PositionalPolicy(
+        module, in_keys, out_keys, example.batch_size, _nested_batch_shapes(example, in_keys)
+    )
+    with export_context(interaction_type):
+        checks.check_eager_run(wrapper, input_tensors, out_keys, interaction_type)
+        # A second eager run looks for Python side effects: the first also
+        # materialises lazy modules (torchrl's ConvNet and MLP set their sizes), and
+        # torch.export undoes attribute assignments made while it traces. Fresh
+        # copies of the inputs, so a stashed input is a new object.
+        with checks.no_python_side_effects(module), torch.no_grad():
+            wrapper.module(wrapper.make_tensordict([t.clone() for t in input_tensors]))
+        program, batch_range = _export_with_fallback(wrapper, input_tensors, batch_range)
+    if interaction_type != "random":
+        checks.check_no_sampling(program, describe_module(module), interaction_type)
+    checks.check_native_kernels(program, input_tensors[0].device.type)
+
+    inputs = tuple(
+        TensorSpec(keyutil.to_manifest(k), dtype_name(t.dtype), tuple(t.shape[1:]))
+        for k, t in zip(in_keys, input_tensors)
+    )
+    outputs = _output_specs(program, out_keys, batch_range)
+    return ExportedPolicy(
+        program=program,
+        inputs=inputs,
+        outputs=outputs,
+        batch=batch_range,
+        recurrent=recurrent_state(inputs, outputs),
+        custom_ops=checks.custom_operators(program),
+    )
+
+
+def recurrent_state(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> Recurrent | None:
+    """State pairs by torchrl's convention: out key ("next", *k) feeds in key k next step."""
+    by_key = {spec.key: spec for spec in outputs}
+    pairs = []
+    for spec in inputs:
+        carried = by_key.get(keyutil.SEPARATOR.join(("next", spec.key)))
+        if carried is None:
+            continue
+        if (carried.dtype, carried.shape) != (spec.dtype, spec.shape):
+            raise BuildError(
+                f"recurrent state {spec.key!r} is {spec.dtype} {list(spec.shape)} but its next-step "
+                f"output {carried.key!r} is {carried.dtype} {list(carried.shape)}; they must match"
+            )
+        pairs.append(StatePair(input=spec.key, output=carried.key))
+    if not pairs:
+        return None
+    # torchrl marks the first step after a reset with a bool "is_init" input.
+    is_init = next(
+        (s.key for s in inputs if keyutil.from_manifest(s.key)[-1] == "is_init" and s.dtype == "bool"), None
+    )
+    return Recurrent(state=tuple(pairs), is_init=is_init)
+
+
+def resolve_batch(batch: BatchSpec, example_batch: int) -> BatchRange:
+    """The batch range asked for (a value BuildOptions checked): "dynamic", "static", a fixed
+    size, or (min, max)."""
+    if batch == "dynamic":
+        return DEFAULT_BATCH_RANGE
+    if batch == "static":
+        return BatchRange(example_batch, example_batch)
+    low, high = (batch, batch) if isinstance(batch, int) else batch
+    return BatchRange(low, high)
+
+
+def _unique(items: list) -> list:
+    return list(dict.fromkeys(items))
+
+
+def _input_tensors(module, example: TensorDictBase, in_keys) -> list[torch.Tensor]:
+    tensors = []
+    for key in in_keys:
+        keyutil.to_manifest(key)  # refuse keys the manifest cannot hold before tracing
+        value = example.get(keyutil.td_key(key), None)
+        if value is None:
+            present = ", ".join(keyutil.to_manifest(k) for k in example.keys(True, True))
+            raise BuildError(
+                f"in-key {keyutil.to_manifest(key)!r} of {module_class_name(module)} is missing from "
+                f"the example TensorDict (it has: {present})"
+            )
+        if not isinstance(value, torch.Tensor):
+            raise BuildError(f"in-key {keyutil.to_manifest(key)!r} is a {type(value).__name__}, not a tensor")
+        dtype_name(value.dtype)
+        tensors.append(value.contiguous())
+    if not tensors:
+        raise BuildError(f"{module_class_name(module)} has no in keys: tdaot needs at least one input")
+    return tensors
+
+
+def _nested_batch_shapes(example: TensorDictBase, in_keys) -> dict[tuple[str, ...], torch.Size]:
+    """Batch shapes of nested tensordicts that are longer than the root's, outermost first."""
+    shapes = {}
+    for key in in_keys:
+        for depth in range(1, len(key)):
+            prefix = key[:depth]
+            sub = example.get(keyutil.td_key(prefix))
+            if sub.batch_dims > example.batch_dims:
+                shapes[prefix] = sub.batch_size
+    return shapes
+
+
+def _trace_example(tensors: list[torch.Tensor], batch: int) -> tuple[torch.Tensor, ...]:
+    """The example tensors resized to ``batch`` rows (repeating rows as needed)."""
+    if tensors[0].shape[0] == batch:
+        return tuple(tensors)
+    rows = torch.arange(batch) % tensors[0].shape[0]
+    return tuple(t[rows.to(t.device)].contiguous() for t in tensors)
+
+
+def _trace_batch(batch_range: BatchRange, example_batch: int) -> int:
+    if not batch_range.dynamic:
+        return batch_range.min
+    if example_batch in batch_range and example_batch >= _MIN_TRACE_BATCH:
+        return example_batch
+    return max(batch_range.min, _MIN_TRACE_BATCH)
+
+
+def _export(wrapper, tensors, batch_range: BatchRange) -> torch.export.ExportedProgram:
+    args = _trace_example(tensors, _trace_batch(batch_range, tensors[0].shape[0]))
+    if batch_range.dynamic:
+        dim = torch.export.Dim("batch", min=batch_range.min, max=batch_range.max)
+        dynamic_shapes = (tuple({0: dim} for _ in args),)
+    else:
+        dynamic_shapes = None
+    with _torch_compat.export_output_captured():
+        return torch.export.export(wrapper, args, dynamic_shapes=dynamic_shapes, strict=False)
+
+
+def _export_with_fallback(wrapper, tensors, batch_range: BatchRange):
+    name = describe_module(wrapper.module)
+
+    def failed(err: Exception) -> ExportError:
+        return ExportError(export_message(name, wrapper.module, wrapper.in_keys, wrapper.out_keys, err))
+
+    try:
+        return _export(wrapper, tensors, batch_range), batch_range
+    except Exception as err:  # noqa: BLE001 - reported as ExportError below
+        if not (batch_range.dynamic and _torch_compat.is_batch_specialisation(err)):
+            raise failed(err) from err
+        static = BatchRange(tensors[0].shape[0], tensors[0].shape[0])
+        warnings.warn(
+            f"{name} specialises the batch dim, so it cannot be exported with a dynamic batch "
+            f"({first_line(err)}); building with a static batch of {static.min} instead. "
+            f"The artifact accepts only batch {static.min}.",
+            StaticBatchWarning,
+            stacklevel=3,
+        )
+    try:
+        return _export(wrapper, tensors, static), static
+    except Exception as err:  # noqa: BLE001
+        raise failed(err) from err
+
+
+def _output_specs(program, out_keys, batch_range: BatchRange) -> tuple[TensorSpec, ...]:
+    """Per-sample output specs; every output must carry the batch dim first."""
+    nodes = {n.name: n for n in program.graph.nodes}
+    batch_dim = nodes[program.graph_signature.user_inputs[0]].meta["val"].shape[0]
+    output_node = next(n for n in program.graph.nodes if n.op == "output")
+    specs = []
+    for key, node in zip(out_keys, output_node.args[0]):
+        name = keyutil.to_manifest(key)
+        value = node.meta["val"]
+        shape = tuple(value.shape)
+        # Compare symbols by name: == on SymInts would add a guard to the program.
+        batched = bool(shape) and str(shape[0]) == str(batch_dim)
+        if not batched or any(not isinstance(d, int) for d in shape[1:]):
+            raise BuildError(
+                f"out-key {name!r} has shape {[str(d) for d in shape]}: tdaot needs the batch dim "
+                f"({batch_dim}) first and a fixed per-sample shape"
+            )
+        specs.append(TensorSpec(name, dtype_name(value.dtype), tuple(shape[1:])))
+    return tuple(specs)

@@ -1,0 +1,187 @@
+"""tdaot.build: tensordict policy + example TensorDict -> .pt2 package with a manifest.
+
+The pipeline is a straight line: options checked -> export (tdaot.builder.export) -> manifest
+-> compile, with the tuning's rewrites (tdaot.builder.compile), or a cache hit
+(tdaot.builder.cache) -> package sealed with its file digests (tdaot.builder.package).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import inspect
+import os
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import tensordict
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from tdaot._version import __version__
+from tdaot.builder.cache import ArtifactCache, artifact_key
+from tdaot.builder.compile import compile_package
+from tdaot.builder.export import ExportedPolicy, export_policy
+from tdaot.builder.messages import module_class_name
+from tdaot.builder.options import BuildOptions, fields
+from tdaot.builder.package import check_output_path
+from tdaot.builder.targets import CPU_TARGETS, vector_isa
+from tdaot.builder.tuning import tune_program
+from tdaot.errors import BuildError, CompileError, StaticBatchWarning
+from tdaot.manifest import Manifest, Source, read_manifest
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A built package: where it is, what it holds, and what building it cost."""
+
+    path: str
+    manifest: Manifest
+    export_seconds: float
+    compile_seconds: float  # or the cache copy's time on a hit
+    cache_hit: bool = False
+    exported_path: str | None = None  # the torch.export program, when saved
+
+    @property
+    def size_bytes(self) -> int:
+        return os.path.getsize(self.path)
+
+    @property
+    def sha256(self) -> str:
+        return file_sha256(self.path)
+
+
+def build(
+    policy: TensorDictModuleBase,
+    example: TensorDictBase,
+    path: str | os.PathLike,
+    options: BuildOptions | None = None,
+    *,
+    factory: str | None = None,
+    cache: ArtifactCache | None = None,
+    on_status: Callable[[str], None] | None = None,
+    **option_values,
+) -> Artifact:
+    """Export ``policy`` on ``example`` and compile it into a package at ``path``.
+
+    ``example.batch_size[0]`` is the batch dim. The build options are a
+    :class:`~tdaot.BuildOptions`, or its fields as keywords (``batch``, ``out_keys``,
+    ``interaction_type``, ``device``, ``cpu_target``, ``kernel_threads``, ``tuning``,
+    ``save_exported``; keywords override ``options``); each is documented there.
+    ``factory`` is recorded in the manifest as the artifact's source (the CLI passes
+    "file.py:function"). With a ``cache``, a package built before from the same program,
+    manifest and options is copied instead of compiled. ``on_status`` hears "exporting",
+    then "compiling" or "cached".
+    """
+    options = (options or BuildOptions()).replace(**option_values)
+    report = on_status or (lambda status: None)
+    path = check_output_path(os.fspath(path))
+    if options.device == "cuda":
+        if not torch.cuda.is_available():
+            raise BuildError("device 'cuda' was asked for but torch sees no CUDA device on this host")
+        # A copy, so building for CUDA does not move the caller's policy.
+        policy, example = copy.deepcopy(policy).to("cuda"), example.to("cuda")
+
+    started = time.perf_counter()
+    report("exporting")
+    exported = export_policy(policy, example, options)
+    exported_at = time.perf_counter()
+    manifest = _manifest(exported, policy, options, factory)
+    try:
+        cache_hit = _compile_or_fetch(exported.program, manifest, path, options, cache, report)
+    except CompileError as err:
+        if not (options.batch == "dynamic" and exported.batch.dynamic):
+            raise
+        # Inductor lowers some programs only with concrete sizes (torch 2.13 fails on
+        # the scan higher-order op of torchrl's recurrent "scan" backend when the
+        # batch is symbolic). As for a policy that specialises the batch while
+        # tracing: fall back to the example's batch, and say so.
+        options = options.replace(batch="static")
+        exported = export_policy(policy, example, options)
+        warnings.warn(
+            f"{manifest.source.module_class} could not be compiled with a dynamic batch ({err}); "
+            f"building with a static batch of {exported.batch.min} instead. The artifact accepts "
+            f"only batch {exported.batch.min}; build with batch='static' (--batch static) to skip "
+            "the dynamic attempt.",
+            StaticBatchWarning,
+            stacklevel=2,
+        )
+        manifest = _manifest(exported, policy, options, factory)
+        cache_hit = _compile_or_fetch(exported.program, manifest, path, options, cache, report)
+    if options.save_exported:
+        # What went into the compiler: the tuning's rewrite included.
+        torch.export.save(tune_program(exported.program, options.tuning), exported_program_path(path))
+    return Artifact(
+        path=path,
+        manifest=read_manifest(path),  # the package's own: sealed with the files' digests
+        export_seconds=exported_at - started,
+        compile_seconds=time.perf_counter() - exported_at,
+        cache_hit=cache_hit,
+        exported_path=exported_program_path(path) if options.save_exported else None,
+    )
+
+
+def _with_option_keywords(function):
+    """``function``'s signature with every BuildOptions field as a keyword, for help() and IDEs."""
+    signature = inspect.signature(function)
+    parameters = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
+    parameters += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=spec.default, annotation=spec.type)
+        for name, spec in ((spec.name, spec) for spec in fields())
+    ]
+    function.__signature__ = signature.replace(parameters=parameters)
+    return function
+
+
+build = _with_option_keywords(build)
+
+
+def _manifest(exported: ExportedPolicy, policy, options: BuildOptions, factory: str | None) -> Manifest:
+    target = CPU_TARGETS[options.cpu_target]
+    return Manifest(
+        inputs=exported.inputs,
+        outputs=exported.outputs,
+        batch=exported.batch,
+        interaction_type=options.interaction_type,
+        device=options.device,
+        cpu_target=target.name,
+        cpu_isa=vector_isa(target) if options.device == "cpu" else "",
+        torch_version=torch.__version__,
+        tensordict_version=tensordict.__version__,
+        tdaot_version=__version__,
+        source=Source(module_class=module_class_name(policy), factory=factory),
+        recurrent=exported.recurrent,
+        custom_ops=exported.custom_ops,
+    )
+
+
+def exported_program_path(package_path: str | os.PathLike) -> str:
+    """Where ``save_exported`` puts the torch.export program of a package: NAME.ep.pt2."""
+    stem = os.fspath(package_path)
+    return (stem[: -len(".pt2")] if stem.endswith(".pt2") else stem) + ".ep.pt2"
+
+
+def _compile_or_fetch(
+    program, manifest: Manifest, path: str, options: BuildOptions, cache: ArtifactCache | None, report
+) -> bool:
+    """Compiles ``program`` to ``path``, or copies it from ``cache``; True on a cache hit."""
+    key = artifact_key(program, manifest, options) if cache is not None else None
+    if key is not None and cache.fetch(key, path):
+        report("cached")
+        return True
+    report("compiling")
+    compile_package(program, manifest, path, options)
+    if key is not None:
+        cache.store(key, path)
+    return False
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,10 @@
+"""The run side of tdaot: load a package into the native runner and run it.
+
+Imports nothing from the build side (tdaot.builder): a service that only runs packages never
+loads torch.export or inductor through tdaot.
+"""
+
+from tdaot.runtime.policy import NativePolicy, load, verify
+from tdaot.runtime.session import NativeSession
+
+__all__ = ["NativePolicy", "NativeSession", "load", "verify"]

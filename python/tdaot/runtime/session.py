@@ -1,0 +1,56 @@
+"""Sessions: a recurrent policy stepped natively, its state carried by tdaot::Session."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from tensordict import TensorDict
+
+from tdaot import _C
+from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, td_keys
+
+if TYPE_CHECKING:
+    from tdaot.runtime.policy import NativePolicy
+
+
+class NativeSession:
+    """Steps a recurrent policy (tdaot::Session): ``step`` takes only the non-state inputs,
+    fills in the state (zero at creation) and ``is_init`` (true for rows reset since the
+    last step, so all rows at the first step), and keeps the state outputs for the next
+    step. Passing a state input or ``is_init`` yourself raises :class:`tdaot.InputError`;
+    mark new episodes with ``reset(mask)`` instead. From a TensorDict only the step's
+    inputs are read, so a rollout TensorDict holding the state keys is fine.
+
+    A session is single-threaded: using one from two threads at once raises
+    :class:`tdaot.TdaotError`. Sessions of one policy are independent.
+    """
+
+    def __init__(self, policy: NativePolicy, batch: int) -> None:
+        self._session = _C.Session(policy._policy, batch)
+        self.policy = policy
+        self.batch = batch
+        self._in_keys = td_keys(self._session.input_keys)
+
+    @property
+    def input_keys(self) -> list[str]:
+        """The manifest keys ``step`` takes."""
+        return list(self._session.input_keys)
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        """The state the next step sees, keyed by state input key (the session's own tensors)."""
+        return dict(self._session.state)
+
+    def step(self, inputs: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDict:
+        """Runs one step; returns every output (the state outputs included) as a TensorDict."""
+        return as_tensordict(
+            self.policy._out_keys, self._session.step(keyed_inputs(self._in_keys, inputs, tensors))
+        )
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        """Zeroes the state and marks is_init: for every row, or where the bool [batch] mask is true."""
+        self._session.reset(mask)
+
+    def __repr__(self) -> str:
+        return f"NativeSession({self.policy.path!r}, batch={self.batch})"

@@ -1,0 +1,206 @@
+"""tdaot._torch_compat: each private torch API and each match on torch's error text that tdaot
+relies on, checked against the installed torch. A failure here names the entry a torch upgrade
+changed; fix it in tdaot/_torch_compat.py and nowhere else."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+from tdaot import _torch_compat as compat
+
+PACKAGE = Path(__file__).resolve().parents[2] / "python" / "tdaot"
+
+
+def _changed(entry: str, detail: str) -> str:
+    return f"torch {torch.__version__} changed what tdaot._torch_compat.{entry} relies on: {detail}"
+
+
+def test_distribution_validation_is_off_inside_and_restored():
+    before = torch.distributions.Distribution._validate_args
+    with compat.distribution_validation_off():
+        assert torch.distributions.Distribution._validate_args is False, _changed(
+            "distribution_validation_off", "Distribution._validate_args no longer holds the default"
+        )
+    assert torch.distributions.Distribution._validate_args == before
+
+
+def test_operator_name_and_argument_names():
+    assert compat.operator_name(torch.ops.aten.add.Tensor) == ("aten", "aten::add.Tensor"), _changed(
+        "operator_name", "OpOverload._schema.name / _overloadname"
+    )
+    assert compat.operator_name(torch.ops.aten.relu.default) == ("aten", "aten::relu")
+    assert compat.operator_name(len) is None
+    assert compat.argument_names(torch.ops.aten.dropout.default) == ["input", "p", "train"], _changed(
+        "argument_names", "OpOverload._schema.arguments"
+    )
+
+
+def test_python_registration_finds_a_python_kernel_and_not_a_cpp_one():
+    @torch.library.custom_op("tdaot_compat_test::twice", mutates_args=())
+    def twice(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    location = compat.python_registration("tdaot_compat_test::twice", "cpu")
+    assert location and re.search(r"\.py:\d+$", location), _changed(
+        "python_registration", f"torch._C._dispatch_dump's format (found {location!r})"
+    )
+    assert compat.python_registration("aten::add.Tensor", "cpu") is None
+
+
+def test_decompose_rewrites_the_named_ops_only():
+    class Lstm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = nn.LSTM(3, 4, batch_first=True)
+
+        def forward(self, x):
+            return self.lstm(x)[0]
+
+    program = torch.export.export(Lstm(), (torch.randn(2, 1, 3),))
+    decomposed = compat.decompose(program, ("lstm.input",))
+    targets = {str(n.target) for n in decomposed.graph.nodes if n.op == "call_function"}
+    assert "aten.lstm.input" not in targets, _changed("decompose", "torch._decomp.decomposition_table")
+    assert compat.decompose(program, ("gru.input",)) is program
+
+
+def test_vector_isa_limits_and_restores():
+    from torch._inductor import cpu_vec_isa
+
+    original = cpu_vec_isa.valid_vec_isa_list
+    with compat.vector_isas_limited_to(()):
+        assert compat.picked_vector_isa() == "", _changed(
+            "vector_isas_limited_to", "cpu_vec_isa.pick_vec_isa no longer reads valid_vec_isa_list"
+        )
+    assert cpu_vec_isa.valid_vec_isa_list is original
+    with compat.vector_isas_limited_to(None):
+        assert isinstance(compat.picked_vector_isa(), str)
+
+
+def test_inductor_config_and_gemm_filter():
+    import torch._inductor.config as config
+
+    with compat.inductor_config({"cpp.simdlen": 256}):
+        assert config.cpp.simdlen == 256, _changed("inductor_config", "torch._inductor.config.patch")
+
+    def keep(choices):
+        return choices
+
+    from torch._inductor.select_algorithm import get_algorithm_selector_cache
+
+    with compat.gemm_choices_filtered(keep):
+        assert keep in get_algorithm_selector_cache().preprocessing_fns, _changed(
+            "gemm_choices_filtered", "AlgorithmSelectorCache.add_preprocessing_fn"
+        )
+    assert keep not in get_algorithm_selector_cache().preprocessing_fns
+    assert compat.is_cpp_gemm_template(object()) is False
+
+
+def test_archive_round_trip(tmp_path):
+    path = str(tmp_path / "package.pt2")
+    compat.write_archive(path, {"data/a.txt": b"alpha", "data/b.bin": b"\x00\x01"})
+    records = compat.read_archive(path)
+    assert records["data/a.txt"] == b"alpha" and records["data/b.bin"] == b"\x00\x01", _changed(
+        "read_archive/write_archive", "torch.export.pt2_archive"
+    )
+
+
+class _PinsBatch(nn.Module):
+    def forward(self, x):
+        return x.reshape(4, -1)
+
+
+class _Branches(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x + 1
+        return x - 1
+
+
+def _export_error(module: nn.Module, dynamic: bool, example: torch.Tensor | None = None) -> BaseException:
+    args = (torch.randn(4, 3) if example is None else example,)
+    shapes = ({0: torch.export.Dim("batch", min=1, max=64)},) if dynamic else None
+    with pytest.raises(Exception) as info, compat.export_output_captured():
+        torch.export.export(module, args, dynamic_shapes=shapes, strict=False)
+    return info.value
+
+
+def test_error_text_matches():
+    pinned = _export_error(_PinsBatch(), dynamic=True)
+    assert compat.is_batch_specialisation(pinned), _changed("is_batch_specialisation", str(pinned)[:300])
+    branch = _export_error(_Branches(), dynamic=False)
+    assert compat.is_data_dependent(branch), _changed("is_data_dependent", str(branch)[:300])
+    assert not compat.is_batch_specialisation(branch)
+    lines = [line for line in str(branch).splitlines() if line.strip()]
+    advice = [line for line in lines if compat.is_advice(line)]
+    assert advice, _changed("is_advice", "torch's debugging advice lines are worded differently")
+    frame = compat.raising_frame(lines)
+    assert frame and frame[0].endswith("test_torch_compat.py"), _changed(
+        "raising_frame", "the 'The following call raised this error' block"
+    )
+
+
+def test_locked_parameter_message():
+    sys.path.insert(0, str(PACKAGE.parents[1]))
+    from examples.torchrl_policies import multi_agent_td_params_policy
+
+    policy, example = multi_agent_td_params_policy()
+    err = _export_error(_Positional(policy), dynamic=False, example=example["observation"])
+    assert compat.is_locked_parameter(err), _changed("is_locked_parameter", str(err)[:300])
+
+
+class _Positional(nn.Module):
+    def __init__(self, module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, x):
+        return self.module(TensorDict({"observation": x}, batch_size=x.shape[:1]))["action"]
+
+
+def _private_torch_uses(tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        name = ""
+        if isinstance(node, ast.Attribute):
+            name = ast.unparse(node)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            name = getattr(node, "module", None) or ",".join(a.name for a in node.names)
+        if re.match(r"torch(\.\w+)*\._(?!_)", name):  # dunders (__version__) are public
+            found.append(name)
+    return found
+
+
+def test_private_torch_apis_and_mock_only_in_the_compat_module():
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        relative = path.relative_to(PACKAGE)
+        if "unittest" in text and re.search(r"^\s*(from|import) unittest", text, re.M):
+            offenders.append(f"{relative}: imports unittest (mock) in library code")
+        if path.name == "_torch_compat.py":
+            continue
+        offenders += [f"{relative}: {use}" for use in _private_torch_uses(ast.parse(text))]
+    assert not offenders, "private torch APIs outside tdaot/_torch_compat.py:\n" + "\n".join(offenders)
+
+
+def test_no_module_is_longer_than_450_lines():
+    long = [
+        f"{path.relative_to(PACKAGE)}: {n} lines"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (n := len(path.read_text().splitlines())) > 450
+    ]
+    assert not long, long
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the package layout check reads the tree")
+def test_no_subpackage_shadows_build():
+    assert not (PACKAGE / "build").exists() and not (PACKAGE / "build.py").exists(), os.listdir(PACKAGE)

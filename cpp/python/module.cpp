@@ -159,10 +159,41 @@ PYBIND11_MODULE(_C, m) {
       py::arg("path"), py::arg("expected_sha256") = std::string(),
       "Checks a package's digests without loading it; returns its sha256.");
 
-  // The C++ reading of a manifest, so tests can check both stages agree on the schema.
-  m.def("read_manifest_json",
-        [](const std::string& path) { return tdaot::read_manifest(path).to_json(); });
-  m.def("parse_manifest_json", [](const std::string& json, const std::string& origin) {
-    return tdaot::Manifest::from_json(json, origin).to_json();
-  });
+  // The one manifest parser and validator (tdaot/manifest.h). tdaot.manifest reads every
+  // manifest through these and checks every manifest it writes with parse_manifest_json; each
+  // returns the manifest as normalised JSON (Manifest::to_json).
+  m.attr("MANIFEST_METADATA_KEY") = tdaot::kManifestMetadataKey;
+  m.attr("MANIFEST_SCHEMA_VERSION") = tdaot::kManifestSchemaVersion;
+  py::tuple records(tdaot::kBookkeepingRecords.size());
+  for (size_t i = 0; i < tdaot::kBookkeepingRecords.size(); ++i) {
+    const std::string_view record = tdaot::kBookkeepingRecords[i];
+    records[i] = py::str(record.data(), record.size());
+  }
+  m.attr("BOOKKEEPING_RECORDS") = records;
+  m.def(
+      "read_manifest_json",
+      [](const std::string& path) {
+        py::gil_scoped_release unlocked;
+        return tdaot::read_manifest(path).to_json();
+      },
+      py::arg("path"),
+      "The manifest of a package, read (safely, without loading it) and validated, as "
+      "normalised JSON.");
+  m.def(
+      "parse_manifest_json",
+      [](const std::string& json, const std::string& origin, bool sealed) {
+        return tdaot::Manifest::from_json(
+                   json, origin, sealed ? tdaot::Sealing::sealed : tdaot::Sealing::unsealed)
+            .to_json();
+      },
+      py::arg("json"), py::arg("origin") = std::string("<string>"), py::kw_only(),
+      py::arg("sealed") = true,
+      "Validates manifest JSON (sealed=False: before the package's file digests exist) and "
+      "returns it normalised; raises tdaot.ManifestError naming origin and the field.");
+  m.def("manifest_dtype_names", &tdaot::dtype_names, "The manifest's dtype names, in order.");
+  m.def(
+      "digest_exempt", [](const std::string& name) { return tdaot::digest_exempt(name); },
+      py::arg("name"),
+      "Whether the archive file name (without the top folder) is left out of the manifest's "
+      "files: AOTInductor's metadata JSONs and the zip writer's bookkeeping records.");
 }

@@ -138,7 +138,42 @@ TEST(ManifestJson, IgnoresUnknownFields) {
   value["future_field"] = {{"anything", 1}};
   value["inputs"][0]["names"] = {"agent", "obs"};
   value["batch"]["step"] = 2;
-  expect_same(parse(value), parse(sample_json()));
+  const Manifest m = parse(value);
+  expect_same(m, parse(sample_json()));
+  // Unknown top-level fields are kept and written back (as the Python stage keeps `extra`);
+  // unknown fields inside known objects are dropped.
+  ASSERT_EQ(m.extra.size(), 1u);
+  EXPECT_EQ(json::parse(m.extra.at("future_field")), value["future_field"]);
+  json expected = sample_json();
+  expected["future_field"] = value["future_field"];
+  EXPECT_EQ(json::parse(m.to_json()), expected);
+}
+
+TEST(ManifestJson, UnsealedManifestHasNoFiles) {
+  json value = sample_json();
+  value.erase("files");
+  const Manifest m = Manifest::from_json(value.dump(), "build", Sealing::unsealed);
+  EXPECT_TRUE(m.files.empty());
+  EXPECT_EQ(json::parse(m.to_json()), value);  // no "files" written while empty
+  EXPECT_EQ(Manifest::from_json(m.to_json(), "build", Sealing::unsealed).to_json(), m.to_json());
+  // A package's manifest is always sealed.
+  const auto missing = catch_error<ManifestError>([&] { parse(value); });
+  ASSERT_TRUE(missing);
+  EXPECT_TRUE(Contains(missing->what(), "field 'files': missing"));
+  const auto present = catch_error<ManifestError>(
+      [] { Manifest::from_json(sample_json().dump(), "build", Sealing::unsealed); });
+  ASSERT_TRUE(present);
+  EXPECT_TRUE(Contains(present->what(), "field 'files': present in an unsealed manifest"));
+}
+
+TEST(ManifestJson, DigestExemptNames) {
+  EXPECT_TRUE(digest_exempt("data/aotinductor/model/abc_metadata.json"));
+  EXPECT_TRUE(digest_exempt("data/aotinductor/model/abc.wrapper_metadata.json"));
+  EXPECT_TRUE(digest_exempt(".data/version"));
+  EXPECT_TRUE(digest_exempt("archive_format"));
+  EXPECT_FALSE(digest_exempt("data/aotinductor/model/abc.wrapper.so"));
+  EXPECT_FALSE(digest_exempt("data/constants/x_metadata.json"));
+  EXPECT_FALSE(digest_exempt("data/aotinductor/_metadata.jso"));
 }
 
 TEST(ManifestJson, StaticBatch) {
@@ -345,10 +380,10 @@ TEST(ManifestJson, InvalidJson) {
 }
 
 TEST(Dtypes, NamesRoundTrip) {
-  for (const char* name : {"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16",
-                           "int8", "uint8", "bool"}) {
-    EXPECT_EQ(dtype_name(dtype_from_name(name, "x")), name);
-  }
+  const std::vector<std::string> names{"float32", "float64", "float16", "bfloat16", "int64",
+                                       "int32",   "int16",   "int8",    "uint8",    "bool"};
+  EXPECT_EQ(dtype_names(), names);
+  for (const auto& name : names) EXPECT_EQ(dtype_name(dtype_from_name(name, "x")), name);
   EXPECT_EQ(dtype_from_name("int64", "x"), c10::ScalarType::Long);
   EXPECT_EQ(dtype_from_name("bfloat16", "x"), c10::ScalarType::BFloat16);
 }

@@ -6,10 +6,12 @@
 
 #include <c10/core/ScalarType.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -20,6 +22,22 @@ inline constexpr const char* kManifestMetadataKey = "tdaot.manifest";
 // The manifest schema version this runtime reads. Version 2 added the file digests; version 1
 // packages are refused with a message to rebuild them.
 inline constexpr int kManifestSchemaVersion = 2;
+
+// Records torch's zip writer (PyTorchFileWriter, PT2ArchiveWriter) adds to every archive after
+// the payload. The manifest, itself part of the payload, cannot hold their digests; they are
+// never extracted.
+inline constexpr std::array<std::string_view, 5> kBookkeepingRecords{
+    "archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id"};
+
+// Whether the archive file `name` (without the archive's top folder) is left out of a
+// manifest's "files": the bookkeeping records above and AOTInductor's metadata JSONs
+// ("data/aotinductor/<model>/*_metadata.json"), which carry the manifest itself.
+bool digest_exempt(std::string_view name);
+
+// Whether Manifest::from_json requires the file digests. Every package's manifest is sealed
+// ("files" lists every file); the build stage checks the manifest it hands AOTInductor before
+// the compiled files exist (unsealed: no "files"), and again once it is sealed.
+enum class Sealing { sealed, unsealed };
 
 // One input or output: a dot-joined key, its dtype and its shape after the batch dim.
 struct TensorSpec {
@@ -82,16 +100,27 @@ struct Manifest {
   // Not listed: the AOTInductor metadata JSONs that carry this manifest (a file cannot hold
   // its own digest) and the zip writer's bookkeeping records (.data/version,
   // .data/serialization_id). Policy verifies every digest before it loads the library.
+  // Empty in an unsealed manifest.
   std::map<std::string, std::string> files;
+  // Top-level fields this runtime does not know (tolerated for forward compatibility), each as
+  // its JSON text, so that to_json writes them back. Unknown fields inside known objects are
+  // ignored and dropped.
+  std::map<std::string, std::string> extra;
 
   // Index of the input with this key, or nullopt.
   std::optional<size_t> input_index(const std::string& key) const;
   // Index of the output with this key, or nullopt.
   std::optional<size_t> output_index(const std::string& key) const;
 
-  // Parses a manifest; throws ManifestError naming `origin` and the field at fault.
-  static Manifest from_json(const std::string& json, const std::string& origin);
-  // Serialises to the same JSON schema the Python stage writes.
+  // Parses and validates a manifest; throws ManifestError naming `origin` and the field at
+  // fault. This is the one definition of a valid manifest: the Python stage reads every
+  // manifest through it (tdaot._C) and checks every manifest it writes with it. The rules, and
+  // a conformance corpus both stages run, are in tests/manifests/.
+  static Manifest from_json(const std::string& json, const std::string& origin,
+                            Sealing sealing = Sealing::sealed);
+  // Serialises to the same JSON schema the Python stage writes (normalised: known fields in
+  // schema order, absent optional fields left out, null factory and is_init when empty, then
+  // the unknown top-level fields).
   std::string to_json(int indent = -1) const;
 };
 
@@ -99,6 +128,9 @@ struct Manifest {
 // Throws PackageError when the file is missing or not a package, ManifestError
 // when it holds no valid manifest.
 Manifest read_manifest(const std::string& package_path);
+
+// The manifest's dtype names, in the schema's order.
+std::vector<std::string> dtype_names();
 
 // Manifest dtype names ("float32", "int64", "bool", ...) to and from ScalarType.
 // dtype_from_name throws ManifestError naming `origin` for an unknown name.

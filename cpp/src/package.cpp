@@ -26,23 +26,12 @@ namespace fs = std::filesystem;
 // Metadata JSON larger than this is not AOTInductor's (it holds a few strings).
 constexpr uint64_t kMaxMetadataBytes = 16u << 20;
 
-// Records the zip writer (torch's PyTorchFileWriter and PT2ArchiveWriter) adds to every
-// archive after the payload, so no digest of them can be in the manifest. Never extracted.
-const std::set<std::string, std::less<>> kBookkeepingRecords{
-    "archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id"};
-
 bool ends_with(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
 }
 
 bool starts_with(std::string_view text, std::string_view prefix) {
   return text.substr(0, prefix.size()) == prefix;
-}
-
-// The AOTInductor metadata files carry the manifest, so they cannot carry its digest; they are
-// parsed as data (the wrapper's) or ignored, never extracted.
-bool is_metadata_file(std::string_view relative) {
-  return starts_with(relative, "data/aotinductor/") && ends_with(relative, "_metadata.json");
 }
 
 [[noreturn]] void fail_path(const std::string& path, const std::string& problem) {
@@ -243,7 +232,9 @@ void Package::check_files(ExtractedModel* destination) const {
   for (const ZipEntry& entry : archive_->entries()) {
     if (entry.directory) continue;
     const std::string relative = relative_name(entry);
-    if (kBookkeepingRecords.count(relative) != 0 || is_metadata_file(relative)) continue;
+    // The metadata JSONs (parsed as data, the wrapper's, or ignored) and the zip writer's
+    // records are never extracted, so they need no digest (tdaot/manifest.h).
+    if (digest_exempt(relative)) continue;
     const auto listed = manifest_.files.find(relative);
     if (listed == manifest_.files.end()) {
       throw IntegrityError(path_, "package '" + path_ + "' holds a file '" + relative +

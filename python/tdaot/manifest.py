@@ -26,39 +26,42 @@ compiled model calls, which the runner must find registered before it loads the 
 archive (without the archive's top folder), except the metadata JSONs that carry the
 manifest itself and the zip writer's bookkeeping records (:func:`digest_exempt`); the
 runner checks every digest before it loads the library. Version 1 had no ``files``.
+
+The C++ parser (``cpp/src/manifest.cpp``, bound as ``tdaot._C``) is the one definition of a
+valid manifest: :meth:`Manifest.from_json` and :func:`read_manifest` read every manifest
+through it and build these dataclasses from the normalised JSON it returns, and the build
+checks every manifest it writes with :meth:`Manifest.validated`. The conformance corpus both
+stages run is ``tests/manifests``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import zipfile
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
-from tdaot.errors import ManifestError, PackageError
+from tdaot import _C
+from tdaot.errors import BuildError, ManifestError
 
-METADATA_KEY = "tdaot.manifest"
-SCHEMA_VERSION = 2
+METADATA_KEY: str = _C.MANIFEST_METADATA_KEY
+SCHEMA_VERSION: int = _C.MANIFEST_SCHEMA_VERSION
 
 # Records torch's zip writer adds to every archive after the payload; they cannot be listed
 # in the manifest that is itself part of the payload, and the runner never extracts them.
-BOOKKEEPING_RECORDS = frozenset(
-    {"archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id"}
-)
+BOOKKEEPING_RECORDS: frozenset[str] = frozenset(_C.BOOKKEEPING_RECORDS)
 
 
 def digest_exempt(name: str) -> bool:
     """Whether the archive record ``name`` (without the top folder) is left out of ``files``:
     AOTInductor's metadata JSONs (they carry the manifest) and the writer's bookkeeping."""
-    return name in BOOKKEEPING_RECORDS or (
-        name.startswith("data/aotinductor/") and name.endswith("_metadata.json")
-    )
+    return _C.digest_exempt(name)
 
-# Manifest dtype names and the torch dtypes they stand for.
+
+# Manifest dtype names and the torch dtypes they stand for (the names are the C++ parser's,
+# in its order: tests/python/test_manifest_corpus.py checks they agree).
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
     "float64": torch.float64,
@@ -75,11 +78,12 @@ _DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    """The manifest name of a torch dtype; raises ManifestError for unsupported ones."""
+    """The manifest name of a torch dtype; raises BuildError for one a package cannot carry
+    (this is asked while building, of the policy's tensors)."""
     try:
         return _DTYPE_NAMES[dtype]
     except KeyError:
-        raise ManifestError(
+        raise BuildError(
             f"dtype {dtype} is not supported by tdaot (supported: {', '.join(DTYPES)})"
         ) from None
 
@@ -221,165 +225,69 @@ class Manifest:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=indent is not None)
 
     @classmethod
-    def from_json(cls, text: str, origin: str = "<string>") -> Manifest:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ManifestError(f"manifest of {origin!r} is not valid JSON: {err}", origin) from None
-        return cls.from_dict(data, origin)
+    def from_json(cls, text: str, origin: str = "<string>", *, sealed: bool = True) -> Manifest:
+        """Parses and validates manifest JSON with the C++ parser (``sealed=False``: a manifest
+        before its package's file digests exist); raises ManifestError naming ``origin`` and
+        the field at fault."""
+        return cls._from_normalised(_C.parse_manifest_json(text, origin, sealed=sealed))
 
     @classmethod
-    def from_dict(cls, data: Any, origin: str = "<dict>") -> Manifest:
-        reader = _FieldReader(origin)
-        if not isinstance(data, dict):
-            reader.fail("", f"expected a JSON object, got {type(data).__name__}")
-        version = reader.get(data, "schema_version", int)
-        if version == 1:
-            reader.fail(
-                "schema_version",
-                "version 1 packages carry no file digests, which the runner verifies before "
-                "loading; rebuild the package with tdaot >= 0.2",
-            )
-        if version != SCHEMA_VERSION:
-            reader.fail(
-                "schema_version",
-                f"schema version {version} is not supported (this tdaot reads {SCHEMA_VERSION})",
-            )
-        batch = reader.get(data, "batch", dict)
-        source = reader.get(data, "source", dict)
+    def from_dict(cls, data: Any, origin: str = "<dict>", *, sealed: bool = True) -> Manifest:
+        """:meth:`from_json` of ``data`` (a dict as :meth:`to_dict` returns it)."""
+        try:
+            text = json.dumps(data)
+        except (TypeError, ValueError) as err:
+            raise ManifestError(f"manifest of {origin!r}: not JSON data: {err}", origin) from None
+        return cls.from_json(text, origin, sealed=sealed)
+
+    def validated(self, *, sealed: bool = True, origin: str | None = None) -> Manifest:
+        """This manifest as the C++ runtime will read it, checked by its parser; raises
+        ManifestError naming the field at fault. The build calls it on every manifest it
+        writes into a package (``sealed=False`` before the file digests exist)."""
+        return Manifest.from_json(self.to_json(), origin or self.source.module_class, sealed=sealed)
+
+    @classmethod
+    def _from_normalised(cls, text: str) -> Manifest:
+        """The dataclasses of JSON the C++ parser has validated and normalised (every known
+        field present, optional ones absent or null); nothing is checked again here."""
+        data = json.loads(text)
         known = {f for f in cls.__dataclass_fields__ if f != "extra"}
+        recurrent = data.get("recurrent")
         return cls(
-            inputs=reader.specs(data, "inputs"),
-            outputs=reader.specs(data, "outputs"),
-            batch=BatchRange(
-                min=reader.get(batch, "min", int, "batch.min"),
-                max=reader.get(batch, "max", int, "batch.max"),
+            inputs=_specs(data["inputs"]),
+            outputs=_specs(data["outputs"]),
+            batch=BatchRange(min=data["batch"]["min"], max=data["batch"]["max"]),
+            interaction_type=data["interaction_type"],
+            device=data["device"],
+            cpu_target=data["cpu_target"],
+            cpu_isa=data["cpu_isa"],
+            torch_version=data["torch_version"],
+            tensordict_version=data["tensordict_version"],
+            tdaot_version=data["tdaot_version"],
+            source=Source(module_class=data["source"]["module_class"], factory=data["source"]["factory"]),
+            recurrent=None
+            if recurrent is None
+            else Recurrent(
+                state=tuple(StatePair(input=p["input"], output=p["output"]) for p in recurrent["state"]),
+                is_init=recurrent["is_init"],
             ),
-            interaction_type=reader.get(data, "interaction_type", str),
-            device=reader.get(data, "device", str),
-            cpu_target=reader.get(data, "cpu_target", str),
-            cpu_isa=reader.get(data, "cpu_isa", str),
-            torch_version=reader.get(data, "torch_version", str),
-            tensordict_version=reader.get(data, "tensordict_version", str),
-            tdaot_version=reader.get(data, "tdaot_version", str),
-            source=Source(
-                module_class=reader.get(source, "module_class", str, "source.module_class"),
-                factory=reader.get(source, "factory", (str, type(None)), "source.factory"),
-            ),
-            recurrent=reader.recurrent(data),
-            custom_ops=reader.custom_ops(data),
-            files=reader.files(data),
-            schema_version=version,
+            custom_ops=tuple(data.get("custom_ops", ())),
+            files=dict(data.get("files", {})),
+            schema_version=data["schema_version"],
             extra={k: v for k, v in data.items() if k not in known},
         )
 
 
-class _FieldReader:
-    """Reads typed manifest fields, naming the package and field on failure."""
-
-    def __init__(self, origin: str) -> None:
-        self.origin = origin
-
-    def fail(self, path: str, message: str):
-        where = f"field {path!r}: " if path else ""
-        raise ManifestError(f"manifest of {self.origin!r}: {where}{message}", self.origin)
-
-    def get(self, data: dict, name: str, kind, path: str | None = None):
-        path = path or name
-        if name not in data:
-            self.fail(path, "missing")
-        value = data[name]
-        # bool is an int in Python; a manifest never means True by 1.
-        if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-            self.fail(path, f"expected {getattr(kind, '__name__', kind)}, got {value!r}")
-        return value
-
-    def recurrent(self, data: dict) -> Recurrent | None:
-        if data.get("recurrent") is None:
-            return None
-        section = self.get(data, "recurrent", dict)
-        pairs = []
-        for i, entry in enumerate(self.get(section, "state", list, "recurrent.state")):
-            path = f"recurrent.state[{i}]"
-            if not isinstance(entry, dict):
-                self.fail(path, f"expected an object, got {entry!r}")
-            pairs.append(
-                StatePair(
-                    input=self.get(entry, "input", str, f"{path}.input"),
-                    output=self.get(entry, "output", str, f"{path}.output"),
-                )
-            )
-        is_init = section.get("is_init")
-        if is_init is not None and not isinstance(is_init, str):
-            self.fail("recurrent.is_init", f"expected str or null, got {is_init!r}")
-        return Recurrent(state=tuple(pairs), is_init=is_init)
-
-    def custom_ops(self, data: dict) -> tuple[str, ...]:
-        if data.get("custom_ops") is None:
-            return ()
-        ops = self.get(data, "custom_ops", list)
-        for i, op in enumerate(ops):
-            # The runtime looks each one up in the dispatcher by its qualified name.
-            if not isinstance(op, str) or not re.fullmatch(r"[^:]+::[^:].*", op):
-                self.fail(
-                    f"custom_ops[{i}]", f"expected a qualified operator name (namespace::name), got {op!r}"
-                )
-        return tuple(ops)
-
-    def files(self, data: dict) -> dict[str, str]:
-        files = self.get(data, "files", dict)
-        if not files:
-            self.fail("files", "empty; a package lists the digest of every file")
-        for name, digest in files.items():
-            if not name or not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
-                self.fail(
-                    f"files[{name!r}]", f"expected a sha256 digest (64 lowercase hex digits), got {digest!r}"
-                )
-        return dict(files)
-
-    def specs(self, data: dict, name: str) -> tuple[TensorSpec, ...]:
-        specs = []
-        for i, entry in enumerate(self.get(data, name, list)):
-            path = f"{name}[{i}]"
-            if not isinstance(entry, dict):
-                self.fail(path, f"expected an object, got {entry!r}")
-            dtype = self.get(entry, "dtype", str, f"{path}.dtype")
-            if dtype not in DTYPES:
-                self.fail(f"{path}.dtype", f"unknown dtype {dtype!r}")
-            shape = self.get(entry, "shape", list, f"{path}.shape")
-            if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-                self.fail(f"{path}.shape", f"expected non-negative integers, got {shape!r}")
-            specs.append(
-                TensorSpec(key=self.get(entry, "key", str, f"{path}.key"), dtype=dtype, shape=tuple(shape))
-            )
-        return tuple(specs)
-
-
-def read_metadata(path: str | os.PathLike) -> dict[str, str]:
-    """All AOTInductor metadata of a package, read from the archive without loading it."""
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise PackageError(f"package {path!r} does not exist or is not a file", path)
-    try:
-        with zipfile.ZipFile(path) as archive:
-            names = [
-                n
-                for n in archive.namelist()
-                if "/data/aotinductor/" in n and n.endswith("wrapper_metadata.json")
-            ]
-            if not names:
-                raise PackageError(f"{path!r} is a zip archive but not an AOTInductor .pt2 package", path)
-            return json.loads(archive.read(names[0]))
-    except (zipfile.BadZipFile, OSError) as err:
-        raise PackageError(f"{path!r} is not a .pt2 package: {err}", path) from None
+def _specs(entries: list[dict[str, Any]]) -> tuple[TensorSpec, ...]:
+    return tuple(TensorSpec(key=e["key"], dtype=e["dtype"], shape=tuple(e["shape"])) for e in entries)
 
 
 def read_manifest(path: str | os.PathLike) -> Manifest:
-    """The manifest of a tdaot package, read without loading its compiled library."""
-    metadata = read_metadata(path)
-    if METADATA_KEY not in metadata:
-        raise ManifestError(
-            f"package {os.fspath(path)!r} has no {METADATA_KEY!r} metadata: it was not built by tdaot.build",
-            os.fspath(path),
-        )
-    return Manifest.from_json(metadata[METADATA_KEY], os.fspath(path))
+    """The manifest of a tdaot package, read without loading its compiled library.
+
+    The C++ runtime reads it (``tdaot._C.read_manifest_json``): the archive checked as the
+    runner checks it before loading, the model's own metadata, the manifest validated. Raises
+    PackageError for a file that is not a readable package, ManifestError for one without a
+    valid manifest.
+    """
+    return Manifest._from_normalised(_C.read_manifest_json(os.fspath(path)))

@@ -158,4 +158,4 @@ def test_inspect_of_a_non_package_names_the_path(tmp_path, capsys):
     path = tmp_path / "notes.pt2"
     path.write_text("hello")
     assert main(["inspect", str(path)]) == 1
-    assert f"PackageError: '{path}' is not a .pt2 package" in capsys.readouterr().err
+    assert f"PackageError: package '{path}' is not a .pt2 package" in capsys.readouterr().err

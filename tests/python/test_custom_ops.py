@@ -142,12 +142,12 @@ def test_manifest_custom_ops_field_round_trips_and_is_optional(custom_op):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("tdaot_test::x", "field 'custom_ops': expected list, got 'tdaot_test::x'"),
+        ("tdaot_test::x", "field 'custom_ops': expected an array, got \"tdaot_test::x\""),
         (
             ["scale_clamp"],
-            "field 'custom_ops\\[0\\]': expected a qualified operator name \\(namespace::name\\)",
+            "field 'custom_ops\\[0\\]': 'scale_clamp' is not a qualified operator name \\(namespace::name\\)",
         ),
-        ([OP, 3], "field 'custom_ops\\[1\\]': expected a qualified operator name"),
+        ([OP, 3], "field 'custom_ops\\[1\\]': expected a string, got 3"),
     ],
 )
 def test_bad_custom_ops_field_is_named(custom_op, value, message):

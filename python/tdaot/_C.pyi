@@ -1,0 +1,72 @@
+"""Type stubs of tdaot._C, the pybind11 bindings over the C++ runner (cpp/python/module.cpp).
+
+Use tdaot.load() and tdaot.read_manifest() rather than this module. C++ exceptions arrive as
+the classes of the same name in tdaot.errors. tests/python/test_manifest_corpus.py checks that
+every public name of the compiled module has a stub here.
+"""
+
+import torch
+
+# The AOTInductor metadata key of the manifest JSON ("tdaot.manifest").
+MANIFEST_METADATA_KEY: str
+# The manifest schema version this runtime reads.
+MANIFEST_SCHEMA_VERSION: int
+# Records torch's zip writer adds to every archive; never digested, never extracted.
+BOOKKEEPING_RECORDS: tuple[str, ...]
+
+class Policy:
+    """A loaded package (tdaot::Policy)."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        intra_op_threads: int = 0,
+        num_runners: int = 1,
+        warmup_runs: int = 1,
+        op_libraries: list[str] = ...,
+        expected_sha256: str = "",
+        temp_dir: str = "",
+        max_package_bytes: int = ...,
+    ) -> None: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def sha256(self) -> str: ...
+    @property
+    def manifest_json(self) -> str:
+        """The manifest as normalised JSON."""
+    @property
+    def metadata(self) -> dict[str, str]:
+        """All AOTInductor metadata of the package, the manifest JSON included."""
+    def run(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+    def run_positional(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]: ...
+
+class Session:
+    """The recurrent state of one batch of episodes (tdaot::Session)."""
+
+    def __init__(self, policy: Policy, batch: int) -> None: ...
+    @property
+    def batch(self) -> int: ...
+    @property
+    def input_keys(self) -> list[str]: ...
+    @property
+    def state(self) -> dict[str, torch.Tensor]: ...
+    def step(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
+    def step_positional(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]: ...
+    def reset(self, mask: torch.Tensor | None = None) -> None: ...
+
+def verify_package(path: str, expected_sha256: str = "") -> str:
+    """Checks a package's digests without loading it; returns its sha256."""
+
+def read_manifest_json(path: str) -> str:
+    """The manifest of a package, read without loading it and validated, as normalised JSON."""
+
+def parse_manifest_json(json: str, origin: str = "<string>", *, sealed: bool = True) -> str:
+    """Validates manifest JSON (sealed=False: no file digests yet); returns it normalised."""
+
+def manifest_dtype_names() -> list[str]:
+    """The manifest's dtype names, in order."""
+
+def digest_exempt(name: str) -> bool:
+    """Whether an archive file name is left out of the manifest's files."""

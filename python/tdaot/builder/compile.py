@@ -54,6 +54,7 @@ def compile_package(
     failed or interrupted build never leaves a half-written artifact.
     """
     path = check_output_path(path)
+    manifest.validated(sealed=False)  # by the runtime's own parser, before a long compile
     target = CPU_TARGETS[manifest.cpu_target]
     # AOTInductor names the archive's top folder after the file, so every package is
     # staged under one fixed name: its bytes then depend on neither the output name

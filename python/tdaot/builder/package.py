@@ -42,7 +42,7 @@ def seal_package(archive_path: str, manifest: Manifest) -> Manifest:
     files = {
         name: hashlib.sha256(data).hexdigest() for name, data in records.items() if not digest_exempt(name)
     }
-    sealed = dataclasses.replace(manifest, files=files)
+    sealed = dataclasses.replace(manifest, files=files).validated()  # as the runtime reads it
     sealed_json = sealed.to_json()
     rewritten = {}
     for name, data in records.items():

@@ -99,8 +99,84 @@ def _split_op(name: str) -> tuple[str, str]:
 
 
 def aoti_compile_and_package(program: torch.export.ExportedProgram, package_path: str, configs: dict) -> None:
-    """AOTInductor: compile ``program`` into a .pt2 package at ``package_path``."""
-    torch._inductor.aoti_compile_and_package(program, package_path=package_path, inductor_configs=configs)
+    """AOTInductor: compile ``program`` into a .pt2 package at ``package_path`` holding one
+    model named "model" (torch.aot_compile's files packaged by package_aoti, as
+    torch._inductor.aoti_compile_and_package does without its minifier hooks)."""
+    import dataclasses
+
+    from torch._inductor.codegen import common
+    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+    from torch._inductor.codegen.cpp_wrapper_cpu_array_ref import CppWrapperCpuArrayRef
+    from torch._inductor.package import package_aoti
+
+    module = program.module(check_guards=False)
+    args, kwargs = program.example_inputs
+    # Inductor picks the CPU wrapper generator (the stack-allocating array-ref one with
+    # aot_inductor.allow_stack_allocation) once per process, when it first registers its
+    # backends: set for each compile to the one its options ask for, and restored after.
+    common.init_backend_registration()
+    saved = common.device_codegens["cpu"]
+    wrapper = CppWrapperCpuArrayRef if configs.get("aot_inductor.allow_stack_allocation") else CppWrapperCpu
+    common.device_codegens["cpu"] = dataclasses.replace(saved, cpp_wrapper_codegen=wrapper)
+    try:
+        options = {**configs, "aot_inductor.package": True}
+        files = torch._inductor.aot_compile(module, args, kwargs, options=options)
+    finally:
+        common.device_codegens["cpu"] = saved
+    # package_aoti copies the files at once: the inductor cache may overwrite them later.
+    package_aoti(package_path, files)
+
+
+@contextlib.contextmanager
+def gemm_accumulator_on_stack(max_bytes: int = 1 << 18) -> Iterator[None]:
+    """Inductor's C++ GEMM template with its local accumulator on the stack, for the duration.
+
+    torch 2.13's ``CppTemplateKernel.define_buffer`` emits ``std::make_unique<float[]>(N)``
+    for the template's local accumulator (one malloc per GEMM call whenever N is not a multiple
+    of the micro-kernel's block, the epilogue is not fp32, or the buffer has other users). In
+    a static-shape build N is a compile-time constant, so a 64-byte aligned stack array does
+    the same job without the heap (a static_assert bounds it). Only for static shapes and no
+    k-slicing (``cpp.gemm_max_k_slices=1``, inductor's default), which the template would
+    need to release the buffer for: that case raises while compiling.
+    """
+    from torch._inductor import ir, select_algorithm  # noqa: F401 - import order (circular import)
+    from torch._inductor.codegen import cpp_template_kernel
+    from torch._inductor.codegen.cpp_utils import DTYPE_TO_CPP, cexpr_index
+
+    kernel = cpp_template_kernel.CppTemplateKernel
+    original = (kernel.define_buffer, kernel.reinit_buffer_if_null, kernel.release_buffer)
+
+    def define_buffer(self, name, sizes, dtype=torch.float):
+        sizes = cpp_template_kernel.parse_expr_with_index_symbols(sizes)
+        buffer = ir.Buffer(name=name, layout=ir.FixedLayout(torch.device("cpu"), dtype, sizes))
+        self.local_buffers[name] = buffer
+        self.__dict__.setdefault("_tdaot_stack_buffers", set()).add(name)
+        ctype, numel = DTYPE_TO_CPP[dtype], cexpr_index(buffer.get_numel())
+        return (
+            f"static_assert(({numel}) * sizeof({ctype}) <= {max_bytes}, "
+            '"the GEMM accumulator is too big for the stack"); '
+            f"alignas(64) {ctype} _{name}[{numel}]; {ctype}* {name} = _{name};"
+        )
+
+    def reinit_buffer_if_null(self, name):
+        if name in self.__dict__.get("_tdaot_stack_buffers", ()):
+            return ""
+        return original[1](self, name)
+
+    def release_buffer(self, name):
+        if name in self.__dict__.get("_tdaot_stack_buffers", ()):
+            raise NotImplementedError("a k-sliced GEMM needs a heap accumulator (cpp.gemm_max_k_slices=1)")
+        return original[2](self, name)
+
+    kernel.define_buffer, kernel.reinit_buffer_if_null, kernel.release_buffer = (
+        define_buffer,
+        reinit_buffer_if_null,
+        release_buffer,
+    )
+    try:
+        yield
+    finally:
+        kernel.define_buffer, kernel.reinit_buffer_if_null, kernel.release_buffer = original
 
 
 def inductor_config(options: dict):

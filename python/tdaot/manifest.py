@@ -150,6 +150,17 @@ class Recurrent:
 
 
 @dataclass(frozen=True)
+class ModelSpec:
+    """One compiled model of the package: its name in the archive, the batch sizes it serves
+    and its tuning. The runner sends a call with batch B to the model with the narrowest range
+    holding B."""
+
+    name: str
+    batch: BatchRange
+    tuning: str
+
+
+@dataclass(frozen=True)
 class Manifest:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
@@ -166,8 +177,10 @@ class Manifest:
     # Qualified names ("ns::op", "ns::op.overload") of the custom operators the model calls.
     custom_ops: tuple[str, ...] = ()
     # sha256 of every file of the package (see the module docstring); empty until the
-    # package is compiled and sealed (tdaot.compile.compile_package).
+    # package is compiled and sealed (tdaot.builder.package.write_package).
     files: dict[str, str] = field(default_factory=dict, hash=False)
+    # The models the package holds (absent in older packages: one model, "model").
+    models: tuple[ModelSpec, ...] = ()
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -196,6 +209,9 @@ class Manifest:
             lines.append(f"  custom ops        {', '.join(self.custom_ops)}")
         if self.files:
             lines.append(f"  files             {len(self.files)} with sha256 digests")
+        for model in self.models:
+            served = f"{model.batch.min}..{model.batch.max}" if model.batch.dynamic else f"{model.batch.min}"
+            lines.append(f"  model {model.name:<11} batch {served}, {model.tuning}")
         width = max(len(s.key) for s in (*self.inputs, *self.outputs))
         for title, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
             lines.append(f"  {title}")
@@ -219,6 +235,10 @@ class Manifest:
             del data["custom_ops"]  # optional: packages calling only torch's operators omit it
         if not self.files:
             del data["files"]  # not sealed yet: the compiled files do not exist
+        if self.models:
+            data["models"] = [{**model, "batch": dict(model["batch"])} for model in data["models"]]
+        else:
+            del data["models"]  # a package of one model named "model"
         return {**self.extra, **data}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -273,6 +293,10 @@ class Manifest:
             ),
             custom_ops=tuple(data.get("custom_ops", ())),
             files=dict(data.get("files", {})),
+            models=tuple(
+                ModelSpec(m["name"], BatchRange(m["batch"]["min"], m["batch"]["max"]), m["tuning"])
+                for m in data.get("models") or ()
+            ),
             schema_version=data["schema_version"],
             extra={k: v for k, v in data.items() if k not in known},
         )

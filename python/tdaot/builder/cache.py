@@ -13,6 +13,7 @@ The cache lives in ``$TDAOT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tdaot``, else
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ import torch
 
 from tdaot.builder.compile import inductor_configs
 from tdaot.builder.options import BuildOptions
-from tdaot.builder.tuning import cache_key_parts
+from tdaot.builder.tuning import ModelPlan, cache_key_parts, plan_models
 from tdaot.manifest import Manifest
 
 # Bump when the build itself changes what a given key produces.
@@ -42,12 +43,19 @@ def artifact_key(
     program: torch.export.ExportedProgram,
     manifest: Manifest,
     options: BuildOptions | None = None,
+    plan: ModelPlan | None = None,
     **option_values,
 ) -> str:
-    """The cache key of compiling ``program`` (as exported: the tuning's rewrite is named by
-    the tuning's key parts, not hashed from its output) into a package carrying ``manifest``
-    with ``options`` (or BuildOptions keywords)."""
+    """The cache key of compiling ``program`` (as exported: the rewrites are named by the
+    model's key parts, not hashed from their output) into the model ``plan`` (default: the
+    first model ``options`` plan) of a package carrying ``manifest``, with ``options`` (or
+    BuildOptions keywords). The key is per model: the package's other models are not in it,
+    so a package that gains a specialised model reuses its cached dynamic model."""
     options = (options or BuildOptions()).replace(**option_values)
+    if plan is None:
+        batch = manifest.batch
+        plan = plan_models(options.tuning, options.specialize, options.device, batch.min, batch.max)[0]
+    manifest = dataclasses.replace(manifest, models=())
     digest = hashlib.sha256()
 
     def add(label: str, data: bytes) -> None:
@@ -58,8 +66,9 @@ def artifact_key(
     add("format", str(CACHE_FORMAT).encode())
     add("manifest", manifest.to_json(indent=1).encode())
     add("options", json.dumps(options.artifact_key(), sort_keys=True, default=str).encode())
-    add("inductor", json.dumps(inductor_configs(manifest, options), sort_keys=True).encode())
-    add("tuning", json.dumps(cache_key_parts(options.tuning), sort_keys=True).encode())
+    add("model", json.dumps(plan.describe(), sort_keys=True).encode())
+    add("inductor", json.dumps(inductor_configs(manifest, options, plan), sort_keys=True).encode())
+    add("tuning", json.dumps(cache_key_parts(plan.tuning, plan.bound), sort_keys=True).encode())
     add("graph", str(program.graph).encode())
     add("signature", str(program.graph_signature).encode())
     add("ranges", str(sorted((str(k), str(v)) for k, v in program.range_constraints.items())).encode())

@@ -1,4 +1,4 @@
-"""Compile an exported program into a .pt2 package with AOTInductor."""
+"""Compile exported programs into the models of a .pt2 package with AOTInductor."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import torch
 
 from tdaot import _torch_compat
 from tdaot.builder.options import BuildOptions
-from tdaot.builder.package import check_output_path, seal_package
+from tdaot.builder.package import check_output_path, write_package
 from tdaot.builder.targets import CPU_TARGETS, compiling_for, inductor_options
-from tdaot.builder.tuning import compiling_with, tune_program, tuning_options
+from tdaot.builder.tuning import ModelPlan, compiling_with, model_options, plan_models, tune_program
 from tdaot.errors import CompileError
 from tdaot.manifest import METADATA_KEY, Manifest
 
@@ -34,48 +34,83 @@ def compile_options(kernel_threads: int) -> dict:
     return {"cpp.dynamic_threads": False, "cpp.threads": kernel_threads}
 
 
-def inductor_configs(manifest: Manifest, options: BuildOptions) -> dict:
-    """Every inductor option of a build but the manifest: threads, tuning and CPU target."""
+def inductor_configs(manifest: Manifest, options: BuildOptions, plan: ModelPlan) -> dict:
+    """Every inductor option of one model's build but the manifest: threads, the model's
+    tuning and the CPU target."""
     return {
         **compile_options(options.kernel_threads),
-        **tuning_options(options.tuning),
+        **model_options(plan),
         **inductor_options(CPU_TARGETS[manifest.cpu_target]),
     }
+
+
+def compile_model(
+    program: torch.export.ExportedProgram,
+    manifest: Manifest,
+    options: BuildOptions,
+    plan: ModelPlan,
+    staging: str,
+) -> None:
+    """Compile ``program`` (as exported) as the model ``plan`` describes into a one-model
+    package at ``staging`` (its model named "model"; tdaot.builder.package.write_package
+    names it). The plan's rewrites are applied here."""
+    target = CPU_TARGETS[manifest.cpu_target]
+    try:
+        program = tune_program(program, plan.tuning, plan.bound)
+        with warnings.catch_warnings(), compiling_for(target), compiling_with(plan.tuning, plan.bound):
+            # torch 2.13's own packaging code trips its pytree deprecation; not the user's concern.
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec", category=FutureWarning)
+            configs = inductor_configs(manifest, options, plan)
+            configs["aot_inductor.metadata"] = {METADATA_KEY: manifest.to_json()}
+            _torch_compat.aoti_compile_and_package(program, staging, configs)
+    except Exception as err:  # noqa: BLE001 - reported with the inductor error's first line
+        first = next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
+        where = "" if plan.name == "model" else f" (model {plan.name!r}, batch {plan.batch})"
+        raise CompileError(
+            f"AOTInductor could not compile {manifest.source.module_class}{where}: {first}"
+        ) from err
 
 
 def compile_package(
     program: torch.export.ExportedProgram, manifest: Manifest, path: str, options: BuildOptions
 ) -> str:
-    """Compile ``program`` into a package at ``path`` carrying ``manifest``, sealed with the
-    digests of its files.
+    """A one-model package of ``program`` at ``path`` built with ``options.tuning``
+    ("throughput" or "latency"), carrying ``manifest`` sealed with the digests of its files.
+    tdaot.build makes its packages of several models with :func:`build_package`."""
+    (plan,) = plan_models(options.tuning, (), manifest.device, manifest.batch.min, manifest.batch.max)[:1]
+    return build_package({plan.name: (program, plan)}, manifest, path, options)
 
-    ``options.tuning`` (see tdaot.builder.tuning) may rewrite the program and adds inductor
-    options. The package is written beside its destination and renamed into place, so a
-    failed or interrupted build never leaves a half-written artifact.
+
+def build_package(
+    models: dict[str, tuple[torch.export.ExportedProgram, ModelPlan]],
+    manifest: Manifest,
+    path: str,
+    options: BuildOptions,
+    fetch=None,
+) -> str:
+    """Compile every model into one package at ``path`` carrying ``manifest``, sealed with the
+    digests of its files. ``fetch(name, program, plan, staging)``, when given, may fill a
+    model's one-model package from a cache instead (returning True); it is asked first.
+
+    The package is written beside its destination and renamed into place, so a failed or
+    interrupted build never leaves a half-written artifact.
     """
     path = check_output_path(path)
     manifest.validated(sealed=False)  # by the runtime's own parser, before a long compile
-    target = CPU_TARGETS[manifest.cpu_target]
     # AOTInductor names the archive's top folder after the file, so every package is
     # staged under one fixed name: its bytes then depend on neither the output name
     # nor a random temp name (reproducible builds, shareable cache entries).
     staging_dir = tempfile.mkdtemp(prefix=".tdaot-", dir=os.path.dirname(path))
-    staging = os.path.join(staging_dir, ARCHIVE_NAME + ".pt2")
     try:
-        try:
-            program = tune_program(program, options.tuning)
-            with warnings.catch_warnings(), compiling_for(target), compiling_with(options.tuning):
-                # torch 2.13's own packaging code trips its pytree deprecation; not the user's concern.
-                warnings.filterwarnings("ignore", message=r"`isinstance\(treespec", category=FutureWarning)
-                configs = inductor_configs(manifest, options)
-                configs["aot_inductor.metadata"] = {METADATA_KEY: manifest.to_json()}
-                _torch_compat.aoti_compile_and_package(program, staging, configs)
-        except Exception as err:  # noqa: BLE001 - reported with the inductor error's first line
-            first = next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
-            raise CompileError(
-                f"AOTInductor could not compile {manifest.source.module_class}: {first}"
-            ) from err
-        seal_package(staging, manifest)
+        units = {}
+        for name, (program, plan) in models.items():
+            unit_dir = os.path.join(staging_dir, name)
+            os.mkdir(unit_dir)
+            units[name] = os.path.join(unit_dir, ARCHIVE_NAME + ".pt2")
+            if fetch is None or not fetch(name, program, plan, units[name]):
+                compile_model(program, manifest, options, plan, units[name])
+        staging = os.path.join(staging_dir, ARCHIVE_NAME + ".pt2")
+        write_package(units, manifest, staging)
         os.replace(staging, path)
     finally:
         shutil.rmtree(staging_dir, ignore_errors=True)

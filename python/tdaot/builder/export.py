@@ -42,6 +42,7 @@ class ExportedPolicy:
     recurrent: Recurrent | None = None
     custom_ops: tuple[str, ...] = ()
 
+
 class PositionalPolicy(nn.Module):
     """Runs a tensordict module on positional tensors, one per in-key."""
 
@@ -76,6 +77,7 @@ class PositionalPolicy(nn.Module):
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = self.module(self.make_tensordict(tensors))
         return tuple(out.get(keyutil.td_key(k)) for k in self.out_keys)
+
 
 @contextlib.contextmanager
 def export_context(interaction_type: str) -> Iterator[None]:

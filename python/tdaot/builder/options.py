@@ -115,6 +115,28 @@ def _check_tuning(value, options):
     return value
 
 
+def _check_specialize(value, options):
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value,)
+    if not isinstance(value, (tuple, list)) or not all(
+        isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in value
+    ):
+        raise Invalid(expected="expected batch sizes >= 1 (e.g. [1, 4]), or none")
+    if value and options.tuning != "auto":
+        raise Invalid(problem=f"applies to tuning='auto' only (tuning is {options.tuning!r})")
+    return tuple(sorted(set(value)))
+
+
+def _specialize_from_text(text: str) -> tuple[int, ...]:
+    """The command line's sizes: "1,4" (or "" for none)."""
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"{text!r}: expected batch sizes separated by commas, e.g. 1,4") from None
+
+
 def _check_flag(value, options):
     if not isinstance(value, bool):
         raise Invalid(expected="expected true or false")
@@ -223,10 +245,20 @@ class BuildOptions:
     )
     tuning: str = option(
         DEFAULT_TUNING,
-        "throughput (ATen's GEMM and RNN kernels) or latency (inductor's C++ GEMM template, "
-        "recurrent layers decomposed: faster at batch 1, slower at large batch; CPU only)",
+        "auto (a throughput model for every batch plus latency models for the specialize "
+        "batches), throughput (ATen's GEMM and RNN kernels) or latency (inductor's C++ GEMM "
+        "template, recurrent layers decomposed: faster at batch 1, slower at large batch; CPU only)",
         _check_tuning,
         choices=TUNINGS,
+        in_artifact=False,  # each model's tuning is in its own cache key (tdaot.builder.tuning.ModelPlan)
+    )
+    specialize: tuple[int, ...] | None = option(
+        None,
+        "batch sizes that get their own static latency model under tuning='auto' (default: 1)",
+        _check_specialize,
+        metavar="N[,N...]",
+        from_text=_specialize_from_text,
+        in_artifact=False,
     )
     save_exported: bool = option(
         False,

@@ -30,30 +30,36 @@ def check_output_path(path: str) -> str:
     return path
 
 
-def seal_package(archive_path: str, manifest: Manifest) -> Manifest:
-    """Records the sha256 of every file of a freshly compiled package in its manifest.
+MODEL_DIR = "data/aotinductor/"
 
-    AOTInductor wrote the manifest before the files existed, so the archive is written
-    again, in place and in the same record order, with the digests added to the manifest
-    in its metadata JSONs (which are therefore not digested themselves; the zip writer's
-    bookkeeping records are rewritten by the writer). Returns the sealed manifest.
+
+def write_package(units: dict[str, str], manifest: Manifest, path: str) -> Manifest:
+    """The package at ``path``: the model of each one-model package ``units[name]`` under
+    ``name`` (AOTInductor loads a package's models by name, data/aotinductor/<name>/), and
+    ``manifest`` sealed with the sha256 of every file. Returns the sealed manifest.
+
+    AOTInductor wrote the manifest into each model's metadata JSONs before the files
+    existed; they get the sealed one (and are therefore not digested themselves). Records
+    outside the model folders are the writer's bookkeeping, which it writes anew.
     """
-    records = _torch_compat.read_archive(archive_path)
+    records: dict[str, bytes] = {}
+    for name, unit in units.items():
+        for record, data in _torch_compat.read_archive(unit).items():
+            if record in BOOKKEEPING_RECORDS:
+                continue
+            if not record.startswith(MODEL_DIR + "model/"):
+                raise BuildError(f"a compiled model holds an unexpected record {record!r}")
+            records[MODEL_DIR + name + "/" + record[len(MODEL_DIR + "model/") :]] = data
     files = {
         name: hashlib.sha256(data).hexdigest() for name, data in records.items() if not digest_exempt(name)
     }
     sealed = dataclasses.replace(manifest, files=files).validated()  # as the runtime reads it
     sealed_json = sealed.to_json()
-    rewritten = {}
     for name, data in records.items():
-        if name in BOOKKEEPING_RECORDS:
-            continue
         if digest_exempt(name):
             metadata = json.loads(data)
             if METADATA_KEY in metadata:
                 metadata[METADATA_KEY] = sealed_json
-            data = json.dumps(metadata).encode()
-        rewritten[name] = data
-    os.remove(archive_path)  # the top folder is named after the file, so keep its name
-    _torch_compat.write_archive(archive_path, rewritten)
+            records[name] = json.dumps(metadata).encode()
+    _torch_compat.write_archive(path, records)
     return sealed

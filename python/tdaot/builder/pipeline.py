@@ -8,6 +8,7 @@ The pipeline is a straight line: options checked -> export (tdaot.builder.export
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import inspect
 import os
@@ -23,15 +24,15 @@ from tensordict.nn import TensorDictModuleBase
 
 from tdaot._version import __version__
 from tdaot.builder.cache import ArtifactCache, artifact_key
-from tdaot.builder.compile import compile_package
+from tdaot.builder.compile import build_package, compile_model
 from tdaot.builder.export import ExportedPolicy, export_policy
 from tdaot.builder.messages import module_class_name
 from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
 from tdaot.builder.targets import CPU_TARGETS, vector_isa
-from tdaot.builder.tuning import tune_program
+from tdaot.builder.tuning import ModelPlan, plan_models, tune_program
 from tdaot.errors import BuildError, CompileError, StaticBatchWarning
-from tdaot.manifest import Manifest, Source, read_manifest
+from tdaot.manifest import BatchRange, Manifest, ModelSpec, Source, read_manifest
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def build(
     exported_at = time.perf_counter()
     manifest = _manifest(exported, policy, options, factory)
     try:
-        cache_hit = _compile_or_fetch(exported.program, manifest, path, options, cache, report)
+        cache_hit = _compile(policy, example, exported, manifest, path, options, cache, report)
     except CompileError as err:
         if not (options.batch == "dynamic" and exported.batch.dynamic):
             raise
@@ -110,10 +111,14 @@ def build(
             stacklevel=2,
         )
         manifest = _manifest(exported, policy, options, factory)
-        cache_hit = _compile_or_fetch(exported.program, manifest, path, options, cache, report)
+        cache_hit = _compile(policy, example, exported, manifest, path, options, cache, report)
     if options.save_exported:
         # What went into the compiler: the tuning's rewrite included.
-        torch.export.save(tune_program(exported.program, options.tuning), exported_program_path(path))
+        # What went into the compiler for the package's first model: its rewrites included.
+        plan = _plans(exported, options)[0]
+        torch.export.save(
+            tune_program(exported.program, plan.tuning, plan.bound), exported_program_path(path)
+        )
     return Artifact(
         path=path,
         manifest=read_manifest(path),  # the package's own: sealed with the files' digests
@@ -164,19 +169,47 @@ def exported_program_path(package_path: str | os.PathLike) -> str:
     return (stem[: -len(".pt2")] if stem.endswith(".pt2") else stem) + ".ep.pt2"
 
 
-def _compile_or_fetch(
-    program, manifest: Manifest, path: str, options: BuildOptions, cache: ArtifactCache | None, report
-) -> bool:
-    """Compiles ``program`` to ``path``, or copies it from ``cache``; True on a cache hit."""
-    key = artifact_key(program, manifest, options) if cache is not None else None
-    if key is not None and cache.fetch(key, path):
-        report("cached")
+def _plans(exported: ExportedPolicy, options: BuildOptions) -> list[ModelPlan]:
+    return plan_models(
+        options.tuning, options.specialize, options.device, exported.batch.min, exported.batch.max
+    )
+
+
+def _compile(policy, example, exported, manifest, path, options, cache, report) -> bool:
+    """Compiles every model of the package (a specialised one exported again at its static
+    batch), or copies it from ``cache``, into ``path``; True when every model was a cache hit."""
+    plans = _plans(exported, options)
+    models = {}
+    for plan in plans:
+        program = exported.program
+        if plan.batch is not None and exported.batch.dynamic:
+            program = export_policy(policy, example, options.replace(batch=plan.batch)).program
+        models[plan.name] = (program, plan)
+    manifest = dataclasses.replace(
+        manifest,
+        models=tuple(
+            ModelSpec(p.name, BatchRange(p.batch, p.batch) if p.batch else exported.batch, p.tuning)
+            for p in plans
+        ),
+    )
+    hits = []
+
+    def fetch(name, program, plan, staging) -> bool:
+        key = artifact_key(program, manifest, options, plan)
+        hit = cache.fetch(key, staging)
+        if not hit:
+            report("compiling" if name == "model" else f"compiling {name}")
+            compile_model(program, manifest, options, plan, staging)
+            cache.store(key, staging)
+        hits.append(hit)
         return True
-    report("compiling")
-    compile_package(program, manifest, path, options)
-    if key is not None:
-        cache.store(key, path)
-    return False
+
+    if cache is None:
+        report("compiling")
+    build_package(models, manifest, path, options, fetch=fetch if cache is not None else None)
+    if cache is not None and all(hits):
+        report("cached")
+    return cache is not None and all(hits)
 
 
 def file_sha256(path: str) -> str:

@@ -1,11 +1,16 @@
-"""Build tunings: what a CPU package's kernels are chosen to be fast at.
+"""Build tunings: which models a CPU package holds, and what their kernels are fast at.
 
-``"throughput"`` (the default) is inductor's own choice: matrix products call ATen
-(MKL), recurrent layers call ATen's fused RNN op (one oneDNN RNN primitive). Best from
-batch ~64 up.
+``"auto"`` (the default): the package holds a dynamic-batch ``"throughput"`` model for every
+batch, and beside it one ``"latency"`` model per batch size in ``specialize`` (default: 1),
+compiled for that static batch and for the allocation-free bound run (below). The runner sends
+each call to the model for its batch. A package whose batch is static holds one latency model.
+On CUDA, ``"auto"`` is ``"throughput"``.
 
-``"latency"`` is for batch-1 control loops, where those library calls spend most of
-their time setting themselves up:
+``"throughput"`` is inductor's own choice: matrix products call ATen (MKL), recurrent layers
+call ATen's fused RNN op (one oneDNN RNN primitive). Best from batch ~64 up.
+
+``"latency"`` is for batch-1 control loops, where those library calls spend most of their
+time setting themselves up:
 
 - matrix products whose weight is a constant use inductor's C++ GEMM template: a
   micro-kernel generated for the layer's shape, weights prepacked at build time;
@@ -18,21 +23,33 @@ and ATen is made here, never by timing candidates on the build machine (which is
 the same inputs still give the same package. The template's cache blocking is derived
 from the build host's L1/L2 sizes, which is one more thing two build machines must share
 to produce identical bytes.
+
+A static-batch latency model of at most ``BOUND_MAX_BATCH`` rows is also built for the bound
+run: AOTInductor's minimal array-ref entry point (plain pointers in and out, no tensor
+handles), intermediates on the stack (the GEMM template's accumulator too, see
+tdaot._torch_compat.gemm_accumulator_on_stack), and 2-D convolutions as im2col + GEMM
+(tdaot.builder.rewrites): such a call allocates nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 
 from tdaot import _torch_compat
+from tdaot.builder import rewrites
 
-TUNINGS = ("throughput", "latency")
-DEFAULT_TUNING = "throughput"
+TUNINGS = ("throughput", "latency", "auto")
+DEFAULT_TUNING = "auto"
+# The batch sizes "auto" specialises for when specialize is not given.
+DEFAULT_SPECIALIZE = (1,)
+# Largest static batch compiled for the bound run: its intermediates live on the stack.
+BOUND_MAX_BATCH = 16
 
-# Inductor options per tuning; part of the cache key (tdaot.builder.cache.artifact_key).
+# Inductor options per model tuning; part of the cache key (tdaot.builder.cache.artifact_key).
 _OPTIONS = {
     "throughput": {},
     "latency": {
@@ -42,41 +59,87 @@ _OPTIONS = {
     },
 }
 
+# The bound run's entry point and stack-allocated intermediates (static shapes only).
+_BOUND_OPTIONS = {
+    "aot_inductor.use_minimal_arrayref_interface": True,
+    "aot_inductor.allow_stack_allocation": True,
+    # Inductor's FX graph cache does not see the accumulator patch in its key: a graph
+    # compiled elsewhere without it must not be reused.
+    "fx_graph_cache": False,
+}
+
 # The recurrent ops the latency tuning decomposes; part of the cache key too.
-RECURRENT_OPS = (
-    "lstm.input",
-    "lstm.data",
-    "gru.input",
-    "gru.data",
-    "rnn_tanh.input",
-    "rnn_tanh.data",
-    "rnn_relu.input",
-    "rnn_relu.data",
-)
+RECURRENT_OPS = rewrites.RECURRENT_OPS
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """One model of a package: its name, its tuning ("throughput" or "latency"), the static
+    batch it is specialised for (None: the package's whole range), and whether it is built
+    for the allocation-free bound run."""
+
+    name: str
+    tuning: str
+    batch: int | None = None
+    bound: bool = False
+
+    def describe(self) -> dict:
+        return {"name": self.name, "tuning": self.tuning, "batch": self.batch, "bound": self.bound}
+
+
+def plan_models(
+    tuning: str, specialize: Sequence[int] | None, device: str, low: int, high: int
+) -> list[ModelPlan]:
+    """The models a package serving batches ``low..high`` holds under ``tuning``."""
+    if tuning == "auto" and device != "cpu":
+        tuning = "throughput"  # latency models are CPU builds
+    if tuning == "throughput":
+        return [ModelPlan("model", "throughput")]
+    static = low == high
+    if tuning == "latency" or static:
+        return [ModelPlan("model", "latency", low if static else None, static and high <= BOUND_MAX_BATCH)]
+    sizes = DEFAULT_SPECIALIZE if specialize is None else specialize
+    return [ModelPlan("model", "throughput")] + [
+        ModelPlan(f"b{size}", "latency", size, size <= BOUND_MAX_BATCH)
+        for size in sizes
+        if low <= size <= high
+    ]
 
 
 def tuning_options(tuning: str) -> dict:
-    """The inductor config entries of ``tuning`` (checked by BuildOptions)."""
+    """The inductor config entries of a model ``tuning`` ("throughput" or "latency")."""
     return dict(_OPTIONS[tuning])
 
 
-def cache_key_parts(tuning: str) -> dict:
-    """Everything ``tuning`` changes in a build, for the artifact cache key."""
+def model_options(plan: ModelPlan) -> dict:
+    """The inductor config entries of one model of a package."""
+    return {**tuning_options(plan.tuning), **(_BOUND_OPTIONS if plan.bound else {})}
+
+
+def cache_key_parts(tuning: str, bound: bool = False) -> dict:
+    """Everything a model's tuning changes in its build, for the artifact cache key."""
     parts: dict = {"tuning": tuning, "inductor": tuning_options(tuning)}
     if tuning == "latency":
         parts["decomposed"] = list(RECURRENT_OPS)
+    if bound:
+        parts["bound"] = {**_BOUND_OPTIONS, "rewrites": ["convolutions_as_gemm", "gemm_accumulator_on_stack"]}
     return parts
 
 
-def tune_program(program: torch.export.ExportedProgram, tuning: str) -> torch.export.ExportedProgram:
-    """The program ``tuning`` compiles: for "latency", recurrent ops decomposed."""
-    if tuning != "latency":
-        return program
-    return _torch_compat.decompose(program, RECURRENT_OPS)
+def tune_program(
+    program: torch.export.ExportedProgram, tuning: str, bound: bool = False
+) -> torch.export.ExportedProgram:
+    """The program a model compiles: for "latency", recurrent ops decomposed; for the bound
+    run, convolutions as GEMMs too."""
+    if tuning == "latency":
+        program = _torch_compat.decompose(program, RECURRENT_OPS)
+    if bound:
+        program = rewrites.convolutions_as_gemm(program)
+    return program
 
 
 @contextlib.contextmanager
-def compiling_with(tuning: str) -> Iterator[None]:
+def compiling_with(tuning: str, bound: bool = False) -> Iterator[None]:
     """Inductor's GEMM choice made deterministic for ``tuning``, for the duration of a compile.
 
     ``tuning_options`` (passed to the compile with the other inductor options) turn GEMM
@@ -85,7 +148,7 @@ def compiling_with(tuning: str) -> Iterator[None]:
     and nothing is timed: the choice depends on the program and the target, not on how
     busy the build machine was.
     """
-    if not tuning_options(tuning):
+    if tuning != "latency":
         yield
         return
 
@@ -93,5 +156,8 @@ def compiling_with(tuning: str) -> Iterator[None]:
         templates = [c for c in choices if _torch_compat.is_cpp_gemm_template(c)]
         return templates[:1] if templates else choices[:1]
 
-    with _torch_compat.gemm_choices_filtered(prefer_template):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_torch_compat.gemm_choices_filtered(prefer_template))
+        if bound:
+            stack.enter_context(_torch_compat.gemm_accumulator_on_stack())
         yield

@@ -1,0 +1,54 @@
+"""Export-time rewrites: programs changed before compiling so that inductor generates faster
+or allocation-free code. Each applies only to the ops it is written for.
+
+- the latency tuning decomposes ``RECURRENT_OPS`` (aten's fused LSTM/GRU/RNN ops, which call
+  one oneDNN primitive set up per call) into matmuls and pointwise ops inductor fuses
+  (tdaot._torch_compat.decompose, torch's own decompositions).
+- ``convolutions_as_gemm`` (batch-specialised models): a 2-D convolution as an im2col
+  (``unfold``) and one matrix product, which inductor's C++ GEMM template compiles for the
+  layer's shape. ATen's oneDNN convolution sets up its primitive and allocates (~800 heap
+  allocations) on every call; at batch 1 the GEMM route is 2.5x faster and allocates nothing.
+  At large batch oneDNN wins, so the dynamic model keeps it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# The recurrent ops the latency tuning decomposes; part of the cache key.
+RECURRENT_OPS = (
+    "lstm.input",
+    "lstm.data",
+    "gru.input",
+    "gru.data",
+    "rnn_tanh.input",
+    "rnn_tanh.data",
+    "rnn_relu.input",
+    "rnn_relu.data",
+)
+
+
+def conv2d_as_gemm(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    """aten.conv2d as zero padding + unfold + one matrix product. Grouped and dilated
+    convolutions, and non-4-D inputs, are left to aten (NotImplemented)."""
+    if groups != 1 or x.dim() != 4 or any(d != 1 for d in dilation) or isinstance(padding, str):
+        return NotImplemented
+    if any(padding):
+        x = F.pad(x, (padding[1], padding[1], padding[0], padding[0]))
+    out_channels, channels, kh, kw = weight.shape
+    (sh, sw), (batch, _, height, width) = stride, x.shape
+    oh, ow = (height - kh) // sh + 1, (width - kw) // sw + 1
+    patches = x.unfold(2, kh, sh).unfold(3, kw, sw)  # B, C, oh, ow, kh, kw
+    cols = patches.permute(0, 2, 3, 1, 4, 5).reshape(batch * oh * ow, channels * kh * kw)
+    w = weight.reshape(out_channels, channels * kh * kw).t()
+    out = torch.addmm(bias, cols, w) if bias is not None else torch.mm(cols, w)
+    return out.reshape(batch, oh, ow, out_channels).permute(0, 3, 1, 2)
+
+
+def convolutions_as_gemm(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """``program`` with its plain 2-D convolutions as im2col + GEMM (unchanged without any)."""
+    conv = torch.ops.aten.conv2d.default
+    if not any(node.target is conv for node in program.graph.nodes):
+        return program
+    return program.run_decompositions({conv: conv2d_as_gemm})

@@ -1,0 +1,194 @@
+"""tuning="auto", the default: a dynamic throughput model plus static latency models for the
+`specialize` batches, in one package; the options, the plan, the rewrites, the per-model cache.
+
+Two AOTInductor packages: the tutorial policy with specialize=(1, 4) through the cache, then
+again with specialize=(1, 2) (only b2 compiles), and the conv rewrite checked without compiling.
+"""
+
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import ROOT
+
+import tdaot
+from tdaot.builder.cache import ArtifactCache
+from tdaot.builder.options import BuildOptions
+from tdaot.builder.rewrites import conv2d_as_gemm
+from tdaot.builder.tuning import BOUND_MAX_BATCH, ModelPlan, plan_models
+from tdaot.cli import main
+
+POLICIES = ROOT / "examples" / "policies.py"
+BOUND_ENTRY = b"AOTInductorModelRunMinimalArrayrefInterfaceV2"
+
+
+def _models(manifest) -> list[tuple[str, int, int, str]]:
+    return [(m.name, m.batch.min, m.batch.max, m.tuning) for m in manifest.models]
+
+
+def _libraries(path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as archive:
+        return {
+            name.split("/")[-2]: archive.read(name) for name in archive.namelist() if name.endswith(".so")
+        }
+
+
+@pytest.fixture(scope="module")
+def auto_project(tmp_path_factory):
+    from examples.policies import tutorial_policy
+
+    root = tmp_path_factory.mktemp("auto")
+    policy, example = tutorial_policy()
+    cache = ArtifactCache(root / "cache")
+    statuses: list[str] = []
+    artifact = tdaot.build(
+        policy, example, root / "first.pt2", specialize=(4, 1), cache=cache, on_status=statuses.append
+    )
+    return {"root": root, "policy": policy, "example": example, "cache": cache, "artifact": artifact,
+            "statuses": statuses}  # fmt: skip
+
+
+def test_default_tuning_is_auto_with_batch_one_specialised():
+    options = BuildOptions()
+    assert (options.tuning, options.specialize) == ("auto", None)
+    assert plan_models("auto", None, "cpu", 1, 1 << 20) == [
+        ModelPlan("model", "throughput"),
+        ModelPlan("b1", "latency", 1, bound=True),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tuning", "specialize", "device", "low", "high", "expected"),
+    [
+        ("auto", (1, 4, 9999), "cpu", 2, 64, [("model", None, False), ("b4", 4, True)]),
+        ("auto", (), "cpu", 1, 64, [("model", None, False)]),
+        ("auto", None, "cpu", 4, 4, [("model", 4, True)]),  # a static package: one latency model
+        ("auto", None, "cpu", 64, 64, [("model", 64, False)]),  # above BOUND_MAX_BATCH
+        ("auto", None, "cuda", 1, 64, [("model", None, False)]),  # latency models are CPU builds
+        ("throughput", None, "cpu", 1, 64, [("model", None, False)]),
+        ("latency", None, "cpu", 1, 64, [("model", None, False)]),
+        ("latency", None, "cpu", 1, 1, [("model", 1, True)]),
+    ],
+)
+def test_model_plans(tuning, specialize, device, low, high, expected):
+    plans = plan_models(tuning, specialize, device, low, high)
+    assert [(p.name, p.batch, p.bound) for p in plans] == expected
+    assert 64 > BOUND_MAX_BATCH
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"specialize": (0,)}, r"specialize=\(0,\): expected batch sizes >= 1"),
+        ({"specialize": "1"}, r"specialize='1': expected batch sizes >= 1"),
+        ({"tuning": "throughput", "specialize": (1,)}, r"specialize=\(1,\) applies to tuning='auto' only"),
+        ({"tuning": "fast"}, r"tuning='fast' is not one of 'throughput', 'latency', 'auto'"),
+    ],
+)
+def test_bad_options_name_the_option_and_value(options, message):
+    with pytest.raises(tdaot.BuildError, match=message):
+        BuildOptions(**options)
+
+
+def test_specialize_is_normalised():
+    assert BuildOptions(specialize=[4, 1, 4]).specialize == (1, 4)
+    assert BuildOptions(specialize=2).specialize == (2,)
+
+
+def test_cli_and_config_take_specialize(monkeypatch, tmp_path, capsys):
+    seen = {}
+
+    def fake_build(module, example, output, **options):
+        seen.update(options)
+        raise tdaot.BuildError("stop here")
+
+    monkeypatch.setattr("tdaot.cli.build", fake_build)
+    argv = ["build", f"{POLICIES}:tutorial_policy", "-o", str(tmp_path / "x.pt2")]
+    assert main([*argv, "--specialize", "1,4"]) == 1 and seen["specialize"] == (1, 4)
+    assert main([*argv, "--specialize", ""]) == 1 and seen["specialize"] == ()
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--specialize", "one"])
+    assert exit_info.value.code == 2 and "expected batch sizes separated by commas" in capsys.readouterr().err
+    config = tmp_path / "tdaot.toml"
+    config.write_text("[[artifact]]\nname = 'a'\nfactory = 'f.py:f'\nspecialize = [1, 8]\n")
+    from tdaot.builder.config import load_config
+
+    assert load_config(config)[0].options.specialize == (1, 8)
+    config.write_text("[[artifact]]\nname = 'a'\nfactory = 'f.py:f'\nspecialize = [0]\n")
+    with pytest.raises(tdaot.ConfigError, match=r"field 'specialize': expected batch sizes >= 1"):
+        load_config(config)
+
+
+def test_package_lists_its_models_and_each_is_built_for_its_batch(auto_project):
+    manifest = auto_project["artifact"].manifest
+    assert _models(manifest) == [
+        ("model", 1, 1 << 20, "throughput"),
+        ("b1", 1, 1, "latency"),
+        ("b4", 4, 4, "latency"),
+    ]
+    libraries = _libraries(auto_project["artifact"].path)
+    assert sorted(libraries) == ["b1", "b4", "model"]
+    # The specialised models have the bound run's entry point; the dynamic one cannot.
+    assert BOUND_ENTRY in libraries["b1"] and BOUND_ENTRY in libraries["b4"]
+    assert BOUND_ENTRY not in libraries["model"]
+    assert "model b1" in manifest.describe() and "batch 4, latency" in manifest.describe()
+    assert tdaot.read_manifest(auto_project["artifact"].path) == manifest
+
+
+def test_specialised_models_keep_the_gemm_accumulator_on_the_stack(auto_project):
+    with zipfile.ZipFile(auto_project["artifact"].path) as archive:
+        kernels = {
+            name.split("/")[-2]: archive.read(name).decode()
+            for name in archive.namelist()
+            if name.endswith(".kernel.cpp")
+        }
+    assert "alignas(64) float _" in kernels["b1"] and "make_unique" not in kernels["b1"]
+
+
+def test_parity_on_both_sides_of_every_specialised_size(auto_project):
+    tdaot.testing.assert_parity(
+        auto_project["policy"],
+        auto_project["artifact"],
+        auto_project["example"],
+        batch_sizes=[1, 2, 3, 4, 5, 64],
+    )
+
+
+def test_cache_is_per_model(auto_project):
+    statuses = []
+    again = tdaot.build(
+        auto_project["policy"], auto_project["example"], auto_project["root"] / "second.pt2",
+        specialize=(1, 2), cache=auto_project["cache"], on_status=statuses.append,
+    )  # fmt: skip
+    assert "compiling b2" in statuses
+    assert "compiling" not in statuses and "compiling b1" not in statuses  # model and b1 were cached
+    assert not again.cache_hit
+    assert _models(again.manifest)[1:] == [("b1", 1, 1, "latency"), ("b2", 2, 2, "latency")]
+    first, second = _libraries(auto_project["artifact"].path), _libraries(again.path)
+    assert first["b1"] == second["b1"] and first["model"] == second["model"]
+    hit = tdaot.build(
+        auto_project["policy"], auto_project["example"], auto_project["root"] / "third.pt2",
+        specialize=(1, 2), cache=auto_project["cache"],
+    )  # fmt: skip
+    assert hit.cache_hit and hit.sha256 == again.sha256
+
+
+@pytest.mark.parametrize(
+    ("stride", "padding", "groups", "dilation"),
+    [((1, 1), (0, 0), 1, (1, 1)), ((2, 2), (1, 1), 1, (1, 1)), ((1, 2), (2, 0), 1, (1, 1))],
+)
+def test_conv_as_gemm_equals_conv2d(stride, padding, groups, dilation):
+    torch.manual_seed(0)
+    x, weight, bias = torch.randn(2, 3, 9, 11), torch.randn(5, 3, 3, 2), torch.randn(5)
+    got = conv2d_as_gemm(x, weight, bias, stride, padding, dilation, groups)
+    torch.testing.assert_close(got, F.conv2d(x, weight, bias, stride, padding, dilation, groups))
+
+
+def test_conv_as_gemm_leaves_grouped_and_dilated_convolutions_to_aten():
+    x, weight = torch.randn(1, 4, 8, 8), torch.randn(4, 2, 3, 3)
+    assert conv2d_as_gemm(x, weight, None, (1, 1), (0, 0), (1, 1), 2) is NotImplemented
+    assert conv2d_as_gemm(x, torch.randn(4, 4, 3, 3), None, (1, 1), (0, 0), (2, 2), 1) is NotImplemented

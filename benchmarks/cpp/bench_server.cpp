@@ -9,7 +9,8 @@
 //    "guard": "" | "inference_mode" | "no_grad"}     (optional: a guard held around each call)
 //   {"cmd": "first", "batch": B}            -> seconds of the first call
 //   {"cmd": "run", "batch": B, "iters": N, "min_iters": M, "max_seconds": S}
-//                                           -> per-call latencies in ns
+//                                           -> per-call latencies in ns, and their summary in
+//                                              us (tdaot/stats.h: p50, p99, p999, max, mean)
 //   {"cmd": "memory"}                       -> VmRSS and VmHWM (peak RSS) in KiB
 //   {"cmd": "quit"}
 // Every answer carries "ok"; failures carry "error" instead of crashing the driver.
@@ -29,9 +30,11 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tdaot/policy.h"
+#include "tdaot/stats.h"
 
 namespace {
 
@@ -210,7 +213,18 @@ class Server {
       samples.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
       if (i + 1 >= min_iters && t1 - start > budget) break;
     }
-    return {{"ok", true}, {"ns", samples}};
+    std::vector<double> micros;
+    micros.reserve(samples.size());
+    for (const int64_t ns : samples) micros.push_back(static_cast<double>(ns) / 1e3);
+    const tdaot::stats::Summary summary = tdaot::stats::summarize(std::move(micros));
+    return {{"ok", true},
+            {"ns", samples},
+            {"summary_us",
+             {{"p50", summary.p50},
+              {"p99", summary.p99},
+              {"p999", summary.p999},
+              {"max", summary.max},
+              {"mean", summary.mean}}}};
   }
 
   std::unique_ptr<Runner> runner_;

@@ -40,8 +40,8 @@ const char* file_type_name(unsigned type) {
   }
 }
 
-}  // namespace
-
+// True when `name` is absolute, has a '..' component or contains a backslash: extracting it
+// by name could write outside the destination directory.
 bool unsafe_entry_name(std::string_view name) {
   if (name.empty() || name.front() == '/') return true;
   if (name.find('\\') != std::string_view::npos) return true;
@@ -53,6 +53,8 @@ bool unsafe_entry_name(std::string_view name) {
     start = end + 1;
   }
 }
+
+}  // namespace
 
 ZipArchive::ZipArchive(std::string_view bytes, std::string path, uint64_t max_unpacked_bytes)
     : path_(std::move(path)) {

@@ -50,8 +50,4 @@ class ZipArchive {
   std::vector<ZipEntry> entries_;
 };
 
-// True when `name` is absolute, has a '..' component or contains a backslash: extracting it
-// by name could write outside the destination directory.
-bool unsafe_entry_name(std::string_view name);
-
 }  // namespace tdaot::detail

@@ -2,7 +2,6 @@
 // PolicyOptions::expected_sha256 use.
 #pragma once
 
-#include <cstddef>
 #include <string>
 #include <string_view>
 

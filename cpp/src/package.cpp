@@ -16,6 +16,7 @@
 #include "archive.h"
 #include "digest.h"
 #include "tdaot/errors.h"
+#include "tdaot/policy.h"
 
 namespace tdaot {
 namespace detail {

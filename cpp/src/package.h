@@ -11,11 +11,10 @@
 #include <exception>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 
 #include "tdaot/manifest.h"
-#include "tdaot/policy.h"
+#include "tdaot/types.h"
 
 namespace tdaot::detail {
 
@@ -23,9 +22,6 @@ class ZipArchive;
 struct ZipEntry;
 
 using Metadata = std::unordered_map<std::string, std::string>;
-
-// The model name tdaot.build writes (PolicyOptions::model_name defaults to it).
-inline constexpr const char* kDefaultModelName = "model";
 
 // The model's files written out of a package into a private directory (mode 0700), which
 // is removed with this object.

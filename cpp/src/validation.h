@@ -5,10 +5,11 @@
 #include <ATen/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <string>
 #include <vector>
 
 #include "tdaot/manifest.h"
-#include "tdaot/policy.h"
+#include "tdaot/types.h"
 
 namespace tdaot::detail {
 

@@ -55,7 +55,9 @@ class PolicyTest : public ::testing::Test {
     const auto error = catch_error<E>(call);
     ASSERT_TRUE(error);
     EXPECT_EQ(error->key(), key);
-    if (!key.empty()) EXPECT_TRUE(Contains(error->what(), "'" + key + "'"));
+    if (!key.empty()) {
+      EXPECT_TRUE(Contains(error->what(), "'" + key + "'"));
+    }
     for (const auto& part : parts) EXPECT_TRUE(Contains(error->what(), part));
     EXPECT_NO_THROW(policy.run_positional(random_inputs(policy.manifest(), 2)));
   }

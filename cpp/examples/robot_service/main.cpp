@@ -13,8 +13,8 @@
 #include <ATen/ATen.h>
 #include <tdaot/policy.h>
 #include <tdaot/session.h>
+#include <tdaot/stats.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -79,17 +80,12 @@ Args parse_args(int argc, char** argv) {
   return args;
 }
 
-// Nearest-rank percentile of sorted samples.
-double percentile(const std::vector<double>& sorted, double p) {
-  const auto rank = static_cast<size_t>(std::ceil(p * static_cast<double>(sorted.size())));
-  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
-}
-
+// Nearest-rank percentiles (tdaot/stats.h, as tdaot-run bench reports them).
 void print_stats(const char* name, std::vector<double> micros) {
-  std::sort(micros.begin(), micros.end());
+  const tdaot::stats::Summary summary = tdaot::stats::summarize(std::move(micros));
   std::cout << "  " << std::left << std::setw(9) << name << std::right << std::fixed
-            << std::setprecision(1) << "p50 " << percentile(micros, 0.5) << " us  p99 "
-            << percentile(micros, 0.99) << " us  max " << micros.back() << " us\n";
+            << std::setprecision(1) << "p50 " << summary.p50 << " us  p99 " << summary.p99
+            << " us  max " << summary.max << " us\n";
 }
 
 // Zero tensors [batch, *shape] for `specs`: the service's input buffers, allocated once.

@@ -16,7 +16,6 @@
 #include <ATen/Tensor.h>
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -24,11 +23,9 @@
 
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
+#include "tdaot/types.h"
 
 namespace tdaot {
-
-// Inputs or outputs keyed by manifest key ("a.b" for the nested key ("a", "b")).
-using TensorMap = std::map<std::string, at::Tensor>;
 
 struct PolicyOptions {
   // The model name inside the package; tdaot.build always writes "model".

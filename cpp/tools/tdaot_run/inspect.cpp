@@ -1,0 +1,73 @@
+// tdaot-run inspect PKG [--json]: the package's manifest as a table, or as JSON.
+#include <iomanip>
+#include <iostream>
+#include <memory>
+
+#include "common.h"
+
+namespace tdaot::tool {
+namespace {
+
+struct InspectOptions {
+  std::string package;
+  bool json = false;
+};
+
+void print_specs(const char* title, const std::vector<TensorSpec>& specs) {
+  std::cout << title << "\n";
+  const int width = key_width(specs);
+  for (const auto& spec : specs) {
+    std::cout << "  " << std::left << std::setw(width) << spec.key << "  " << std::setw(8)
+              << dtype_name(spec.dtype) << "  " << format_batched_shape(spec.shape) << "\n";
+  }
+}
+
+ExitCode inspect(const InspectOptions& options) {
+  const Manifest m = read_manifest(options.package);
+  if (options.json) {
+    std::cout << m.to_json(2) << "\n";
+    return kSuccess;
+  }
+  const auto row = [](const char* name, const std::string& value) {
+    std::cout << std::left << std::setw(14) << name << value << "\n";
+  };
+  row("package", options.package);
+  row("schema", std::to_string(m.schema_version));
+  row("device", m.device);
+  row("cpu target", m.cpu_target + " (isa " + m.cpu_isa + ")");
+  row("batch", std::to_string(m.batch.min) + ".." + std::to_string(m.batch.max) +
+                   (m.batch.dynamic() ? " (dynamic)" : " (static)"));
+  row("interaction", m.interaction_type);
+  row("built with", "torch " + m.torch_version + ", tensordict " + m.tensordict_version +
+                        ", tdaot " + m.tdaot_version);
+  row("source",
+      m.source.module_class + (m.source.factory.empty() ? "" : " from " + m.source.factory));
+  row("files", std::to_string(m.files.size()) + " with sha256 digests (checked at load; verify)");
+  if (!m.custom_ops.empty()) {
+    std::string ops;
+    for (const auto& op : m.custom_ops) ops += (ops.empty() ? "" : ", ") + op;
+    row("custom ops", ops + " (load with --op-lib)");
+  }
+  if (m.recurrent) {
+    std::string state;
+    for (const auto& pair : m.recurrent->state) {
+      state += (state.empty() ? "" : ", ") + pair.input + " <- " + pair.output;
+    }
+    row("recurrent",
+        state + (m.recurrent->is_init.empty() ? "" : "; is_init " + m.recurrent->is_init));
+  }
+  print_specs("inputs", m.inputs);
+  print_specs("outputs", m.outputs);
+  return kSuccess;
+}
+
+}  // namespace
+
+Command add_inspect(CLI::App& app) {
+  auto options = std::make_shared<InspectOptions>();
+  CLI::App* command = add_command(app, "inspect", "print the package's manifest", options->package);
+  command->add_flag("--json", options->json, "print the manifest as JSON");
+  return {command, [options] { return inspect(*options); }};
+}
+
+}  // namespace tdaot::tool

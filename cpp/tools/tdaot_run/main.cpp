@@ -1,0 +1,55 @@
+// tdaot-run: inspect, smoke-run and benchmark a tdaot package from the command line.
+//
+//   tdaot-run inspect PKG [--json]                                             (inspect.cpp)
+//   tdaot-run verify PKG [--sha256 HEX]                                         (verify.cpp)
+//   tdaot-run run PKG [--batch B] [--random] [--seed S] [--inputs FILE.json] [--op-lib LIB]...
+//                                                                                  (run.cpp)
+//   tdaot-run bench PKG [--batch B] [--iters N] [--warmup W] [--threads T] [--runners R]
+//                       [--callers C] [--json] [--op-lib LIB]...                 (bench.cpp)
+//   tdaot-run soak PKG [--calls N] [--batch B] [--samples S] [--warmup-calls W]
+//                      [--max-growth-kib K] [--session] [--seed S] [--json] [--op-lib LIB]...
+//                                                                                 (soak.cpp)
+//
+// --op-lib loads a shared library registering custom operators the package calls (the
+// manifest's custom_ops, shown by inspect) before the package; repeat it for several.
+// run, bench and soak also take --sha256 HEX (refuse any other package: pinning) and
+// --temp-dir DIR (where the package is extracted while it loads). verify checks the sha256
+// digests of every file (and --sha256) without loading the package, and prints its sha256.
+//
+// Exit codes (common.h, decided here): 0 success, 1 a tdaot error (message on stderr), 2 bad
+// usage, 3 a soak whose RSS grew by more than --max-growth-kib.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "common.h"
+#include "tdaot/errors.h"
+
+int main(int argc, char** argv) {
+  using namespace tdaot::tool;
+  CLI::App app{"Inspect, run and benchmark tdaot packages (.pt2).", "tdaot-run"};
+  app.require_subcommand(1);
+  const Command commands[] = {add_inspect(app), add_verify(app), add_run(app), add_bench(app),
+                              add_soak(app)};
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "tdaot-run: " << e.what() << "\n\n" << app.help();
+    return kUsage;
+  }
+
+  try {
+    for (const Command& command : commands) {
+      if (*command.app) return command.run();
+    }
+    return kUsage;  // unreachable: require_subcommand(1)
+  } catch (const UsageError& e) {
+    std::cerr << "tdaot-run: " << e.what() << "\n";
+    return kUsage;
+  } catch (const tdaot::Error& e) {
+    std::cerr << "tdaot-run: " << e.what() << "\n";
+    return kTdaotError;
+  }
+}

@@ -1,0 +1,36 @@
+// tdaot-run verify PKG [--sha256 HEX]: every file against the manifest's sha256 digests (and the
+// package against --sha256) without loading anything; prints the package's sha256.
+#include <iostream>
+#include <memory>
+
+#include "common.h"
+
+namespace tdaot::tool {
+namespace {
+
+struct VerifyOptions {
+  std::string package;
+  std::string expected_sha256;
+};
+
+ExitCode verify(const VerifyOptions& options) {
+  const std::string sha256 = verify_package(options.package, options.expected_sha256);
+  const Manifest m = read_manifest(options.package);
+  std::cout << options.package << ": " << m.files.size() << " files match their sha256 digests"
+            << (options.expected_sha256.empty() ? "" : "; the package matches --sha256") << "\n"
+            << "sha256 " << sha256 << "\n";
+  return kSuccess;
+}
+
+}  // namespace
+
+Command add_verify(CLI::App& app) {
+  auto options = std::make_shared<VerifyOptions>();
+  CLI::App* command = add_command(
+      app, "verify", "check every file against the manifest's sha256 digests, load nothing",
+      options->package);
+  add_sha256(command, options->expected_sha256);
+  return {command, [options] { return verify(*options); }};
+}
+
+}  // namespace tdaot::tool

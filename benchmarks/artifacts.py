@@ -4,8 +4,10 @@ benchmarks/run.py, run once per policy in a fresh process with an empty inductor
 
     python benchmarks/artifacts.py POLICY OUT_DIR TIMINGS.json
 
-OUT_DIR receives: weights.pt (the eager state dict), policy.pt2 (tdaot.build; also what the
-AOTInductor loaders run), policy-latency.pt2 (tdaot.build with tuning="latency"), program.pt2
+OUT_DIR receives: weights.pt (the eager state dict), policy.pt2 (tdaot.build as it comes:
+tuning="auto", a dynamic model plus a batch-1 model), policy-throughput.pt2 (one dynamic
+model, tuning="throughput": what the raw AOTInductor loaders run, as a user of plain
+AOTInductor would have it), policy-latency.pt2 (tuning="latency"), program.pt2
 (torch.export.save of the same ExportedProgram, for ExportedProgram.module() and
 torch.compile), policy.ts (torch.jit.trace of that program's module, frozen), policy.onnx
 (torch.onnx.export of that program), check.pt (reference inputs and eager outputs) and
@@ -59,6 +61,13 @@ def build_all(name: str, out: Path) -> dict:
         "bytes": artifact.size_bytes,
     }
     manifest = artifact.manifest
+    # One dynamic model, as plain AOTInductor builds it: the raw loaders' package.
+    throughput = tdaot.build(policy, example, out / "policy-throughput.pt2", tuning="throughput")
+    timings["tdaot .pt2, throughput build"] = {
+        "export_s": throughput.export_seconds,
+        "compile_s": throughput.compile_seconds,
+        "bytes": throughput.size_bytes,
+    }
     # The same policy built for batch-1 latency (inductor's C++ GEMM template, recurrent
     # layers decomposed): the "latency build" rows, Python and native.
     latency = tdaot.build(policy, example, out / "policy-latency.pt2", tuning="latency")

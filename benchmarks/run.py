@@ -54,6 +54,7 @@ RUNTIMES = [
     ("aoti-single-threaded", "AOTI loader, run_single_threaded (C++)", "cpp"),
     ("tdaot-latency", "tdaot native, latency build (C++)", "cpp"),
     ("tdaot", "tdaot native (C++)", "cpp"),
+    ("tdaot-bound", "tdaot native, bound (C++)", "cpp"),
 ]
 NATIVE = "tdaot"
 LABELS = {key: label for key, label, _ in RUNTIMES}
@@ -65,15 +66,16 @@ WARMUP = {1: (300, 0.15), 64: (100, 0.15), 4096: (2, 0.3)}
 ARTIFACT_FILE = {
     "export-module": "program.pt2",
     "torch-compile": "program.pt2",
-    "aoti-python": "policy.pt2",
+    "aoti-python": "policy-throughput.pt2",
     "torchscript-python": "policy.ts",
     "onnxruntime": "policy.onnx",
     "tdaot-python-td": "policy.pt2",
     "tdaot-python": "policy.pt2",
     "torchscript": "policy.ts",
-    "aoti": "policy.pt2",
-    "aoti-single-threaded": "policy.pt2",
+    "aoti": "policy-throughput.pt2",
+    "aoti-single-threaded": "policy-throughput.pt2",
     "tdaot": "policy.pt2",
+    "tdaot-bound": "policy.pt2",
     "tdaot-python-latency": "policy-latency.pt2",
     "tdaot-latency": "policy-latency.pt2",
     "eager": "weights.pt",

@@ -79,7 +79,7 @@ def build_variant(policy: str, variant: str, work: Path) -> Path:
     """One package per variant, with the default package's manifest, sealed by tdaot."""
     out = work / "variants" / f"{policy}-{variant}.pt2"
     source = work / "artifacts" / policy
-    manifest = dataclasses.replace(read_manifest(source / "policy.pt2"), files={})
+    manifest = dataclasses.replace(read_manifest(source / "policy.pt2"), files={}, models=())
     program = torch.export.load(str(source / "program.pt2"))
     settings = {"kernel_threads": 1, "tuning": "throughput"}
     options: dict = {}

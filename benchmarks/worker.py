@@ -96,7 +96,8 @@ class Runtime:
         self.module = torch.compile(torch.export.load(str(self.dir / "program.pt2")).module())
 
     def _load_aoti_python(self) -> None:
-        self.module = torch._inductor.aoti_load_package(str(self.dir / "policy.pt2"))
+        # The single-model throughput build: plain AOTInductor, as its users have it.
+        self.module = torch._inductor.aoti_load_package(str(self.dir / "policy-throughput.pt2"))
 
     def _load_torchscript_python(self) -> None:
         self.module = torch.jit.load(str(self.dir / "policy.ts"))

@@ -267,8 +267,8 @@ def export_output_captured() -> Iterator[None]:
     """torch.export's stderr and its symbolic-shapes warnings held back for the duration.
 
     A failed trace prints screens of partial graph to stderr and logs a warning about
-    symbols it cannot map to user code; the ExportError quotes what matters. Anything
-    else written is passed on afterwards.
+    symbols it cannot map to user code: dropped, the ExportError quotes what matters. After
+    a successful export, anything written is passed on.
     """
     printed = io.StringIO()
     shapes_log = logging.getLogger("torch.fx.experimental.symbolic_shapes")
@@ -279,7 +279,7 @@ def export_output_captured() -> Iterator[None]:
             yield
     finally:
         shapes_log.setLevel(level)
-        sys.stderr.write(printed.getvalue())
+    sys.stderr.write(printed.getvalue())
 
 
 def is_batch_specialisation(err: BaseException) -> bool:

@@ -137,6 +137,11 @@ class StaticBatchWarning(UserWarning):
     artifact has a static batch."""
 
 
+class SpecialisationWarning(UserWarning):
+    """A batch-specialised model of a ``tuning="auto"`` package could not be built as planned:
+    built without the bound run's entry point, or left out (the dynamic model serves its batch)."""
+
+
 def exit_code(error: BaseException) -> int:
     """The ``tdaot`` command's exit status for ``error``: 2 for usage errors, 1 otherwise."""
     return error.exit_code if isinstance(error, TdaotError) else 1
@@ -163,6 +168,7 @@ __all__ = [
     "MissingOperatorError",
     "PackageError",
     "ShapeError",
+    "SpecialisationWarning",
     "StaticBatchWarning",
     "TdaotError",
     "UnknownKeyError",

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 import tdaot
 from tdaot.errors import CliError, ConfigError, FactoryError, TdaotError, UsageError, exit_code
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -15,7 +17,7 @@ from tdaot.builder.package import check_output_path, write_package
 from tdaot.builder.targets import CPU_TARGETS, compiling_for, inductor_options
 from tdaot.builder.tuning import ModelPlan, compiling_with, model_options, plan_models, tune_program
 from tdaot.errors import CompileError
-from tdaot.manifest import METADATA_KEY, Manifest
+from tdaot.manifest import METADATA_KEY, BatchRange, Manifest, ModelSpec
 
 ARCHIVE_NAME = "package"
 
@@ -78,7 +80,8 @@ def compile_package(
     ("throughput" or "latency"), carrying ``manifest`` sealed with the digests of its files.
     tdaot.build makes its packages of several models with :func:`build_package`."""
     (plan,) = plan_models(options.tuning, (), manifest.device, manifest.batch.min, manifest.batch.max)[:1]
-    return build_package({plan.name: (program, plan)}, manifest, path, options)
+    build_package({plan.name: (program, plan)}, manifest, path, options)
+    return path
 
 
 def build_package(
@@ -86,32 +89,49 @@ def build_package(
     manifest: Manifest,
     path: str,
     options: BuildOptions,
-    fetch=None,
-) -> str:
-    """Compile every model into one package at ``path`` carrying ``manifest``, sealed with the
-    digests of its files. ``fetch(name, program, plan, staging)``, when given, may fill a
-    model's one-model package from a cache instead (returning True); it is asked first.
+    make_unit: Callable[[torch.export.ExportedProgram, ModelPlan, str], ModelPlan | None] | None = None,
+) -> Manifest:
+    """Compile every model into one package at ``path`` carrying ``manifest`` (its ``models``
+    set from what was built), sealed with the digests of its files; returns that manifest.
+    ``make_unit(program, plan, staging)`` makes a model's one-model package at ``staging``
+    (default: compiles it) and returns the plan it was built as, or None to leave it out.
 
     The package is written beside its destination and renamed into place, so a failed or
     interrupted build never leaves a half-written artifact.
     """
     path = check_output_path(path)
+    manifest = dataclasses.replace(
+        manifest, models=model_specs(manifest, [plan for _, plan in models.values()])
+    )
     manifest.validated(sealed=False)  # by the runtime's own parser, before a long compile
+    make_unit = make_unit or (
+        lambda program, plan, staging: compile_model(program, manifest, options, plan, staging)
+    )
     # AOTInductor names the archive's top folder after the file, so every package is
     # staged under one fixed name: its bytes then depend on neither the output name
     # nor a random temp name (reproducible builds, shareable cache entries).
     staging_dir = tempfile.mkdtemp(prefix=".tdaot-", dir=os.path.dirname(path))
     try:
-        units = {}
+        units, built = {}, []
         for name, (program, plan) in models.items():
-            unit_dir = os.path.join(staging_dir, name)
-            os.mkdir(unit_dir)
-            units[name] = os.path.join(unit_dir, ARCHIVE_NAME + ".pt2")
-            if fetch is None or not fetch(name, program, plan, units[name]):
-                compile_model(program, manifest, options, plan, units[name])
+            unit = os.path.join(staging_dir, name, ARCHIVE_NAME + ".pt2")
+            os.mkdir(os.path.dirname(unit))
+            made = make_unit(program, plan, unit)
+            if made is not None:
+                units[name] = unit
+                built.append(made)
+        manifest = dataclasses.replace(manifest, models=model_specs(manifest, built))
         staging = os.path.join(staging_dir, ARCHIVE_NAME + ".pt2")
-        write_package(units, manifest, staging)
+        sealed = write_package(units, manifest, staging)
         os.replace(staging, path)
     finally:
         shutil.rmtree(staging_dir, ignore_errors=True)
-    return path
+    return sealed
+
+
+def model_specs(manifest: Manifest, plans: list[ModelPlan]) -> tuple[ModelSpec, ...]:
+    """The manifest's list of models: each plan's name, batches and tuning."""
+    return tuple(
+        ModelSpec(p.name, BatchRange(p.batch, p.batch) if p.batch else manifest.batch, p.tuning)
+        for p in plans
+    )

@@ -31,8 +31,8 @@ from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
 from tdaot.builder.targets import CPU_TARGETS, vector_isa
 from tdaot.builder.tuning import ModelPlan, plan_models, tune_program
-from tdaot.errors import BuildError, CompileError, StaticBatchWarning
-from tdaot.manifest import BatchRange, Manifest, ModelSpec, Source, read_manifest
+from tdaot.errors import BuildError, CompileError, SpecialisationWarning, StaticBatchWarning
+from tdaot.manifest import Manifest, Source, read_manifest
 
 
 @dataclass(frozen=True)
@@ -177,39 +177,56 @@ def _plans(exported: ExportedPolicy, options: BuildOptions) -> list[ModelPlan]:
 
 def _compile(policy, example, exported, manifest, path, options, cache, report) -> bool:
     """Compiles every model of the package (a specialised one exported again at its static
-    batch), or copies it from ``cache``, into ``path``; True when every model was a cache hit."""
-    plans = _plans(exported, options)
+    batch), or copies it from ``cache``, into ``path``; True when every model was a cache hit.
+
+    A specialised model that cannot be compiled for the bound run (AOTInductor's array-ref
+    interface does not take every graph, e.g. torch.cond) is built without it; one that
+    cannot be compiled at all is left out. Both say so with a SpecialisationWarning.
+    """
     models = {}
-    for plan in plans:
+    for plan in _plans(exported, options):
         program = exported.program
         if plan.batch is not None and exported.batch.dynamic:
             program = export_policy(policy, example, options.replace(batch=plan.batch)).program
         models[plan.name] = (program, plan)
-    manifest = dataclasses.replace(
-        manifest,
-        models=tuple(
-            ModelSpec(p.name, BatchRange(p.batch, p.batch) if p.batch else exported.batch, p.tuning)
-            for p in plans
-        ),
-    )
     hits = []
 
-    def fetch(name, program, plan, staging) -> bool:
-        key = artifact_key(program, manifest, options, plan)
-        hit = cache.fetch(key, staging)
-        if not hit:
-            report("compiling" if name == "model" else f"compiling {name}")
-            compile_model(program, manifest, options, plan, staging)
-            cache.store(key, staging)
-        hits.append(hit)
-        return True
+    def make_unit(program, plan: ModelPlan, staging: str) -> ModelPlan | None:
+        attempts = [plan, dataclasses.replace(plan, bound=False)] if plan.bound else [plan]
+        for attempt in attempts:
+            key = artifact_key(program, manifest, options, attempt) if cache is not None else None
+            if key is not None and cache.fetch(key, staging):
+                hits.append(True)
+                return attempt
+            report("compiling" if plan.name == "model" else f"compiling {plan.name}")
+            try:
+                compile_model(program, manifest, options, attempt, staging)
+            except CompileError as err:
+                if plan.name == "model":
+                    raise  # the package's own model: the caller decides (static fallback)
+                what = "for the allocation-free bound run" if attempt.bound else "at all"
+                warnings.warn(
+                    f"the batch-{plan.batch} model {plan.name!r} of {manifest.source.module_class} could "
+                    f"not be compiled {what} ({err}); "
+                    + (
+                        "it is built without it (a Binding at that batch uses the standard runner)"
+                        if attempt.bound
+                        else "the package is built without it (the dynamic model serves that batch)"
+                    ),
+                    SpecialisationWarning,
+                    stacklevel=5,  # the caller of tdaot.build
+                )
+                continue
+            if key is not None:
+                cache.store(key, staging)
+            hits.append(False)
+            return attempt
+        return None
 
-    if cache is None:
-        report("compiling")
-    build_package(models, manifest, path, options, fetch=fetch if cache is not None else None)
-    if cache is not None and all(hits):
+    build_package(models, manifest, path, options, make_unit)
+    if hits and all(hits):
         report("cached")
-    return cache is not None and all(hits)
+    return bool(hits) and all(hits)
 
 
 def file_sha256(path: str) -> str:

@@ -67,8 +67,9 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([](const std::string& path, int intra_op_threads, int num_runners,
                        int warmup_runs, std::vector<std::string> op_libraries,
                        std::string expected_sha256, std::string temp_dir,
-                       uint64_t max_package_bytes) {
+                       uint64_t max_package_bytes, std::string model_name) {
              tdaot::PolicyOptions options;
+             options.model_name = std::move(model_name);
              options.intra_op_threads = intra_op_threads;
              options.num_runners = num_runners;
              options.warmup_runs = warmup_runs;
@@ -84,7 +85,9 @@ PYBIND11_MODULE(_C, m) {
            py::arg("op_libraries") = std::vector<std::string>{},
            py::arg("expected_sha256") = std::string(), py::arg("temp_dir") = std::string(),
            py::arg("max_package_bytes") = tdaot::PolicyOptions{}.max_package_bytes,
-           "Loads a package (see tdaot::PolicyOptions; intra_op_threads=0 leaves torch's alone).")
+           py::arg("model_name") = std::string(),
+           "Loads a package (see tdaot::PolicyOptions; intra_op_threads=0 leaves torch's alone; "
+           "model_name loads one model only).")
       .def_property_readonly("path", &tdaot::Policy::path)
       .def_property_readonly("sha256", &tdaot::Policy::sha256)
       .def_property_readonly("manifest_json",
@@ -104,7 +107,51 @@ PYBIND11_MODULE(_C, m) {
             return p.run_positional(inputs);
           },
           py::arg("inputs"),
-          "Runs with inputs in manifest order; returns outputs in manifest order.");
+          "Runs with inputs in manifest order; returns outputs in manifest order.")
+      .def(
+          "bind",
+          [](const tdaot::Policy& p, int64_t batch) {
+            py::gil_scoped_release unlocked;
+            return p.bind(batch);
+          },
+          py::arg("batch"), "Preallocated inputs and outputs for `batch` rows (tdaot::Binding).");
+
+  // The tensors a binding hands out share its memory: writing them from Python writes the
+  // binding's inputs. run() and reset() release the GIL; a second thread using the same binding
+  // meanwhile gets tdaot.TdaotError, as in C++. A binding keeps the loaded model alive itself.
+  py::class_<tdaot::Binding>(m, "Binding")
+      .def_property_readonly("batch", &tdaot::Binding::batch)
+      .def_property_readonly("model", &tdaot::Binding::model,
+                             "The name of the package's model that serves this batch size.")
+      .def_property_readonly("allocation_free", &tdaot::Binding::allocation_free,
+                             "Whether run() takes the allocation-free path.")
+      .def_property_readonly("inputs", &tdaot::Binding::inputs,
+                             "The input tensors (the binding's own memory), in manifest order.")
+      .def_property_readonly("outputs", &tdaot::Binding::outputs,
+                             "The output tensors (the binding's own memory), in manifest order.")
+      .def("input", &tdaot::Binding::input, py::arg("key"), "The input tensor of a manifest key.")
+      .def("output", &tdaot::Binding::output, py::arg("key"),
+           "The output tensor of a manifest key.")
+      .def(
+          "run",
+          [](tdaot::Binding& b) {
+            py::gil_scoped_release unlocked;
+            b.run();
+          },
+          "Runs on the inputs in place; writes the outputs (and a recurrent package's state).")
+      .def(
+          "reset",
+          [](tdaot::Binding& b, const std::optional<at::Tensor>& mask) {
+            py::gil_scoped_release unlocked;
+            if (mask) {
+              b.reset(*mask);
+            } else {
+              b.reset();
+            }
+          },
+          py::arg("mask") = py::none(),
+          "Recurrent packages: zeroes the state (of the rows where the bool [batch] mask is true) "
+          "and marks is_init.");
 
   // A session keeps the loaded model alive by itself (it shares the Policy's state), so no
   // keep_alive is needed. step() and reset() release the GIL; a second thread using the same

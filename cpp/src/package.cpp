@@ -3,6 +3,7 @@
 
 #include <c10/util/Exception.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,8 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
+#include <utility>
 
 #include "archive.h"
 #include "digest.h"
@@ -133,16 +137,21 @@ Metadata parse_metadata(const std::string& text, const std::string& entry,
 
 }  // namespace
 
-ExtractedModel::~ExtractedModel() {
+Extraction::~Extraction() {
   if (directory_.empty()) return;
   std::error_code ignored;  // a destructor cannot report; nothing else uses the directory
   fs::remove_all(directory_, ignored);
 }
 
-ExtractedModel::ExtractedModel(ExtractedModel&& other) noexcept
-    : library(std::move(other.library)),
-      weights_blob(std::move(other.weights_blob)),
-      directory_(std::exchange(other.directory_, {})) {}
+Extraction::Extraction(Extraction&& other) noexcept
+    : models(std::move(other.models)), directory_(std::exchange(other.directory_, {})) {}
+
+const ExtractedModel& Extraction::model(const std::string& name) const {
+  for (const auto& model : models) {
+    if (model.name == name) return model;
+  }
+  throw Error("internal: model '" + name + "' was not extracted");
+}
 
 Package::Package(std::string path, const PolicyOptions& options)
     : path_(std::move(path)), bytes_(read_file(path_, options.max_package_bytes)) {
@@ -163,12 +172,12 @@ Package::Package(std::string path, const PolicyOptions& options)
   archive_ = std::make_unique<ZipArchive>(bytes_, path_, options.max_package_bytes);
 
   // AOTInductor keeps every entry under one top folder, named after the file it wrote.
-  const std::string& first = archive_->entries().front().name;
-  const size_t slash = first.find('/');
+  const std::string& first_entry = archive_->entries().front().name;
+  const size_t slash = first_entry.find('/');
   if (slash == std::string::npos || slash == 0) {
-    fail("has an entry '" + first + "' outside a top folder; not an AOTInductor package");
+    fail("has an entry '" + first_entry + "' outside a top folder; not an AOTInductor package");
   }
-  prefix_ = first.substr(0, slash + 1);
+  prefix_ = first_entry.substr(0, slash + 1);
   for (const ZipEntry& entry : archive_->entries()) {
     if (!starts_with(entry.name, prefix_)) {
       fail("has entries under both '" + prefix_ + "' and '" + entry.name +
@@ -176,36 +185,71 @@ Package::Package(std::string path, const PolicyOptions& options)
     }
   }
 
-  model_dir_ = "data/aotinductor/" + options.model_name + "/";
-  const ZipEntry* wrapper_metadata = nullptr;
-  std::set<std::string> models;
+  // Each model's folder, and its wrapper's metadata (which carries the manifest).
+  std::map<std::string, const ZipEntry*> wrapper_metadata;
+  constexpr std::string_view kModels = "data/aotinductor/";
   for (const ZipEntry& entry : archive_->entries()) {
     const std::string relative = relative_name(entry);
-    if (starts_with(relative, "data/aotinductor/")) {
-      const std::string rest = relative.substr(std::strlen("data/aotinductor/"));
-      if (rest.find('/') != std::string::npos) models.insert(rest.substr(0, rest.find('/')));
+    if (!starts_with(relative, kModels)) continue;
+    const size_t slash = relative.find('/', kModels.size());
+    if (slash == std::string::npos) continue;
+    const std::string model = relative.substr(kModels.size(), slash - kModels.size());
+    archive_models_.insert(model);
+    if (!ends_with(relative, "wrapper_metadata.json")) continue;
+    const ZipEntry*& seen = wrapper_metadata[model];
+    if (seen != nullptr) {
+      fail("has two metadata files for model '" + model + "' ('" + seen->name + "' and '" +
+           entry.name + "')");
     }
-    if (!starts_with(relative, model_dir_) || !ends_with(relative, "wrapper_metadata.json")) {
-      continue;
+    seen = &entry;
+  }
+  const auto read_metadata = [&](const std::string& model) {
+    const auto found = wrapper_metadata.find(model);
+    if (found == wrapper_metadata.end()) require_model_in_archive(model);
+    const ZipEntry& entry = *found->second;
+    if (entry.size > kMaxMetadataBytes) {
+      fail("has a metadata file '" + entry.name + "' of " + std::to_string(entry.size) +
+           " bytes; AOTInductor metadata is far smaller");
     }
-    if (wrapper_metadata != nullptr) {
-      fail("has two metadata files for model '" + options.model_name + "' ('" +
-           wrapper_metadata->name + "' and '" + entry.name + "')");
+    return parse_metadata(archive_->read(entry), entry.name, path_);
+  };
+  // The manifest is read from model "model" (every tdaot build has it) or else the first model,
+  // and must then list every model, each carrying the same manifest.
+  const std::string first = wrapper_metadata.count(kDefaultModelName) != 0 || wrapper_metadata.empty()
+                                ? std::string(kDefaultModelName)
+                                : wrapper_metadata.begin()->first;
+  Metadata first_metadata = read_metadata(first);
+  manifest_ = manifest_from_metadata(first_metadata, path_);
+  const std::string& manifest_json = first_metadata.at(kManifestMetadataKey);
+  for (const ModelSpec& model : manifest_.models) {
+    Metadata metadata = model.name == first ? first_metadata : read_metadata(model.name);
+    const auto carried = metadata.find(kManifestMetadataKey);
+    if (carried == metadata.end() || carried->second != manifest_json) {
+      throw ManifestError(path_, "package '" + path_ + "': model '" + model.name +
+                                     "' carries another manifest than model '" + first +
+                                     "' (or none); every model of a package carries the same");
     }
-    wrapper_metadata = &entry;
+    metadata_.emplace(model.name, std::move(metadata));
   }
-  if (wrapper_metadata == nullptr) {
-    std::string found;
-    for (const auto& model : models) found += (found.empty() ? "" : ", ") + model;
-    fail("is not a .pt2 package with an AOTInductor model '" + options.model_name +
-         "' (models in it: " + (found.empty() ? "none" : found) + ")");
+  for (const std::string& model : archive_models_) {
+    if (metadata_.count(model) == 0) {
+      throw ManifestError(path_, "package '" + path_ + "' holds an AOTInductor model '" + model +
+                                     "' that its manifest does not list (models: " +
+                                     manifest_.describe_models() + ")");
+    }
   }
-  if (wrapper_metadata->size > kMaxMetadataBytes) {
-    fail("has a metadata file '" + wrapper_metadata->name + "' of " +
-         std::to_string(wrapper_metadata->size) + " bytes; AOTInductor metadata is far smaller");
-  }
-  metadata_ = parse_metadata(archive_->read(*wrapper_metadata), wrapper_metadata->name, path_);
-  manifest_ = manifest_from_metadata(metadata_, path_);
+}
+
+void Package::require_model_in_archive(const std::string& model) const {
+  std::string found;
+  for (const auto& name : archive_models_) found += (found.empty() ? "" : ", ") + name;
+  fail("is not a .pt2 package with an AOTInductor model '" + model +
+       "' (models in it: " + (found.empty() ? "none" : found) + ")");
+}
+
+void Package::require_model(const std::string& name) const {
+  if (metadata_.count(name) != 0) return;
+  fail("has no model '" + name + "' (models: " + manifest_.describe_models() + ")");
 }
 
 Package::~Package() = default;
@@ -218,17 +262,30 @@ std::string Package::relative_name(const ZipEntry& entry) const {
 
 void Package::verify_files() const { check_files(nullptr); }
 
-ExtractedModel Package::extract(const std::string& parent_dir) const {
-  ExtractedModel model(make_private_directory(parent_dir, path_));
-  check_files(&model);  // on a throw, `model` removes the directory
-  if (model.library.empty()) {
-    fail("has no compiled library (.so) for model '" + model_dir_ +
-         "'; packages that compile at load time are not supported");
+Extraction Package::extract(const std::string& parent_dir,
+                            const std::vector<std::string>& models) const {
+  Extraction extraction(make_private_directory(parent_dir, path_));
+  for (const std::string& name : models) {
+    require_model(name);
+    ExtractedModel model;
+    model.name = name;
+    model.directory = extraction.directory() + "/" + name;
+    if (::mkdir(model.directory.c_str(), 0700) != 0) {
+      fail("cannot be extracted: cannot create '" + model.directory + "': " + std::strerror(errno));
+    }
+    extraction.models.push_back(std::move(model));
   }
-  return model;
+  check_files(&extraction);  // on a throw, `extraction` removes the directory
+  for (const ExtractedModel& model : extraction.models) {
+    if (model.library.empty()) {
+      fail("has no compiled library (.so) for model '" + model.name +
+           "'; packages that compile at load time are not supported");
+    }
+  }
+  return extraction;
 }
 
-void Package::check_files(ExtractedModel* destination) const {
+void Package::check_files(Extraction* destination) const {
   std::set<std::string> seen;
   for (const ZipEntry& entry : archive_->entries()) {
     if (entry.directory) continue;
@@ -250,21 +307,21 @@ void Package::check_files(ExtractedModel* destination) const {
                                       " (the package was modified after it was built)");
     }
     seen.insert(relative);
-    // Like AOTInductor's loader: the model's own folder, and the shared constants folder.
-    const bool in_model = starts_with(relative, model_dir_);
-    if (destination == nullptr || !(in_model || starts_with(relative, "data/constants/"))) {
-      continue;
-    }
+    if (destination == nullptr) continue;
+    // Like AOTInductor's loader: each model's own folder, and the shared constants folder.
+    const bool shared = starts_with(relative, "data/constants/");
     const std::string name = relative.substr(relative.rfind('/') + 1);
-    const std::string target = destination->directory() + "/" + name;
-    write_new_file(target, data, path_);
-    if (in_model && ends_with(name, ".so")) {
-      if (!destination->library.empty()) {
-        fail("has two compiled libraries for model '" + model_dir_ + "'");
+    for (ExtractedModel& model : destination->models) {
+      const bool own = starts_with(relative, "data/aotinductor/" + model.name + "/");
+      if (!own && !shared) continue;
+      const std::string target = model.directory + "/" + name;
+      write_new_file(target, data, path_);
+      if (own && ends_with(name, ".so")) {
+        if (!model.library.empty()) fail("has two compiled libraries for model '" + model.name + "'");
+        model.library = target;
+      } else if (ends_with(name, ".blob")) {
+        model.weights_blob = target;
       }
-      destination->library = target;
-    } else if (ends_with(name, ".blob")) {
-      destination->weights_blob = target;
     }
   }
   for (const auto& [name, digest] : manifest_.files) {

@@ -9,9 +9,12 @@
 
 #include <cstdint>
 #include <exception>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "tdaot/manifest.h"
 #include "tdaot/types.h"
@@ -23,20 +26,30 @@ struct ZipEntry;
 
 using Metadata = std::unordered_map<std::string, std::string>;
 
-// The model's files written out of a package into a private directory (mode 0700), which
-// is removed with this object.
-class ExtractedModel {
- public:
-  explicit ExtractedModel(std::string directory) : directory_(std::move(directory)) {}
-  ~ExtractedModel();
-  ExtractedModel(ExtractedModel&& other) noexcept;
-  ExtractedModel& operator=(ExtractedModel&&) = delete;
-  ExtractedModel(const ExtractedModel&) = delete;
-  ExtractedModel& operator=(const ExtractedModel&) = delete;
-
-  const std::string& directory() const { return directory_; }
+// One model's files written out of a package: its own folder ("data/aotinductor/<name>/") and
+// the shared "data/constants/" folder, flat in one subdirectory of an Extraction.
+struct ExtractedModel {
+  std::string name;
+  std::string directory;
   std::string library;       // the compiled model (.so)
   std::string weights_blob;  // a weights blob stored beside the library, if the package has one
+};
+
+// The files of some models of a package, written into a private directory (mode 0700) that is
+// removed with this object.
+class Extraction {
+ public:
+  explicit Extraction(std::string directory) : directory_(std::move(directory)) {}
+  ~Extraction();
+  Extraction(Extraction&& other) noexcept;
+  Extraction& operator=(Extraction&&) = delete;
+  Extraction(const Extraction&) = delete;
+  Extraction& operator=(const Extraction&) = delete;
+
+  const std::string& directory() const { return directory_; }
+  // The model named `name` (it was extracted).
+  const ExtractedModel& model(const std::string& name) const;
+  std::vector<ExtractedModel> models;  // in the order extract() was given them
 
  private:
   std::string directory_;
@@ -46,9 +59,10 @@ class Package {
  public:
   // Reads `path` and checks, in this order: the file (exists, regular, at most
   // options.max_package_bytes), the sha256 of the whole file when options.expected_sha256 is
-  // set (IntegrityError), the zip structure (PackageError), the AOTInductor metadata of model
-  // options.model_name and the manifest in it (ManifestError). File digests are checked by
-  // verify_files / extract.
+  // set (IntegrityError), the zip structure (PackageError), the AOTInductor metadata and the
+  // manifest in it (ManifestError): every model the manifest lists has metadata carrying the
+  // same manifest, and the package holds no model it does not list. File digests are checked
+  // by verify_files / extract.
   Package(std::string path, const PolicyOptions& options);
   ~Package();
   Package(const Package&) = delete;
@@ -57,7 +71,10 @@ class Package {
   const std::string& path() const { return path_; }
   // The sha256 of the whole package file, 64 lowercase hex digits.
   const std::string& sha256() const { return sha256_; }
-  const Metadata& metadata() const { return metadata_; }
+  // The AOTInductor metadata of the manifest's first model.
+  const Metadata& metadata() const { return metadata_.at(manifest_.models.front().name); }
+  // The AOTInductor metadata of the listed model `model`.
+  const Metadata& metadata(const std::string& model) const { return metadata_.at(model); }
   const Manifest& manifest() const { return manifest_; }
 
   // Checks that every file of the package has the sha256 its manifest records, that the
@@ -65,14 +82,19 @@ class Package {
   // manifest and the zip writer's bookkeeping) and lacks none it lists. Throws IntegrityError.
   void verify_files() const;
 
-  // verify_files, and writes the model's files into a new private directory under
-  // `parent_dir` ($TMPDIR or /tmp when empty). Nothing is written before an entry's digest
-  // matched, and the directory is removed again when anything fails.
-  ExtractedModel extract(const std::string& parent_dir) const;
+  // verify_files, and writes the files of `models` (names the manifest lists) into a new
+  // private directory under `parent_dir` ($TMPDIR or /tmp when empty), one subdirectory each.
+  // Nothing is written before an entry's digest matched, and the directory is removed again
+  // when anything fails.
+  Extraction extract(const std::string& parent_dir, const std::vector<std::string>& models) const;
+
+  // Throws PackageError unless the manifest lists a model `name`, listing the ones it has.
+  void require_model(const std::string& name) const;
 
  private:
-  // Checks every file's digest; with a destination, writes the model's files into it.
-  void check_files(ExtractedModel* destination) const;
+  // Checks every file's digest; with a destination, writes its models' files into it.
+  void check_files(Extraction* destination) const;
+  [[noreturn]] void require_model_in_archive(const std::string& model) const;
   std::string relative_name(const ZipEntry& entry) const;
   [[noreturn]] void fail(const std::string& problem) const;
 
@@ -81,8 +103,8 @@ class Package {
   std::string sha256_;
   std::unique_ptr<ZipArchive> archive_;
   std::string prefix_;     // the archive's top folder with its '/' ("package/")
-  std::string model_dir_;  // "data/aotinductor/<model>/", relative to the top folder
-  Metadata metadata_;
+  std::set<std::string> archive_models_;  // every "data/aotinductor/<name>/" in the archive
+  std::map<std::string, Metadata> metadata_;  // by model name, for every listed model
   Manifest manifest_;
 };
 

@@ -52,17 +52,31 @@ c10::Device model_device(const Manifest& manifest, const PolicyOptions& options,
 #endif
 }
 
+// Refuses a model whose AOTInductor metadata names another device than the manifest.
+void check_device_key(const detail::ExtractedModel& files, const detail::Metadata& metadata,
+                      const Manifest& manifest, const std::string& path) {
+  const auto key = metadata.find("AOTI_DEVICE_KEY");
+  if (key == metadata.end() || key->second != manifest.device) {
+    const std::string which = manifest.models.size() > 1 ? " of model '" + files.name + "'" : "";
+    throw ManifestError(path, "package '" + path + "': AOTInductor's metadata" + which +
+                                  " names device '" +
+                                  (key == metadata.end() ? std::string("<none>") : key->second) +
+                                  "', but the manifest says '" + manifest.device + "'");
+  }
+}
+
+std::string load_failure(const detail::ExtractedModel& files, const Manifest& manifest,
+                         const std::string& path, const std::string& why) {
+  const std::string which = manifest.models.size() > 1 ? "model '" + files.name + "': " : "";
+  return "package '" + path + "' could not be loaded by AOTInductor: " + which + why;
+}
+
 // AOTInductor's runner for the device the package was compiled for, on the extracted library.
 std::unique_ptr<torch::inductor::AOTIModelContainerRunner> create_runner(
     const detail::ExtractedModel& files, const detail::Metadata& metadata,
     const Manifest& manifest, const PolicyOptions& options, c10::Device device,
     const std::string& path) {
   const auto key = metadata.find("AOTI_DEVICE_KEY");
-  if (key == metadata.end() || key->second != manifest.device) {
-    throw ManifestError(path, "package '" + path + "': AOTInductor's metadata names device '" +
-                                  (key == metadata.end() ? std::string("<none>") : key->second) +
-                                  "', but the manifest says '" + manifest.device + "'");
-  }
   auto& registry = torch::inductor::getAOTIModelRunnerRegistry();
   const auto create = registry.find(key->second);
   if (create == registry.end()) {
@@ -71,13 +85,42 @@ std::unique_ptr<torch::inductor::AOTIModelContainerRunner> create_runner(
   }
   try {
     auto runner = create->second(files.library, static_cast<size_t>(options.num_runners),
-                                 device.str(), files.directory(), /*run_single_threaded=*/false);
+                                 device.str(), files.directory, /*run_single_threaded=*/false);
     if (!files.weights_blob.empty()) runner->update_constant_buffer_from_blob(files.weights_blob);
     return runner;
   } catch (const std::exception& e) {
-    throw PackageError(path, "package '" + path + "' could not be loaded by AOTInductor: " +
-                                 detail::exception_text(e));
+    throw PackageError(path, load_failure(files, manifest, path, detail::exception_text(e)));
   }
+}
+
+// The arrayref route for a model that has it (see Policy::Impl::Model), else null.
+std::unique_ptr<detail::ArrayrefLibrary> open_arrayref(const detail::ExtractedModel& files,
+                                                       const ModelSpec& spec,
+                                                       const Manifest& manifest, c10::Device device,
+                                                       const std::string& path) {
+  // A model instance made from the library alone has no proxy executor (through which
+  // AOTInductor calls custom operators) and no weights from a separate blob.
+  if (device.is_cuda() || spec.batch.dynamic() || !files.weights_blob.empty() ||
+      !manifest.custom_ops.empty()) {
+    return nullptr;
+  }
+  try {
+    return detail::ArrayrefLibrary::open(files.library);
+  } catch (const std::exception& e) {
+    throw PackageError(path, load_failure(files, manifest, path, e.what()));
+  }
+}
+
+// The models to load: every one the manifest lists, or the one PolicyOptions::model_name names.
+std::vector<std::string> models_to_load(const detail::Package& package,
+                                        const PolicyOptions& options) {
+  if (!options.model_name.empty()) {
+    package.require_model(options.model_name);
+    return {options.model_name};
+  }
+  std::vector<std::string> names;
+  for (const auto& model : package.manifest().models) names.push_back(model.name);
+  return names;
 }
 
 }  // namespace
@@ -99,35 +142,125 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& opts)
   if (options.intra_op_threads > 0) at::set_num_threads(options.intra_op_threads);
   detail::load_op_libraries(options.op_libraries);
   detail::check_custom_ops(manifest, path);
-  files.emplace(package.extract(options.temp_dir));
-  runner = create_runner(*files, metadata, manifest, options, device, path);
+  files.emplace(package.extract(options.temp_dir, models_to_load(package, options)));
+  for (const detail::ExtractedModel& extracted : files->models) {
+    Model model;
+    model.spec = &*std::find_if(manifest.models.begin(), manifest.models.end(),
+                                [&](const ModelSpec& spec) { return spec.name == extracted.name; });
+    const detail::Metadata& model_metadata = package.metadata(extracted.name);
+    check_device_key(extracted, model_metadata, manifest, path);
+    model.arrayref = open_arrayref(extracted, *model.spec, manifest, device, path);
+    if (model.arrayref) {
+      try {
+        model.instances =
+            std::make_unique<detail::InstancePool>(*model.arrayref, options.num_runners);
+      } catch (const Error& e) {
+        throw PackageError(path, load_failure(extracted, manifest, path, e.what()));
+      }
+    } else {
+      model.runner = create_runner(extracted, model_metadata, manifest, options, device, path);
+    }
+    models.push_back(std::move(model));
+  }
   warm_up();
-  // CPU kernels are all in the library, which stays mapped: the files are no longer needed, so
+  // CPU kernels are all in the libraries, which stay mapped: the files are no longer needed, so
   // nothing is left behind even if the process is killed later. CUDA kernels load lazily.
   if (!device.is_cuda()) files.reset();
 }
 
 void Policy::Impl::warm_up() const {
-  if (options.warmup_runs == 0 || manifest.batch.max < 1) return;
-  const std::vector<at::Tensor> inputs =
-      detail::zero_inputs(manifest, std::max<int64_t>(manifest.batch.min, 1), device);
-  // Sequential calls cycle through the container's runners (a finished runner goes to the back
-  // of the queue), so runs x num_runners calls warm every one of them.
-  const int calls = options.warmup_runs * options.num_runners;
-  try {
-    for (int i = 0; i < calls; ++i) execute(inputs);
-  } catch (const ExecutionError& e) {
-    throw ExecutionError(std::string(e.what()) + " (in a warm-up run at load)");
+  if (options.warmup_runs == 0) return;
+  for (const Model& model : models) {
+    const std::vector<at::Tensor> inputs = detail::zero_inputs(manifest, model.spec->batch.min, device);
+    // Sequential calls cycle through the container's runners (a finished runner goes to the
+    // back of the queue), so runs x num_runners calls warm every one of them.
+    const int calls = options.warmup_runs * options.num_runners;
+    try {
+      for (int i = 0; i < calls; ++i) execute(model, inputs);
+    } catch (const ExecutionError& e) {
+      throw ExecutionError(std::string(e.what()) + " (in a warm-up run at load)");
+    }
   }
 }
 
-std::vector<at::Tensor> Policy::Impl::execute(const std::vector<at::Tensor>& inputs) const {
+const Policy::Impl::Model& Policy::Impl::model_for(int64_t batch, const std::string& key) const {
+  // The narrowest range holding the batch, ties to the first listed (Manifest::model_for), among
+  // the loaded models: no allocation, a few comparisons.
+  const Model* best = nullptr;
+  for (const Model& model : models) {
+    const BatchRange& range = model.spec->batch;
+    if (!range.contains(batch)) continue;
+    if (best == nullptr || range.max - range.min < best->spec->batch.max - best->spec->batch.min) {
+      best = &model;
+    }
+  }
+  if (best != nullptr) return *best;
+  // Only with PolicyOptions::model_name: every batch of the range is served by some model.
+  std::string loaded;
+  for (const Model& model : models) loaded += (loaded.empty() ? "'" : ", '") + model.spec->name + "'";
+  throw BatchSizeError(key, (key.empty() ? "batch size " : "input '" + key + "' has batch size ") +
+                                std::to_string(batch) + ", which package '" + path +
+                                "' serves with a model that is not loaded (loaded: " + loaded +
+                                ", by PolicyOptions::model_name); its models: " +
+                                manifest.describe_models());
+}
+
+void Policy::Impl::apply_intra_op_threads() const {
   // OpenMP's (and MKL's) thread count belongs to the calling thread: at::set_num_threads at
   // load does not reach a control-loop thread started later, which would run ATen ops on the
   // default pool (measured: 2x the p50 and 12 ms stalls at batch 64 on a busy 2-core host).
   // So the option is applied in each calling thread, whenever that thread's count differs.
   const int threads = options.intra_op_threads;
   if (threads > 0 && at::get_num_threads() != threads) at::set_num_threads(threads);
+}
+
+std::string Policy::Impl::describe(const Model& model) const {
+  if (manifest.models.size() == 1) return "package '" + path + "'";
+  return "model '" + model.spec->name + "' of package '" + path + "'";
+}
+
+std::vector<at::Tensor> Policy::Impl::execute(const std::vector<at::Tensor>& inputs) const {
+  return execute(model_for(inputs.front().size(0), manifest.inputs.front().key), inputs);
+}
+
+std::vector<at::Tensor> Policy::Impl::execute_arrayref(
+    const Model& model, const std::vector<at::Tensor>& inputs) const {
+  std::vector<AOTInductorArrayRefTensor> in;
+  in.reserve(inputs.size());
+  for (const at::Tensor& input : inputs) in.push_back(detail::describe(input));
+  std::vector<AOTInductorArrayRefTensor> out(manifest.outputs.size());
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(out.size());
+  const int64_t batch = inputs.front().size(0);
+  for (const TensorSpec& spec : manifest.outputs) {
+    outputs.push_back(at::empty(detail::batched_shape(batch, spec.shape), at::dtype(spec.dtype)));
+  }
+  const detail::InstancePool::Lease instance(*model.instances);
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;  // for any ATen call it makes
+    if (model.arrayref->run(instance.handle(), static_cast<int32_t>(in.size()), in.data(),
+                            static_cast<int32_t>(out.size()), out.data()) != AOTI_RUNTIME_SUCCESS) {
+      throw ExecutionError(describe(model) + ": the compiled model failed: " +
+                           model.arrayref->error_text());
+    }
+  }
+  // Read now: the arrays are the library's thread_local ones, reused by this thread's next call.
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!detail::same_shape(out[i], outputs[i]) || !detail::in_bounds(out[i])) {
+      throw ExecutionError(describe(model) + ": the compiled model returned output '" +
+                           manifest.outputs[i].key + "' in another shape or dtype than " +
+                           dtype_name(manifest.outputs[i].dtype) + " " +
+                           format_shape(outputs[i].sizes().vec()));
+    }
+    detail::copy_view(outputs[i].data_ptr(), out[i], outputs[i].element_size());
+  }
+  return outputs;
+}
+
+std::vector<at::Tensor> Policy::Impl::execute(const Model& model,
+                                              const std::vector<at::Tensor>& inputs) const {
+  apply_intra_op_threads();
+  if (model.instances) return execute_arrayref(model, inputs);
   std::vector<at::Tensor> outputs;
   try {
     // The compiled model is forward-only: its operator calls skip the autograd and
@@ -136,13 +269,13 @@ std::vector<at::Tensor> Policy::Impl::execute(const std::vector<at::Tensor>& inp
     // require grad, even for inputs that do.
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     // No stream handle: AOTI's CUDA runner then uses the caller's current stream.
-    outputs = runner->run(inputs);
+    outputs = model.runner->run(inputs);
   } catch (const std::exception& e) {
-    throw ExecutionError("package '" + path +
-                         "': the compiled model failed: " + detail::exception_text(e));
+    throw ExecutionError(describe(model) + ": the compiled model failed: " +
+                         detail::exception_text(e));
   }
   if (outputs.size() != manifest.outputs.size()) {
-    throw ExecutionError("package '" + path + "': the compiled model returned " +
+    throw ExecutionError(describe(model) + ": the compiled model returned " +
                          std::to_string(outputs.size()) + " outputs, but the manifest lists " +
                          std::to_string(manifest.outputs.size()));
   }
@@ -163,6 +296,16 @@ std::vector<int64_t> batched_shape(int64_t batch, const std::vector<int64_t>& sh
   std::vector<int64_t> out{batch};
   out.insert(out.end(), shape.begin(), shape.end());
   return out;
+}
+
+void check_batch_in_range(const Manifest& manifest, const std::string& path, int64_t batch,
+                          const std::string& what) {
+  if (manifest.batch.contains(batch)) return;
+  std::string message = what + " of batch size " + std::to_string(batch) + " for package '" +
+                        path + "', which accepts batch sizes " + std::to_string(manifest.batch.min) +
+                        ".." + std::to_string(manifest.batch.max);
+  if (manifest.models.size() > 1) message += " (models " + manifest.describe_models() + ")";
+  throw BatchSizeError("", message);
 }
 
 std::vector<at::Tensor> zero_inputs(const Manifest& manifest, int64_t batch, c10::Device device) {

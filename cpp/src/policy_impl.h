@@ -1,4 +1,4 @@
-// Internal: the state behind tdaot::Policy, shared with tdaot::Session.
+// Internal: the state behind tdaot::Policy, shared with tdaot::Session and tdaot::Binding.
 #pragma once
 
 #include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "arrayref.h"
 #include "package.h"
 #include "tdaot/policy.h"
 #include "validation.h"
@@ -15,10 +16,38 @@
 namespace tdaot {
 
 struct Policy::Impl {
+  // One loaded model of the package, run through one of two routes.
+  struct Model {
+    const ModelSpec* spec;  // in Impl::manifest
+    // A library exporting the minimal arrayref interface (tdaot's static-batch CPU latency
+    // models, constants embedded, no custom operators): its plain C entry points, and
+    // num_runners instances for Policy calls (arrayref.h says why never AOTInductor's container).
+    std::unique_ptr<detail::ArrayrefLibrary> arrayref;
+    std::unique_ptr<detail::InstancePool> instances;
+    // Any other model: AOTInductor's runner. Thread-safe: its container hands each call one of
+    // num_runners model instances and blocks while none is free. Non-const only because
+    // AOTIModelContainerRunner::run is not.
+    std::unique_ptr<torch::inductor::AOTIModelContainerRunner> runner;
+  };
+
   Impl(std::string package_path, const PolicyOptions& options);
 
-  // Runs validated inputs (in manifest order) and checks the output count.
+  // The loaded model a call at `batch` runs on (Manifest::model_for among the loaded models).
+  // Throws BatchSizeError, naming `key`, when none serves it: with PolicyOptions::model_name
+  // set, a batch of the package's range that the chosen model does not serve.
+  const Model& model_for(int64_t batch, const std::string& key) const;
+  // Runs validated inputs (in manifest order) on the model for their batch size and checks
+  // the output count.
   std::vector<at::Tensor> execute(const std::vector<at::Tensor>& inputs) const;
+  std::vector<at::Tensor> execute(const Model& model, const std::vector<at::Tensor>& inputs) const;
+  // execute() on an arrayref model: the outputs are new contiguous tensors.
+  std::vector<at::Tensor> execute_arrayref(const Model& model,
+                                           const std::vector<at::Tensor>& inputs) const;
+  // Applies PolicyOptions::intra_op_threads to the calling thread when its count differs
+  // (OpenMP's count belongs to each thread). Allocates nothing.
+  void apply_intra_op_threads() const;
+  // "model 'b1' of package 'p'" (or "package 'p'" when the package has one model).
+  std::string describe(const Model& model) const;
 
   std::string path;
   PolicyOptions options;
@@ -28,11 +57,9 @@ struct Policy::Impl {
   // The device inputs must be on: cpu, or cuda with the index the model was loaded on.
   c10::Device device;
   detail::InputValidator validator;  // refers to `manifest`; Impl never moves (held by pointer)
-  // The extracted files, while the runner needs them (see PolicyOptions::temp_dir).
-  std::optional<detail::ExtractedModel> files;
-  // run() is thread-safe: the AOTI container hands each call a model instance and blocks while
-  // none is free. The pointer is non-const only because AOTIModelContainerRunner::run is not.
-  std::unique_ptr<torch::inductor::AOTIModelContainerRunner> runner;
+  // The extracted files, while the runners need them (see PolicyOptions::temp_dir).
+  std::optional<detail::Extraction> files;
+  std::vector<Model> models;  // the loaded models, in manifest order
 
  private:
   Impl(const detail::Package& package, const PolicyOptions& options);
@@ -49,6 +76,15 @@ std::vector<at::Tensor> zero_inputs(const Manifest& manifest, int64_t batch, c10
 
 // [batch, *shape]
 std::vector<int64_t> batched_shape(int64_t batch, const std::vector<int64_t>& shape);
+
+// Throws BatchSizeError (with no key) when `manifest`'s range lacks `batch`: "<what> of batch
+// size N for package 'p', which accepts batch sizes A..B (models ...)".
+void check_batch_in_range(const Manifest& manifest, const std::string& path, int64_t batch,
+                          const std::string& what);
+
+// Checks a reset mask (bool [batch] on `device`) for `owner` ("session", "binding").
+void check_reset_mask(const at::Tensor& mask, int64_t batch, c10::Device device,
+                      const char* owner);
 
 }  // namespace detail
 }  // namespace tdaot

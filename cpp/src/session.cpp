@@ -28,7 +28,6 @@ struct Session::Impl {
   std::optional<std::string> refusal(const std::string& key) const;
   // Puts the caller's tensors into their slots, runs, carries the state; clears the slots.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& given);
-  void check_mask(const at::Tensor& mask) const;
 
   std::shared_ptr<const Policy::Impl> policy;
   const Manifest& manifest;
@@ -55,12 +54,7 @@ Session::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
                 "' is not recurrent (its manifest has no 'recurrent' section); run it with "
                 "Policy::run instead of a Session");
   }
-  if (!manifest.batch.contains(batch)) {
-    throw BatchSizeError("", "a session of batch size " + std::to_string(batch) + " for package '" +
-                                 policy->path + "', which accepts batch sizes " +
-                                 std::to_string(manifest.batch.min) + ".." +
-                                 std::to_string(manifest.batch.max));
-  }
+  detail::check_batch_in_range(manifest, policy->path, batch, "a session");
   const Recurrent& recurrent = *manifest.recurrent;
   slots.resize(manifest.inputs.size());
   const auto options = at::TensorOptions().device(policy->device);
@@ -137,7 +131,10 @@ std::vector<at::Tensor> Session::Impl::run(const std::vector<at::Tensor>& given)
   return outputs;
 }
 
-void Session::Impl::check_mask(const at::Tensor& mask) const {
+namespace detail {
+
+void check_reset_mask(const at::Tensor& mask, int64_t batch, c10::Device device,
+                      const char* owner) {
   if (!mask.defined()) throw InputError("", "the reset mask is an undefined tensor");
   if (mask.scalar_type() != at::kBool) {
     throw DtypeError(
@@ -145,15 +142,17 @@ void Session::Impl::check_mask(const at::Tensor& mask) const {
   }
   if (mask.dim() != 1 || mask.size(0) != batch) {
     throw ShapeError("", "the reset mask has shape " + format_shape(mask.sizes().vec()) +
-                             ", expected [" + std::to_string(batch) + "] (the session's batch)");
+                             ", expected [" + std::to_string(batch) + "] (the " + owner +
+                             "'s batch)");
   }
-  const c10::Device device = policy->device;
   if (mask.device().type() != device.type() ||
       (device.has_index() && mask.device().index() != device.index())) {
-    throw DeviceError("", "the reset mask is on device " + mask.device().str() +
-                              ", but the session's state is on " + device.str());
+    throw DeviceError("", "the reset mask is on device " + mask.device().str() + ", but the " +
+                              owner + "'s state is on " + device.str());
   }
 }
+
+}  // namespace detail
 
 Session::Session(const Policy& policy, int64_t batch)
     : impl_(std::make_unique<Impl>((policy.impl(), policy.impl_), batch)) {}
@@ -200,7 +199,7 @@ void Session::reset() {
 void Session::reset(const at::Tensor& mask) {
   Impl& self = impl();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
-  self.check_mask(mask);
+  detail::check_reset_mask(mask, self.batch, self.policy->device, "session");
   // [batch] -> [batch, 1, ...]: masked_fill_ broadcasts the mask over each row.
   const auto fill_rows = [&](at::Tensor& tensor, bool value) {
     std::vector<int64_t> shape(tensor.dim(), 1);

@@ -28,15 +28,20 @@ bool shape_matches(const TensorSpec& spec, const at::Tensor& tensor) {
 }
 
 [[noreturn]] void throw_batch_range(const TensorSpec& spec, int64_t batch,
-                                    const BatchRange& range) {
+                                    const Manifest& manifest) {
+  const BatchRange& range = manifest.batch;
   const std::string head =
       "input " + quoted(spec.key) + " has batch size " + std::to_string(batch) + ", but ";
   if (!range.dynamic()) {
     throw BatchSizeError(spec.key, head + "the package was built for a static batch size of " +
                                        std::to_string(range.min));
   }
+  // With several models, which batches each serves (the package's range is their union).
+  const std::string models =
+      manifest.models.size() > 1 ? " (models " + manifest.describe_models() + ")" : "";
   throw BatchSizeError(spec.key, head + "the package accepts batch sizes " +
-                                     std::to_string(range.min) + ".." + std::to_string(range.max));
+                                     std::to_string(range.min) + ".." + std::to_string(range.max) +
+                                     models);
 }
 
 [[noreturn]] void throw_batch_differs(const TensorSpec& spec, int64_t batch,
@@ -118,7 +123,7 @@ void InputValidator::check_tensors(const std::vector<at::Tensor>& inputs) const 
     check_tensor(spec, inputs[i]);
     const int64_t batch = inputs[i].size(0);
     if (i == 0) {
-      if (!manifest_.batch.contains(batch)) throw_batch_range(spec, batch, manifest_.batch);
+      if (!manifest_.batch.contains(batch)) throw_batch_range(spec, batch, manifest_);
     } else if (batch != inputs[0].size(0)) {
       throw_batch_differs(spec, batch, manifest_.inputs[0], inputs[0].size(0));
     }

@@ -28,6 +28,7 @@ class Policy:
         expected_sha256: str = "",
         temp_dir: str = "",
         max_package_bytes: int = ...,
+        model_name: str = "",
     ) -> None: ...
     @property
     def path(self) -> str: ...
@@ -41,6 +42,30 @@ class Policy:
         """All AOTInductor metadata of the package, the manifest JSON included."""
     def run(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
     def run_positional(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]: ...
+    def bind(self, batch: int) -> Binding:
+        """Preallocated inputs and outputs for `batch` rows (tdaot::Binding)."""
+
+class Binding:
+    """Inputs and outputs preallocated for one batch size, run in place (tdaot::Binding)."""
+
+    @property
+    def batch(self) -> int: ...
+    @property
+    def model(self) -> str:
+        """The name of the package's model that serves this batch size."""
+    @property
+    def allocation_free(self) -> bool:
+        """Whether run() takes the allocation-free path."""
+    @property
+    def inputs(self) -> list[torch.Tensor]:
+        """The input tensors (the binding's own memory), in manifest order."""
+    @property
+    def outputs(self) -> list[torch.Tensor]:
+        """The output tensors (the binding's own memory), in manifest order."""
+    def input(self, key: str) -> torch.Tensor: ...
+    def output(self, key: str) -> torch.Tensor: ...
+    def run(self) -> None: ...
+    def reset(self, mask: torch.Tensor | None = None) -> None: ...
 
 class Session:
     """The recurrent state of one batch of episodes (tdaot::Session)."""

@@ -1,6 +1,6 @@
 // Threads: many callers sharing one Policy (good and bad calls mixed, on 1 and 4 runners), and
 // the deterministic cases: a call held inside the compiled model while another thread calls
-// (a second runner serves it, a single runner makes it wait, a Session refuses it).
+// (a second runner serves it, a single runner makes it wait, a Session and a Binding refuse it).
 //
 // A call is held inside the model by a CPU allocator that blocks the first tensor allocation
 // of an armed thread: the compiled model allocates its outputs, so the thread stops there with
@@ -21,6 +21,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include "tdaot/binding.h"
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"
 #include "tdaot/session.h"
@@ -326,6 +327,50 @@ TEST(HeldCall, SessionsOfOnePolicyDoNotBlockEachOther) {
   EXPECT_TRUE(all_equal(other.step_positional({observation}), want));
   gate.release();
   EXPECT_TRUE(all_equal(held.get(), want));
+}
+
+// A Binding is for one thread: held inside the runner's path (batch 2, where the model
+// allocates), every other call on it is refused; the refused calls leave no trace.
+TEST(HeldCall, ABindingRefusesEveryOtherCallWhileItRuns) {
+  const Policy policy(test::package_path("recurrent.pt2"));
+  Binding binding = policy.bind(2);
+  Session twin(policy, 2);
+  const at::Tensor first = at::randn({2, 3});
+  const at::Tensor second = at::randn({2, 3});
+  const auto first_want = twin.step_positional({first});
+  const auto second_want = twin.step_positional({second});
+
+  binding.input("observation").copy_(first);
+  Gate gate;
+  auto held = start_held(gate, [&] {
+    binding.run();
+    return true;
+  });
+  ASSERT_TRUE(gate.wait_inside()) << "the held run never allocated";
+  const std::string message =
+      "tdaot::Binding used from two threads at once: a binding is for one thread; bind one per "
+      "thread (bindings may share one Policy)";
+  const std::vector<std::pair<std::string, std::function<void()>>> calls = {
+      {"run", [&] { binding.run(); }},
+      {"reset", [&] { binding.reset(); }},
+      {"reset(mask)", [&] { binding.reset(at::ones({2}, at::kBool)); }},
+  };
+  for (const auto& [name, call] : calls) {
+    SCOPED_TRACE(name);
+    try {
+      call();
+      ADD_FAILURE() << "accepted while another run runs";
+    } catch (const Error& e) {
+      EXPECT_EQ(typeid(e), typeid(Error)) << c10::demangle(typeid(e).name());
+      EXPECT_EQ(e.what(), message);
+    }
+  }
+  gate.release();
+  EXPECT_TRUE(held.get());
+  EXPECT_TRUE(all_equal(binding.outputs(), first_want));
+  binding.input("observation").copy_(second);
+  binding.run();
+  EXPECT_TRUE(all_equal(binding.outputs(), second_want));
 }
 
 }  // namespace

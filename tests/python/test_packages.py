@@ -49,10 +49,11 @@ def _manifest(records) -> dict:
 
 
 def _set_manifest(records, manifest: dict) -> None:
-    name = _metadata_name(records)
-    metadata = json.loads(records[name])
-    metadata["tdaot.manifest"] = json.dumps(manifest)
-    records[name] = json.dumps(metadata).encode()
+    """Into the metadata of every model: the runtime refuses models carrying different ones."""
+    for name in [n for n in records if n.endswith("wrapper_metadata.json")]:
+        metadata = json.loads(records[name])
+        metadata["tdaot.manifest"] = json.dumps(manifest)
+        records[name] = json.dumps(metadata).encode()
 
 
 def _reseal(records) -> None:
@@ -273,7 +274,7 @@ def test_a_package_with_another_model_name_lists_what_it_has(package, tmp_path, 
         path,
         extract_dir,
         tdaot.PackageError,
-        r"is not a .pt2 package with an AOTInductor model 'model' \(models in it: policy\)",
+        r"is not a .pt2 package with an AOTInductor model 'model' \(models in it: b1, policy\)",
     )
 
 

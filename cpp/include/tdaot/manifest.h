@@ -54,6 +54,20 @@ struct BatchRange {
   bool contains(int64_t batch) const noexcept { return batch >= min && batch <= max; }
 };
 
+// One compiled model of the package (AOTInductor's "data/aotinductor/<name>/"): the batch sizes
+// it serves and how it was tuned. A package may hold several, e.g. a dynamic-batch throughput
+// model and static batch-1 latency models; the runner sends each call to Manifest::model_for.
+struct ModelSpec {
+  std::string name;    // [A-Za-z0-9_]+, unique in the package
+  BatchRange batch;    // inside the manifest's batch range
+  // "throughput" or "latency"; empty only for the model synthesised for a package whose
+  // manifest lists no models (one model, "model", serving the whole batch range).
+  std::string tuning;
+};
+
+// The model name of a package whose manifest lists no models (tdaot.build's first model).
+inline constexpr const char* kDefaultModelName = "model";
+
 // Where the artifact came from.
 struct Source {
   std::string module_class;  // fully qualified Python class of the exported module
@@ -80,6 +94,10 @@ struct Manifest {
   std::vector<TensorSpec> inputs;   // in the compiled model's positional order
   std::vector<TensorSpec> outputs;  // in the compiled model's output order
   BatchRange batch;
+  // The compiled models, as the optional top-level "models" lists them; always filled after
+  // parsing (absent: one model "model" serving `batch`, with an empty tuning). Together they
+  // serve every batch of `batch`.
+  std::vector<ModelSpec> models;
   std::string interaction_type;  // deterministic, mode, mean or random
   std::string device;            // "cpu" or "cuda"
   std::string cpu_target;        // the -march the kernels were compiled for ("native", ...)
@@ -112,6 +130,12 @@ struct Manifest {
   // Index of the output with this key, or nullopt.
   std::optional<size_t> output_index(const std::string& key) const;
 
+  // The model a call at `batch` runs on: of the models whose range holds `batch`, the one with
+  // the narrowest range (ties: the first listed); nullptr when none does.
+  const ModelSpec* model_for(int64_t batch) const;
+  // "'model' 1..64, 'b1' 1": the models and the batches each serves, for messages.
+  std::string describe_models() const;
+
   // Parses and validates a manifest; throws ManifestError naming `origin` and the field at
   // fault. This is the one definition of a valid manifest: the Python stage reads every
   // manifest through it (tdaot._C) and checks every manifest it writes with it. The rules, and
@@ -120,7 +144,8 @@ struct Manifest {
                             Sealing sealing = Sealing::sealed);
   // Serialises to the same JSON schema the Python stage writes (normalised: known fields in
   // schema order, absent optional fields left out, null factory and is_init when empty, then
-  // the unknown top-level fields).
+  // the unknown top-level fields). "models" is written unless it is the one model synthesised
+  // for a manifest without it (or empty), so a manifest round-trips as it was read.
   std::string to_json(int indent = -1) const;
 };
 

@@ -5,6 +5,12 @@
 // layout) before the compiled model sees it, and throw a tdaot::InputError
 // subclass naming the key otherwise; AOTInductor itself checks nothing.
 //
+// A package may hold several compiled models (its manifest's "models"), e.g. a dynamic-batch
+// throughput model and static batch-1 latency models. Every one is loaded, checked and warmed
+// up; each call (run, run_positional, Session, Binding) runs on the model serving its batch
+// size (Manifest::model_for). For a control loop, bind() preallocates inputs and outputs for
+// one batch size (tdaot/binding.h): the allocation-free path.
+//
 // Thread-safety: a Policy may be shared between threads once constructed;
 // run() and run_positional() are safe to call concurrently. AOTInductor hands
 // each call one of PolicyOptions::num_runners model instances and blocks while
@@ -21,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tdaot/binding.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
 #include "tdaot/types.h"
@@ -28,8 +35,10 @@
 namespace tdaot {
 
 struct PolicyOptions {
-  // The model name inside the package; tdaot.build always writes "model".
-  std::string model_name = "model";
+  // Empty: load every model the package's manifest lists and dispatch each call by its batch
+  // size. A model's name ("model", "b1", ...): load only that model; calls at batch sizes it
+  // does not serve throw BatchSizeError (e.g. to compare one model against the dispatch).
+  std::string model_name;
   // Intra-op threads for the ATen operators the compiled model calls (matmuls, convolutions).
   // Applied with at::set_num_threads at load and again in any thread that calls run() with
   // another count, because OpenMP's and MKL's counts belong to each calling thread. This
@@ -38,11 +47,12 @@ struct PolicyOptions {
   // itself got their OpenMP thread count at compile time; this option does not change them.
   // Default 1: a control loop wants one predictable core, not a thread pool.
   int intra_op_threads = 1;
-  // Model instances AOTInductor keeps, each with its own activation buffers: up to this many
-  // run() calls proceed in parallel; further callers wait for a free one.
+  // Model instances AOTInductor keeps per model of the package, each with its own activation
+  // buffers: up to this many run() calls proceed in parallel; further callers wait for a free
+  // one. (A Binding's allocation-free path has its own instance.)
   int num_runners = 1;
-  // Runs on zero inputs done at load for each runner (at the smallest batch the package
-  // accepts), so that one-time work (constant folding, lazy allocations, first-touch page
+  // Runs on zero inputs done at load for each runner of each model (at the smallest batch the
+  // model serves), so that one-time work (constant folding, lazy allocations, first-touch page
   // faults) is not paid by the first real call. A failure here throws ExecutionError.
   int warmup_runs = 1;
   // CUDA packages: the device index to load on; -1 is the current device. Ignored for cpu.
@@ -96,9 +106,15 @@ class Policy {
   // path: validation allocates nothing; what AOTInductor allocates is listed in the README.
   std::vector<at::Tensor> run_positional(const std::vector<at::Tensor>& inputs) const;
 
+  // Preallocated inputs and outputs for `batch` rows, run in place (tdaot/binding.h); for a
+  // recurrent package, a bound session. Throws BatchSizeError when the package does not
+  // accept `batch`.
+  Binding bind(int64_t batch) const;
+
  private:
   struct Impl;  // defined in src/policy_impl.h
   friend class Session;
+  friend class Binding;
   // The implementation; throws tdaot::Error on a moved-from Policy instead of crashing.
   const Impl& impl() const;
   // Shared so that sessions keep the loaded model alive whatever happens to the Policy.

@@ -4,7 +4,8 @@ Imports nothing from the build side (tdaot.builder): a service that only runs pa
 loads torch.export or inductor through tdaot.
 """
 
+from tdaot.runtime.binding import NativeBinding
 from tdaot.runtime.policy import NativePolicy, load, verify
 from tdaot.runtime.session import NativeSession
 
-__all__ = ["NativePolicy", "NativeSession", "load", "verify"]
+__all__ = ["NativeBinding", "NativePolicy", "NativeSession", "load", "verify"]

@@ -10,6 +10,7 @@ from tensordict import TensorDict
 
 from tdaot import _C
 from tdaot.manifest import Manifest
+from tdaot.runtime.binding import NativeBinding
 from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, td_keys
 from tdaot.runtime.session import NativeSession
 
@@ -34,6 +35,7 @@ class NativePolicy:
         expected_sha256: str | None = None,
         temp_dir: str | os.PathLike | None = None,
         max_package_bytes: int = 4 << 30,
+        model_name: str | None = None,
     ) -> None:
         self._policy = _C.Policy(
             os.fspath(path),
@@ -44,6 +46,7 @@ class NativePolicy:
             expected_sha256=expected_sha256 or "",
             temp_dir=os.fspath(temp_dir) if temp_dir is not None else "",
             max_package_bytes=max_package_bytes,
+            model_name=model_name or "",
         )
         self.path = self._policy.path
         #: sha256 of the package file as loaded (what ``expected_sha256`` pins).
@@ -61,6 +64,13 @@ class NativePolicy:
     def run_positional(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The fast path: tensors in manifest input order, outputs in manifest output order."""
         return tuple(self._policy.run_positional(list(tensors)))
+
+    def bind(self, batch: int = 1) -> NativeBinding:
+        """Inputs and outputs preallocated for ``batch`` rows, run in place: the control-loop
+        path (allocation-free where the package has a model specialised for ``batch``). For a
+        recurrent package, a bound session. Raises :class:`tdaot.BatchSizeError` outside the
+        package's batch range."""
+        return NativeBinding(self, batch)
 
     def session(self, batch: int) -> NativeSession:
         """A session for a recurrent package (its manifest has a ``recurrent`` section):
@@ -88,6 +98,7 @@ def load(
     expected_sha256: str | None = None,
     temp_dir: str | os.PathLike | None = None,
     max_package_bytes: int = 4 << 30,
+    model_name: str | None = None,
 ) -> NativePolicy:
     """Loads a tdaot package into the native runner.
 
@@ -107,6 +118,11 @@ def load(
     ``temp_dir`` ($TMPDIR or /tmp by default), removed again once the model is loaded.
     Packages (and the unpacked sizes their entries declare) above ``max_package_bytes`` are
     refused, since the file is read into memory to be checked.
+
+    A package may hold several models (``manifest.models``: by default a dynamic-batch
+    throughput model and a batch-1 latency model); all are loaded and each call runs on the
+    model serving its batch size. ``model_name`` loads that model only (calls at batch sizes it
+    does not serve raise :class:`tdaot.BatchSizeError`).
     """
     return NativePolicy(
         path,
@@ -117,6 +133,7 @@ def load(
         expected_sha256=expected_sha256,
         temp_dir=temp_dir,
         max_package_bytes=max_package_bytes,
+        model_name=model_name,
     )
 
 

@@ -1,0 +1,94 @@
+// tdaot::Binding: inputs and outputs preallocated for one batch size, run in place.
+//
+//   tdaot::Policy policy("policy.pt2");
+//   tdaot::Binding b = policy.bind(1);
+//   at::Tensor observation = b.input("observation");  // views of the binding's own storage
+//   at::Tensor action = b.output("action");
+//   for (;;) {
+//     observation.copy_(read_sensors());  // write inputs in place
+//     b.run();                            // outputs are written in place
+//     send(action);
+//   }
+//
+// Shapes and dtypes are fixed when bound, so run() validates nothing per call. When the package
+// holds a model specialised for the bound batch size that exports AOTInductor's minimal arrayref
+// interface (tdaot.build's default tuning "auto" builds one for batch 1; CPU only), run() calls
+// that model's plain C entry point on the binding's own buffers and copies each output into
+// the output tensors: zero heap allocations per call in steady state, counting every
+// malloc-family call in the process. The binding holds its own instance of that model (and
+// so its own copy of the model's weights). Otherwise (no such model for the batch, a CUDA
+// package) run() goes through AOTInductor's runner, which allocates its outputs each call,
+// and copies them into the output tensors; allocation_free() says which path a binding takes.
+//
+// Write inputs and read outputs in place (copy_, indexing); never resize_() or set_() them:
+// run() throws tdaot::Error when a tensor no longer has the memory it was bound with.
+//
+// Recurrent packages: a Binding of a recurrent package is a bound session. It starts like a
+// Session (state zero, is_init true for every row); after each run() it copies each state
+// output into its state input and clears is_init; reset() and reset(mask) mark rows as new. The
+// state inputs and is_init are among inputs(): write only the others (reading the state is
+// fine; writing it changes what the next run sees).
+//
+// Thread-safety: a Binding is for one thread at a time (one per control loop). A run() or
+// reset() while another call on the same binding is running throws tdaot::Error instead of
+// racing. Bindings of one Policy are independent and may run concurrently; a binding keeps the
+// loaded model alive even if the Policy is destroyed. Movable, not copyable.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tdaot/errors.h"
+#include "tdaot/manifest.h"
+
+namespace tdaot {
+
+class Binding {
+ public:
+  ~Binding();
+  Binding(Binding&&) noexcept;
+  Binding& operator=(Binding&&) noexcept;
+  Binding(const Binding&) = delete;
+  Binding& operator=(const Binding&) = delete;
+
+  // The number of rows.
+  int64_t batch() const;
+  // The name of the package's model that serves this batch size.
+  const std::string& model() const;
+  // Whether run() takes the allocation-free path (see above).
+  bool allocation_free() const;
+
+  // The input tensor [batch, *shape] of manifest key `key`, a view of the binding's storage.
+  // Throws UnknownKeyError naming the key and listing the inputs.
+  at::Tensor input(const std::string& key) const;
+  // The output tensor of manifest key `key`; throws UnknownKeyError like input().
+  at::Tensor output(const std::string& key) const;
+  // Every input, in manifest order (the order Policy::run_positional takes).
+  const std::vector<at::Tensor>& inputs() const;
+  // Every output, in manifest order.
+  const std::vector<at::Tensor>& outputs() const;
+
+  // Runs the model on the inputs and writes the outputs (and, for a recurrent package, the
+  // next state). Throws ExecutionError when the compiled model fails, tdaot::Error when another
+  // thread is using this binding or a tensor was reallocated.
+  void run();
+
+  // Recurrent packages: zeroes the state of every row and marks every row as is_init for the
+  // next run. Throws tdaot::Error for a package that is not recurrent.
+  void reset();
+  // The same for the rows where `mask` (bool [batch], on the policy's device) is true.
+  void reset(const at::Tensor& mask);
+
+ private:
+  friend class Policy;
+  struct Impl;  // defined in src/binding.cpp
+  explicit Binding(std::unique_ptr<Impl> impl);
+  Impl& impl() const;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tdaot

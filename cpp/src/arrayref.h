@@ -1,0 +1,104 @@
+// Internal: the plain C entry points of a compiled model built with AOTInductor's minimal
+// arrayref interface (aot_inductor.use_minimal_arrayref_interface: tdaot's static-batch latency
+// models). Such a model takes and returns flat AOTInductorArrayRefTensor descriptors instead of
+// tensor handles, keeps its intermediate buffers on the stack (allow_stack_allocation) and
+// writes each output into a thread_local array of its library, so a call allocates nothing.
+//
+// tdaot calls these models only through this interface, never through AOTInductor's container:
+// torch 2.13's container path copies each output with ArrayRefTensor::expensiveCopyToTensor,
+// which writes the whole remaining buffer (numel of the storage) into a tensor sized for the
+// view, past its end when an output is a strided slice of a larger buffer (reproduced: the
+// tutorial policy's batch-4 latency model corrupts the heap through the standard loader).
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <torch/csrc/inductor/aoti_runtime/interface.h>
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tdaot::detail {
+
+class ArrayrefLibrary {
+ public:
+  // The entry points of the model library at `path` (dlopen-ed, RTLD_NOW | RTLD_LOCAL), or
+  // nullptr when it does not export AOTInductorModelRunMinimalArrayrefInterfaceV2 (a model built
+  // without the interface). Throws tdaot::Error naming the path when it cannot be loaded.
+  static std::unique_ptr<ArrayrefLibrary> open(const std::string& path);
+  ~ArrayrefLibrary();
+  ArrayrefLibrary(const ArrayrefLibrary&) = delete;
+  ArrayrefLibrary& operator=(const ArrayrefLibrary&) = delete;
+
+  // A model instance with the constants embedded in the library (its own copy of them).
+  decltype(&AOTInductorModelCreateV2) create = nullptr;
+  decltype(&AOTInductorModelDelete) destroy = nullptr;
+  decltype(&AOTInductorModelGetNumOutputs) num_outputs = nullptr;
+  decltype(&AOTInductorModelRunMinimalArrayrefInterfaceV2) run = nullptr;
+  // The message of the calling thread's last failed call; null when the library lacks it.
+  decltype(&AOTInductorGetLastError) last_error = nullptr;
+
+  // A new model instance; throws tdaot::Error with the library's message when that fails.
+  AOTInductorModelHandle new_instance() const;
+  // The library's message for the calling thread's last failed call, for error messages.
+  std::string error_text() const;
+
+ private:
+  explicit ArrayrefLibrary(void* handle) : handle_(handle) {}
+  void* handle_;
+};
+
+// `count` model instances of one library for concurrent callers: a call takes a free one and
+// blocks while none is (as AOTInductor's container does with its runners).
+class InstancePool {
+ public:
+  InstancePool(const ArrayrefLibrary& library, int count);
+  ~InstancePool();
+  InstancePool(const InstancePool&) = delete;
+  InstancePool& operator=(const InstancePool&) = delete;
+
+  // A free instance, returned to the pool when the lease ends.
+  class Lease {
+   public:
+    explicit Lease(const InstancePool& pool);
+    ~Lease();
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+    AOTInductorModelHandle handle() const { return handle_; }
+
+   private:
+    const InstancePool& pool_;
+    AOTInductorModelHandle handle_;
+  };
+
+  const std::vector<AOTInductorModelHandle>& instances() const { return all_; }
+
+ private:
+  const ArrayrefLibrary& library_;
+  std::vector<AOTInductorModelHandle> all_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable returned_;
+  mutable std::vector<AOTInductorModelHandle> free_;
+};
+
+// The dtype code AOTInductor's C interface uses for a manifest dtype.
+int32_t aoti_dtype(c10::ScalarType dtype);
+
+// A descriptor of a contiguous CPU tensor's memory (the caller keeps the tensor alive).
+AOTInductorArrayRefTensor describe(const at::Tensor& tensor);
+
+// Whether the view `d` reads only elements [0, d.numel) of its data.
+bool in_bounds(const AOTInductorArrayRefTensor& d);
+
+// Whether `d` has exactly the sizes and dtype of `tensor`.
+bool same_shape(const AOTInductorArrayRefTensor& d, const at::Tensor& tensor);
+
+// Copies the view `src` (within bounds) into the contiguous tensor memory `dst` with elements
+// of `element` bytes. A model's output may be a strided view of a larger buffer (two outputs
+// sliced from one result): the descriptor's strides are followed; a contiguous one is one
+// memcpy. Allocates nothing.
+void copy_view(void* dst, const AOTInductorArrayRefTensor& src, size_t element);
+
+}  // namespace tdaot::detail

@@ -1,0 +1,301 @@
+// tdaot::Binding: owned inputs and outputs for one batch size, run in place; on a model with the
+// minimal arrayref interface through its plain C entry point (see tdaot/binding.h).
+#include "tdaot/binding.h"
+
+#include <ATen/Functions.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include "busy_guard.h"
+#include "policy_impl.h"
+
+namespace tdaot {
+namespace {
+
+constexpr const char* kConcurrentUse =
+    "tdaot::Binding used from two threads at once: a binding is for one thread; bind one per "
+    "thread (bindings may share one Policy)";
+
+at::Tensor zeros(int64_t batch, const TensorSpec& spec, c10::Device device) {
+  return at::zeros(detail::batched_shape(batch, spec.shape),
+                   at::TensorOptions().dtype(spec.dtype).device(device));
+}
+
+const at::Tensor& find(const std::vector<TensorSpec>& specs, const std::vector<at::Tensor>& tensors,
+                       const std::string& key, const char* kind) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].key == key) return tensors[i];
+  }
+  throw UnknownKeyError(key, std::string("unknown ") + kind + " key '" + key +
+                                 "'; the binding's " + kind + "s: " + detail::key_list(specs));
+}
+
+}  // namespace
+
+struct Binding::Impl {
+  Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows);
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  void run();
+  // The allocation-free path: the model's C entry point on the owned buffers.
+  void run_arrayref();
+  // AOTInductor's runner on the owned inputs, its outputs copied into the owned ones.
+  void run_runner();
+  // Recurrent packages: each state output into its state input; is_init cleared.
+  void carry_state();
+  void set_up_arrayref();
+  [[noreturn]] void fail(const std::string& problem) const;
+  void require_recurrent() const;
+
+  std::shared_ptr<const Policy::Impl> policy;
+  const Manifest& manifest;
+  int64_t batch;
+  const Policy::Impl::Model* model;
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> outputs;
+  // The allocation-free path: this binding's model instance and the descriptors of its buffers.
+  const detail::ArrayrefLibrary* library = nullptr;
+  AOTInductorModelHandle handle = nullptr;
+  std::vector<AOTInductorArrayRefTensor> in;
+  std::vector<AOTInductorArrayRefTensor> out;  // filled by each call: the library's own arrays
+  std::vector<void*> output_data;              // the owned outputs' memory, as bound
+  std::vector<size_t> output_element;          // their element sizes
+  struct Carry {
+    size_t input;
+    size_t output;
+  };
+  std::vector<Carry> carries;
+  std::optional<size_t> is_init;
+  bool is_init_set = true;  // whether any row of is_init is true (all are when bound)
+  std::atomic<bool> busy{false};
+};
+
+Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows)
+    : policy(std::move(policy_impl)), manifest(policy->manifest), batch(rows) {
+  detail::check_batch_in_range(manifest, policy->path, batch, "a binding");
+  model = &policy->model_for(batch, "");
+  for (const TensorSpec& spec : manifest.inputs) inputs.push_back(zeros(batch, spec, policy->device));
+  for (const TensorSpec& spec : manifest.outputs) {
+    outputs.push_back(zeros(batch, spec, policy->device));
+  }
+  if (manifest.recurrent) {
+    for (const StatePair& pair : manifest.recurrent->state) {
+      carries.push_back({*manifest.input_index(pair.input), *manifest.output_index(pair.output)});
+    }
+    if (!manifest.recurrent->is_init.empty()) {
+      is_init = *manifest.input_index(manifest.recurrent->is_init);
+      inputs[*is_init].fill_(true);
+    }
+  }
+  for (const at::Tensor& output : outputs) output_data.push_back(output.data_ptr());
+  if (model->arrayref) set_up_arrayref();
+}
+
+void Binding::Impl::set_up_arrayref() {
+  for (const auto* list : {&inputs, &outputs}) {
+    for (const at::Tensor& tensor : *list) {
+      if (tensor.dim() > AOTI_ARRAYREF_TENSOR_MAX_DIMS) return;  // the runner's path takes any
+    }
+  }
+  const detail::ArrayrefLibrary& lib = *model->arrayref;
+  // Its own instance (with its own copy of the constants embedded in the library), used by
+  // this binding's thread only: the Policy's instances serve its other callers.
+  try {
+    handle = lib.new_instance();
+  } catch (const Error& e) {
+    fail(e.what());
+  }
+  library = &lib;
+  size_t count = 0;
+  if (lib.num_outputs(handle, &count) != AOTI_RUNTIME_SUCCESS || count != outputs.size()) {
+    fail("has " + std::to_string(count) + " outputs, but the manifest lists " +
+         std::to_string(outputs.size()));
+  }
+  for (const at::Tensor& input : inputs) in.push_back(detail::describe(input));
+  out.resize(outputs.size());
+  // One call on the zero inputs checks what the model writes against the manifest (it changes
+  // no state: nothing is carried), and makes this thread's output arrays.
+  if (lib.run(handle, static_cast<int32_t>(in.size()), in.data(), static_cast<int32_t>(out.size()),
+              out.data()) != AOTI_RUNTIME_SUCCESS) {
+    fail("failed on zero inputs: " + lib.error_text());
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    const TensorSpec& spec = manifest.outputs[i];
+    if (!detail::same_shape(out[i], outputs[i])) {
+      const std::vector<int64_t> sizes(out[i].sizes, out[i].sizes + std::max(out[i].ndim, 0));
+      fail("returns output '" + spec.key + "' of shape " + format_shape(sizes) +
+           " and dtype code " + std::to_string(out[i].dtype) + ", but the manifest says " +
+           dtype_name(spec.dtype) + " " + format_shape(outputs[i].sizes().vec()));
+    }
+    output_element.push_back(outputs[i].element_size());
+  }
+}
+
+Binding::Impl::~Impl() {
+  if (handle != nullptr) library->destroy(handle);
+}
+
+void Binding::Impl::fail(const std::string& problem) const {
+  throw ExecutionError(policy->describe(*model) + ": the compiled model " + problem +
+                       " (binding of batch size " + std::to_string(batch) + ")");
+}
+
+void Binding::Impl::require_recurrent() const {
+  if (!manifest.recurrent) {
+    throw Error("package '" + policy->path +
+                "' is not recurrent (its manifest has no 'recurrent' section): a binding of it "
+                "has no state to reset");
+  }
+}
+
+void Binding::Impl::run() {
+  policy->apply_intra_op_threads();
+  if (handle != nullptr) {
+    run_arrayref();
+  } else {
+    run_runner();
+  }
+  carry_state();
+}
+
+void Binding::Impl::run_arrayref() {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].data_ptr() != in[i].data) {
+      throw Error("input '" + manifest.inputs[i].key +
+                  "' of the binding no longer has the memory it was bound with (resize_ or "
+                  "set_?); write a binding's tensors in place");
+    }
+  }
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;  // for any ATen call it makes
+    if (library->run(handle, static_cast<int32_t>(in.size()), in.data(),
+                     static_cast<int32_t>(out.size()), out.data()) != AOTI_RUNTIME_SUCCESS) {
+      fail("failed: " + library->error_text());
+    }
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    // The library's output array is thread_local and may move between calls: read it now.
+    if (outputs[i].data_ptr() != output_data[i]) {
+      throw Error("output '" + manifest.outputs[i].key +
+                  "' of the binding no longer has the memory it was bound with (resize_ or "
+                  "set_?); read a binding's tensors in place");
+    }
+    if (!detail::same_shape(out[i], outputs[i]) || !detail::in_bounds(out[i])) {
+      fail("returned output '" + manifest.outputs[i].key + "' in another shape or out of bounds");
+    }
+    detail::copy_view(output_data[i], out[i], output_element[i]);
+  }
+}
+
+void Binding::Impl::run_runner() {
+  policy->validator.check_positional(inputs);  // a tensor resized by its user is refused here
+  const std::vector<at::Tensor> results = policy->execute(*model, inputs);
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].sizes() != outputs[i].sizes()) {
+      fail("returned output '" + manifest.outputs[i].key + "' of shape " +
+           format_shape(results[i].sizes().vec()) + ", expected " +
+           format_shape(outputs[i].sizes().vec()));
+    }
+    outputs[i].copy_(results[i]);
+  }
+}
+
+void Binding::Impl::carry_state() {
+  const bool cpu = !policy->device.is_cuda();
+  for (const Carry& carry : carries) {
+    at::Tensor& state = inputs[carry.input];
+    if (cpu) {
+      std::memcpy(state.data_ptr(), outputs[carry.output].data_ptr(), state.nbytes());
+    } else {
+      state.copy_(outputs[carry.output]);
+    }
+  }
+  if (is_init && is_init_set) {
+    at::Tensor& flags = inputs[*is_init];
+    if (cpu) {
+      std::memset(flags.data_ptr(), 0, flags.nbytes());  // false
+    } else {
+      flags.fill_(false);
+    }
+    is_init_set = false;
+  }
+}
+
+Binding::Binding(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Binding::~Binding() = default;
+Binding::Binding(Binding&&) noexcept = default;
+Binding& Binding::operator=(Binding&&) noexcept = default;
+
+Binding::Impl& Binding::impl() const {
+  if (!impl_) throw Error("this tdaot::Binding was moved from; use the Binding it was moved to");
+  return *impl_;
+}
+
+int64_t Binding::batch() const { return impl().batch; }
+
+const std::string& Binding::model() const { return impl().model->spec->name; }
+
+bool Binding::allocation_free() const { return impl().handle != nullptr; }
+
+at::Tensor Binding::input(const std::string& key) const {
+  const Impl& self = impl();
+  return find(self.manifest.inputs, self.inputs, key, "input");
+}
+
+at::Tensor Binding::output(const std::string& key) const {
+  const Impl& self = impl();
+  return find(self.manifest.outputs, self.outputs, key, "output");
+}
+
+const std::vector<at::Tensor>& Binding::inputs() const { return impl().inputs; }
+
+const std::vector<at::Tensor>& Binding::outputs() const { return impl().outputs; }
+
+void Binding::run() {
+  Impl& self = impl();
+  detail::BusyGuard guard(self.busy, kConcurrentUse);
+  self.run();
+}
+
+void Binding::reset() {
+  Impl& self = impl();
+  self.require_recurrent();
+  detail::BusyGuard guard(self.busy, kConcurrentUse);
+  for (const auto& carry : self.carries) self.inputs[carry.input].zero_();
+  if (self.is_init) {
+    self.inputs[*self.is_init].fill_(true);
+    self.is_init_set = true;
+  }
+}
+
+void Binding::reset(const at::Tensor& mask) {
+  Impl& self = impl();
+  self.require_recurrent();
+  detail::BusyGuard guard(self.busy, kConcurrentUse);
+  detail::check_reset_mask(mask, self.batch, self.policy->device, "binding");
+  // [batch] -> [batch, 1, ...]: masked_fill_ broadcasts the mask over each row.
+  const auto fill_rows = [&](at::Tensor& tensor, bool value) {
+    std::vector<int64_t> shape(tensor.dim(), 1);
+    shape[0] = self.batch;
+    tensor.masked_fill_(mask.view(shape), value);
+  };
+  for (const auto& carry : self.carries) fill_rows(self.inputs[carry.input], false);
+  if (self.is_init) {
+    fill_rows(self.inputs[*self.is_init], true);
+    self.is_init_set = true;  // possibly no row was masked; clearing again is cheap
+  }
+}
+
+Binding Policy::bind(int64_t batch) const {
+  impl();  // throws for a moved-from Policy
+  return Binding(std::make_unique<Binding::Impl>(impl_, batch));
+}
+
+}  // namespace tdaot

@@ -1,0 +1,230 @@
+// tdaot::Binding: owned inputs and outputs for one batch size, run in place; the same results as
+// Policy::run_positional (and, recurrent, as a Session), on the allocation-free path where the
+// batch has a specialised model and on the runner's path elsewhere; every refusal names the key
+// or batch at fault. (Allocation counts: test_zero_allocations.cpp.)
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tdaot/binding.h"
+#include "tdaot/errors.h"
+#include "tdaot/policy.h"
+#include "tdaot/session.h"
+#include "test_support.h"
+
+namespace tdaot {
+namespace {
+
+using test::catch_error;
+using test::Contains;
+
+std::string tutorial() { return test::package_path("tutorial.pt2"); }
+
+void expect_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(at::equal(got[i], want[i])) << "output " << i << ": " << got[i] << " vs "
+                                            << want[i];
+  }
+}
+
+// Writes `inputs` into the binding's inputs, runs it, returns copies of its outputs.
+std::vector<at::Tensor> run_bound(Binding& b, const std::vector<at::Tensor>& inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) b.inputs()[i].copy_(inputs[i]);
+  b.run();
+  std::vector<at::Tensor> outputs;
+  for (const at::Tensor& output : b.outputs()) outputs.push_back(output.clone());
+  return outputs;
+}
+
+TEST(Binding, MatchesRunPositionalOnEveryPath) {
+  struct Case {
+    std::string package;
+    int64_t batch;
+    std::string model;
+    bool allocation_free;
+  };
+  for (const Case& c : std::vector<Case>{{"tutorial.pt2", 1, "b1", true},
+                                         {"tutorial.pt2", 2, "model", false},
+                                         {"tutorial.pt2", 64, "model", false},
+                                         {"tutorial_b14.pt2", 4, "b4", true},
+                                         {"nested.pt2", 1, "b1", true},
+                                         {"custom_op.pt2", 1, "b1", false}}) {
+    SCOPED_TRACE(c.package + " at batch " + std::to_string(c.batch));
+    if (c.package == "custom_op.pt2") {
+      // A model calling a custom operator needs AOTInductor's proxy executor: runner's path.
+      PolicyOptions options;
+      options.op_libraries = {TDAOT_TEST_OPS_LIB};
+      Policy(test::package_path(c.package), options);  // loads the library once, for good
+    }
+    const Policy policy(test::package_path(c.package));
+    Binding b = policy.bind(c.batch);
+    EXPECT_EQ(b.batch(), c.batch);
+    EXPECT_EQ(b.model(), c.model);
+    EXPECT_EQ(b.allocation_free(), c.allocation_free);
+    ASSERT_EQ(b.inputs().size(), policy.manifest().inputs.size());
+    ASSERT_EQ(b.outputs().size(), policy.manifest().outputs.size());
+    for (size_t i = 0; i < b.inputs().size(); ++i) {
+      EXPECT_EQ(b.inputs()[i].size(0), c.batch);
+      EXPECT_EQ(b.inputs()[i].scalar_type(), policy.manifest().inputs[i].dtype);
+    }
+    for (int call = 0; call < 3; ++call) {
+      const auto inputs = test::random_inputs(policy.manifest(), c.batch);
+      expect_equal(run_bound(b, inputs), policy.run_positional(inputs));
+    }
+  }
+}
+
+TEST(Binding, InputsAndOutputsAreTheBindingsOwnMemory) {
+  const Policy policy(tutorial());
+  Binding b = policy.bind(1);
+  at::Tensor observation = b.input("observation");
+  const at::Tensor loc = b.output("loc");
+  EXPECT_EQ(observation.data_ptr(), b.inputs()[0].data_ptr());
+  EXPECT_EQ(loc.data_ptr(), b.outputs()[0].data_ptr());
+  const void* where = loc.data_ptr();
+  const at::Tensor x = at::randn({1, 3});
+  observation.copy_(x);
+  b.run();
+  EXPECT_EQ(loc.data_ptr(), where);
+  EXPECT_TRUE(at::equal(loc, policy.run_positional({x})[0]));
+  observation.copy_(x * 2);  // a new observation, written in place
+  b.run();
+  EXPECT_TRUE(at::equal(loc, policy.run_positional({x * 2})[0]));
+  EXPECT_FALSE(at::equal(loc, policy.run_positional({x})[0]));
+}
+
+TEST(Binding, OutlivesItsPolicy) {
+  const at::Tensor x = at::randn({1, 3});
+  std::optional<Policy> policy(std::in_place, tutorial());
+  const at::Tensor want = policy->run_positional({x})[0];
+  Binding b = policy->bind(1);
+  Binding moved = std::move(b);
+  policy.reset();
+  moved.input("observation").copy_(x);
+  moved.run();
+  EXPECT_TRUE(at::equal(moved.output("loc"), want));
+  const auto error = catch_error<Error>([&] { b.run(); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(), "this tdaot::Binding was moved from"));
+}
+
+TEST(Binding, OneModelLoadedAloneTakesTheRunnersPath) {
+  PolicyOptions options;
+  options.model_name = "model";
+  const Policy policy(tutorial(), options);
+  Binding b = policy.bind(1);
+  EXPECT_EQ(b.model(), "model");
+  EXPECT_FALSE(b.allocation_free());
+  const auto inputs = test::random_inputs(policy.manifest(), 1);
+  expect_equal(run_bound(b, inputs), policy.run_positional(inputs));
+}
+
+// A bound session steps exactly as a Session: same state, is_init, reset and reset(mask).
+TEST(Binding, ARecurrentBindingIsABoundSession) {
+  const Policy policy(test::package_path("recurrent.pt2"));
+  for (int64_t batch : {1, 3}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    Binding b = policy.bind(batch);
+    EXPECT_EQ(b.allocation_free(), batch == 1);
+    Session session(policy, batch);
+    const auto check_step = [&] {
+      const at::Tensor observation = at::randn({batch, 3});
+      b.input("observation").copy_(observation);
+      b.run();
+      const TensorMap want = session.step({{"observation", observation}});
+      for (const auto& [key, tensor] : want) EXPECT_TRUE(at::equal(b.output(key), tensor)) << key;
+      EXPECT_TRUE(at::equal(b.input("hidden"), session.state().at("hidden")));
+    };
+    for (int step = 0; step < 3; ++step) check_step();
+    EXPECT_FALSE(b.input("is_init").any().item<bool>());
+    at::Tensor mask = at::zeros({batch}, at::kBool);
+    mask[0] = true;
+    b.reset(mask);
+    session.reset(mask);
+    EXPECT_TRUE(b.input("is_init")[0].all().item<bool>());
+    EXPECT_TRUE(b.input("hidden")[0].eq(0).all().item<bool>());
+    for (int step = 0; step < 2; ++step) check_step();
+    b.reset();
+    session.reset();
+    EXPECT_TRUE(b.input("is_init").all().item<bool>());
+    EXPECT_TRUE(b.input("hidden").eq(0).all().item<bool>());
+    check_step();
+  }
+}
+
+TEST(BindingErrors, ABatchThePackageDoesNotAcceptNamesTheRange) {
+  const Policy policy(tutorial());
+  for (int64_t batch : {0, 65}) {
+    const auto error = catch_error<BatchSizeError>([&] { policy.bind(batch); });
+    ASSERT_TRUE(error);
+    EXPECT_TRUE(Contains(error->what(), "a binding of batch size " + std::to_string(batch) +
+                                            " for package '" + tutorial() +
+                                            "', which accepts batch sizes 1..64 (models 'model' "
+                                            "1..64, 'b1' 1)"));
+  }
+  PolicyOptions options;
+  options.model_name = "b1";
+  const Policy b1(tutorial(), options);
+  const auto error = catch_error<BatchSizeError>([&] { b1.bind(2); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(), "batch size 2, which package '" + tutorial() +
+                                          "' serves with a model that is not loaded (loaded: "
+                                          "'b1', by PolicyOptions::model_name)"));
+}
+
+TEST(BindingErrors, AnUnknownKeyIsNamedWithTheKeysThereAre) {
+  const Policy policy(test::package_path("nested.pt2"));
+  Binding b = policy.bind(1);
+  const auto input = catch_error<UnknownKeyError>([&] { b.input("robot.camera"); });
+  ASSERT_TRUE(input);
+  EXPECT_EQ(input->key(), "robot.camera");
+  EXPECT_TRUE(Contains(input->what(), "unknown input key 'robot.camera'; the binding's inputs: "));
+  EXPECT_TRUE(Contains(input->what(), "robot.joints"));
+  const auto output = catch_error<UnknownKeyError>([&] { b.output("robot.joints"); });
+  ASSERT_TRUE(output);
+  EXPECT_TRUE(Contains(output->what(), "unknown output key 'robot.joints'; the binding's outputs: "));
+}
+
+TEST(BindingErrors, AReallocatedTensorIsRefused) {
+  const Policy policy(tutorial());
+  for (int64_t batch : {1, 2}) {  // the allocation-free path, then the runner's
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    Binding b = policy.bind(batch);
+    b.input("observation").resize_({batch, 300});  // new memory
+    const auto error = catch_error<Error>([&] { b.run(); });
+    ASSERT_TRUE(error);
+    EXPECT_TRUE(Contains(error->what(), "observation"));
+  }
+  Binding b = policy.bind(1);
+  b.output("scale").set_(at::zeros({1, 2}));
+  const auto error = catch_error<Error>([&] { b.run(); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(),
+                       "output 'scale' of the binding no longer has the memory it was bound with"));
+}
+
+TEST(BindingErrors, ResetNeedsARecurrentPackageAndAValidMask) {
+  const Policy policy(tutorial());
+  Binding b = policy.bind(1);
+  const auto error = catch_error<Error>([&] { b.reset(); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(), "is not recurrent"));
+  EXPECT_TRUE(catch_error<Error>([&] { b.reset(at::ones({1}, at::kBool)); }));
+
+  const Policy recurrent(test::package_path("recurrent.pt2"));
+  Binding r = recurrent.bind(2);
+  const auto dtype = catch_error<DtypeError>([&] { r.reset(at::ones({2})); });
+  ASSERT_TRUE(dtype);
+  EXPECT_TRUE(Contains(dtype->what(), "the reset mask has dtype float32, expected bool"));
+  const auto shape = catch_error<ShapeError>([&] { r.reset(at::ones({3}, at::kBool)); });
+  ASSERT_TRUE(shape);
+  EXPECT_TRUE(Contains(shape->what(), "the reset mask has shape [3], expected [2] (the binding's "
+                                      "batch)"));
+}
+
+}  // namespace
+}  // namespace tdaot

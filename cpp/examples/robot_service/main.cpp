@@ -1,26 +1,31 @@
 // robot_service: a fixed-rate control loop around a tdaot package, the way a robot service
-// runs a policy. Each tick it writes fresh "sensor" values into preallocated inputs, runs the
-// policy (through a Session when the package is recurrent), and sleeps until the next tick.
+// runs a policy. It binds the policy once at the control batch (tdaot::Binding, tdaot/binding.h:
+// inputs and outputs owned by the binding), then each tick writes fresh "sensor" values into
+// the bound inputs in place, runs the binding, reads the actions from the bound outputs in
+// place, and sleeps until the next tick. A recurrent package's binding is a bound session: it
+// carries the state from tick to tick itself, so the loop writes only the other inputs.
 //
 //   robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] [--sha256 HEX] [--op-lib LIB]
 //
 // --sha256 pins the artifact the service was certified with: any other file is refused before
 // it is loaded. --op-lib loads a library registering custom operators the package calls.
 //
-// Prints the policy's compute time per tick (p50, p99, max), how late the loop woke up, and
-// the missed deadlines (ticks whose compute ended after the next tick was due).
+// Prints the model that serves the batch and whether its bound run is allocation-free (no heap
+// allocation per tick; the package's batch-specialised model, e.g. tdaot.build's "b1"), the
+// policy's compute time per tick (p50, p99, max), how late the loop woke up, and the missed
+// deadlines (ticks whose compute ended after the next tick was due).
 // Exit codes: 0 success, 1 a tdaot error, 2 bad usage.
 #include <ATen/ATen.h>
+#include <tdaot/binding.h>
 #include <tdaot/policy.h>
-#include <tdaot/session.h>
 #include <tdaot/stats.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
-#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -88,23 +93,45 @@ void print_stats(const char* name, std::vector<double> micros) {
             << " us  max " << summary.max << " us\n";
 }
 
-// Zero tensors [batch, *shape] for `specs`: the service's input buffers, allocated once.
-std::vector<at::Tensor> input_buffers(const std::vector<tdaot::TensorSpec>& specs, int64_t batch,
-                                      const std::string& device) {
-  std::vector<at::Tensor> buffers;
-  for (const auto& spec : specs) {
-    std::vector<int64_t> shape{batch};
-    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-    buffers.push_back(at::zeros(shape, at::TensorOptions().dtype(spec.dtype).device(device)));
+// The bound inputs the service writes each tick: every input but a recurrent package's state
+// and is_init, which the bound session carries itself.
+std::vector<at::Tensor> sensor_inputs(const tdaot::Binding& binding,
+                                      const tdaot::Manifest& manifest) {
+  std::vector<at::Tensor> sensors;
+  for (const auto& spec : manifest.inputs) {
+    bool carried = false;
+    if (manifest.recurrent) {
+      carried = spec.key == manifest.recurrent->is_init;
+      for (const auto& pair : manifest.recurrent->state) {
+        carried = carried || pair.input == spec.key;
+      }
+    }
+    if (!carried) sensors.push_back(binding.input(spec.key));
   }
-  return buffers;
+  return sensors;
 }
 
-// Stands in for reading the sensors: floating inputs follow a slow sine.
-void read_sensors(std::vector<at::Tensor>& buffers, int64_t step) {
-  for (at::Tensor& buffer : buffers) {
-    if (at::isFloatingType(buffer.scalar_type())) buffer.fill_(std::sin(0.01 * step));
+// Stands in for reading the sensors: floating inputs follow a slow sine, written in place
+// (float32 on the CPU straight into the bound memory).
+void read_sensors(const std::vector<at::Tensor>& sensors, int64_t step) {
+  const double value = std::sin(0.01 * step);
+  for (const at::Tensor& sensor : sensors) {
+    if (sensor.is_cpu() && sensor.scalar_type() == at::kFloat && sensor.is_contiguous()) {
+      float* data = sensor.mutable_data_ptr<float>();
+      std::fill(data, data + sensor.numel(), static_cast<float>(value));
+    } else if (at::isFloatingType(sensor.scalar_type())) {
+      sensor.fill_(value);
+    }
   }
+}
+
+// Stands in for commanding the actuators: reads the first element of the first output in
+// place (float32 on the CPU); returns it.
+double send_actuators(const at::Tensor& action) {
+  if (action.is_cpu() && action.scalar_type() == at::kFloat && action.numel() > 0) {
+    return action.const_data_ptr<float>()[0];
+  }
+  return 0.0;
 }
 
 }  // namespace
@@ -116,10 +143,15 @@ int main(int argc, char** argv) {
     const tdaot::Policy policy(args.package, args.options);
     std::cout << "loaded " << args.package << " (sha256 " << policy.sha256() << ")\n";
     const tdaot::Manifest& manifest = policy.manifest();
-    std::optional<tdaot::Session> session;
-    if (manifest.recurrent) session.emplace(policy, args.batch);
-    std::vector<at::Tensor> inputs =
-        input_buffers(session ? session->inputs() : manifest.inputs, args.batch, manifest.device);
+    // Bound once: inputs, outputs and (recurrent) state for the control batch.
+    tdaot::Binding binding = policy.bind(args.batch);
+    const std::vector<at::Tensor> sensors = sensor_inputs(binding, manifest);
+    const at::Tensor action = binding.output(manifest.outputs.front().key);
+    std::cout << "bound run on model " << binding.model()
+              << (binding.allocation_free()
+                      ? " (allocation-free)"
+                      : " (not allocation-free: AOTInductor's runner allocates its outputs)")
+              << "\n";
 
     const auto period = std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(1.0 / args.rate_hz));
@@ -128,13 +160,14 @@ int main(int argc, char** argv) {
     compute_us.reserve(args.steps);
     wake_late_us.reserve(args.steps);
     int64_t missed = 0;
+    double command = 0.0;
     auto tick = Clock::now();
     for (int64_t step = 0; step < args.steps; ++step) {
       const auto start = Clock::now();
       wake_late_us.push_back(std::chrono::duration<double, std::micro>(start - tick).count());
-      read_sensors(inputs, step);
-      const std::vector<at::Tensor> outputs =
-          session ? session->step_positional(inputs) : policy.run_positional(inputs);
+      read_sensors(sensors, step);
+      binding.run();
+      command = send_actuators(action);
       const auto end = Clock::now();
       compute_us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
       tick += period;
@@ -151,10 +184,12 @@ int main(int argc, char** argv) {
     std::cout << "robot_service: " << args.package << "\n  " << args.steps << " ticks at "
               << args.rate_hz << " Hz (period "
               << std::chrono::duration<double, std::micro>(period).count() << " us), batch "
-              << args.batch << (session ? ", recurrent session" : "") << "\n";
+              << args.batch << (manifest.recurrent ? ", recurrent session (bound)" : "") << "\n";
     print_stats("compute", compute_us);
     print_stats("wake-up", wake_late_us);
-    std::cout << "  missed deadlines " << missed << " of " << args.steps << "\n";
+    std::cout << "  missed deadlines " << missed << " of " << args.steps << "\n"
+              << "  last command " << manifest.outputs.front().key << "[0] = "
+              << std::setprecision(4) << command << "\n";
     return 0;
   } catch (const tdaot::Error& e) {
     std::cerr << "robot_service: " << e.what() << "\n";

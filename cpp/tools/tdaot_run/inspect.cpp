@@ -1,7 +1,12 @@
-// tdaot-run inspect PKG [--json]: the package's manifest as a table, or as JSON.
+// tdaot-run inspect PKG [--json]: the package's manifest as a table, or as JSON. The table
+// lists the package's models (name, the batches each serves, tuning) when the manifest does;
+// the JSON is the manifest itself, its "models" included.
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common.h"
 
@@ -19,6 +24,28 @@ void print_specs(const char* title, const std::vector<TensorSpec>& specs) {
   for (const auto& spec : specs) {
     std::cout << "  " << std::left << std::setw(width) << spec.key << "  " << std::setw(8)
               << dtype_name(spec.dtype) << "  " << format_batched_shape(spec.shape) << "\n";
+  }
+}
+
+std::string batches_text(const BatchRange& batch) {
+  return batch.min == batch.max ? std::to_string(batch.min)
+                                : std::to_string(batch.min) + ".." + std::to_string(batch.max);
+}
+
+// The models table; nothing for a manifest without "models" (one model, the whole range).
+void print_models(const std::vector<ModelSpec>& models) {
+  if (models.size() == 1 && models[0].tuning.empty()) return;
+  size_t name_width = 0;
+  size_t batch_width = 0;
+  for (const auto& model : models) {
+    name_width = std::max(name_width, model.name.size());
+    batch_width = std::max(batch_width, batches_text(model.batch).size());
+  }
+  std::cout << "models (each call runs on the narrowest model serving its batch)\n";
+  for (const auto& model : models) {
+    std::cout << "  " << std::left << std::setw(static_cast<int>(name_width)) << model.name
+              << "  batch " << std::setw(static_cast<int>(batch_width))
+              << batches_text(model.batch) << "  " << model.tuning << "\n";
   }
 }
 
@@ -56,6 +83,7 @@ ExitCode inspect(const InspectOptions& options) {
     row("recurrent",
         state + (m.recurrent->is_init.empty() ? "" : "; is_init " + m.recurrent->is_init));
   }
+  print_models(m.models);
   print_specs("inputs", m.inputs);
   print_specs("outputs", m.outputs);
   return kSuccess;

@@ -5,7 +5,7 @@
 //   tdaot-run run PKG [--batch B] [--random] [--seed S] [--inputs FILE.json] [--op-lib LIB]...
 //                                                                                  (run.cpp)
 //   tdaot-run bench PKG [--batch B] [--iters N] [--warmup W] [--threads T] [--runners R]
-//                       [--callers C] [--json] [--op-lib LIB]...                 (bench.cpp)
+//                       [--callers C] [--bind] [--json] [--op-lib LIB]...        (bench.cpp)
 //   tdaot-run soak PKG [--calls N] [--batch B] [--samples S] [--warmup-calls W]
 //                      [--max-growth-kib K] [--session] [--seed S] [--json] [--op-lib LIB]...
 //                                                                                 (soak.cpp)

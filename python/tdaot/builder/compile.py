@@ -104,9 +104,12 @@ def build_package(
         manifest, models=model_specs(manifest, [plan for _, plan in models.values()])
     )
     manifest.validated(sealed=False)  # by the runtime's own parser, before a long compile
-    make_unit = make_unit or (
-        lambda program, plan, staging: compile_model(program, manifest, options, plan, staging)
-    )
+
+    def compile_unit(program, plan: ModelPlan, staging: str) -> ModelPlan:
+        compile_model(program, manifest, options, plan, staging)
+        return plan
+
+    make_unit = make_unit or compile_unit
     # AOTInductor names the archive's top folder after the file, so every package is
     # staged under one fixed name: its bytes then depend on neither the output name
     # nor a random temp name (reproducible builds, shareable cache entries).

@@ -53,8 +53,10 @@ class PositionalPolicy(nn.Module):
         out_keys: Sequence[tuple[str, ...]],
         batch_shape: torch.Size,
         nested_batch_shapes: dict[tuple[str, ...], torch.Size],
+        own_outputs: bool = False,
     ) -> None:
         super().__init__()
+        self.own_outputs = own_outputs
         self.module = module
         self.in_keys = list(in_keys)
         self.out_keys = list(out_keys)
@@ -76,7 +78,8 @@ class PositionalPolicy(nn.Module):
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         out = self.module(self.make_tensordict(tensors))
-        return tuple(out.get(keyutil.td_key(k)) for k in self.out_keys)
+        outputs = tuple(out.get(keyutil.td_key(k)) for k in self.out_keys)
+        return tuple(t.clone() for t in outputs) if self.own_outputs else outputs
 
 
 @contextlib.contextmanager
@@ -91,10 +94,17 @@ def export_policy(
     module: TensorDictModuleBase,
     example: TensorDictBase,
     options: BuildOptions | None = None,
+    *,
+    own_outputs: bool = False,
     **option_values,
 ) -> ExportedPolicy:
     """Trace ``module`` on ``example`` with a (by default dynamic) leading batch dim, as
-    ``options`` (or BuildOptions keywords: ``out_keys``, ``batch``, ``interaction_type``) say."""
+    ``options`` (or BuildOptions keywords: ``out_keys``, ``batch``, ``interaction_type``) say.
+
+    ``own_outputs`` copies every output into a buffer of its own (outputs such as a
+    distribution's loc and scale are otherwise views of one buffer): AOTInductor's array-ref
+    interface, the bound run's, hands out views with the size of the whole buffer, which
+    torch's own loader then copies past the end of the view (heap corruption, torch 2.13)."""
     options = (options or BuildOptions()).replace(**option_values)
     if not isinstance(module, TensorDictModuleBase):
         raise BuildError(
@@ -116,7 +126,7 @@ def export_policy(
     interaction_type = options.interaction_type
 
     wrapper = PositionalPolicy(
-        module, in_keys, out_keys, example.batch_size, _nested_batch_shapes(example, in_keys)
+        module, in_keys, out_keys, example.batch_size, _nested_batch_shapes(example, in_keys), own_outputs
     )
     with export_context(interaction_type):
         checks.check_eager_run(wrapper, input_tensors, out_keys, interaction_type)

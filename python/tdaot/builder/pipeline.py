@@ -186,8 +186,10 @@ def _compile(policy, example, exported, manifest, path, options, cache, report) 
     models = {}
     for plan in _plans(exported, options):
         program = exported.program
-        if plan.batch is not None and exported.batch.dynamic:
-            program = export_policy(policy, example, options.replace(batch=plan.batch)).program
+        if plan.bound or (plan.batch is not None and exported.batch.dynamic):
+            # At the model's static batch; a bound model's outputs each in a buffer of its own.
+            specialised = options.replace(batch=plan.batch or "static")
+            program = export_policy(policy, example, specialised, own_outputs=plan.bound).program
         models[plan.name] = (program, plan)
     hits = []
 

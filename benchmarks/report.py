@@ -84,6 +84,8 @@ def markdown(results: dict) -> str:
         "",
         f"Ratios in parentheses are against **{labels[native]}** for the same policy and batch "
         "(latency and time: above 1 is slower than tdaot native; throughput: above 1 is faster).",
+        "allocs/call: malloc-family calls per call in steady state, C++ rows, counted by a counter "
+        "preloaded into the server process (difference between N and 2N calls, over N).",
         "n is the number of timed calls pooled over the rounds; p99.9 of fewer than 1000 calls is "
         "close to the max.",
         "",
@@ -92,8 +94,8 @@ def markdown(results: dict) -> str:
     for policy, info in results["policies"].items():
         lines += [f"## {policy}: {info['description']}", ""]
         lines += [
-            "| batch | runtime | n | p50 | p99 | p99.9 | max | throughput |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|",
+            "| batch | runtime | n | p50 | p99 | p99.9 | max | throughput | allocs/call |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for batch in sorted({t["batch"] for t in results["timing"] if t["policy"] == policy}):
             base = timing.get((native, policy, batch), {})
@@ -107,7 +109,11 @@ def markdown(results: dict) -> str:
                 ]
                 rate = fmt_rate(t["samples_per_s"]) + ratio(t["samples_per_s"], base.get("samples_per_s"))
                 name = f"**{label}**" if runtime == native else label
-                lines.append(f"| {batch} | {name} | {t['n']} | " + " | ".join(cells) + f" | {rate} |")
+                allocs = t.get("allocs_per_call")
+                counted = "–" if allocs is None else f"{allocs:g}"
+                lines.append(
+                    f"| {batch} | {name} | {t['n']} | " + " | ".join(cells) + f" | {rate} | {counted} |"
+                )
         lines += [""]
         lines += [
             "| runtime | load | first call (batch 1) | load + first call | peak RSS "

@@ -83,6 +83,8 @@ ARTIFACT_FILE = {
 # The C++ server's runner for a runtime key, where they differ (the latency build is the
 # same tdaot::Policy on another package).
 SERVER_RUNTIME = {"tdaot-latency": "tdaot"}
+# Calls over which the C++ rows' allocations are counted (N and 2N), per batch size.
+ALLOC_CALLS = {1: 200, 64: 50, 4096: 5}
 COMMAND_TIMEOUT_S = 600
 
 
@@ -168,6 +170,10 @@ class Worker:
             command = [args.python, str(HERE / "worker.py"), runtime, policy, str(self.artifacts)]
         else:
             command = [str(args.server)]
+        env = base_env(work / "inductor-cache" / policy)
+        counter = Path(args.server).parent / "libtdaot-alloc-counter.so"
+        if kind == "cpp" and counter.is_file():
+            env["LD_PRELOAD"] = str(counter)  # allocations per call, counted from outside
         self.log = open(work / "logs" / f"{runtime}-{policy}.log", "w")
         self.proc = subprocess.Popen(
             command,
@@ -176,7 +182,7 @@ class Worker:
             stderr=self.log,
             text=True,
             bufsize=1,
-            env=base_env(work / "inductor-cache" / policy),
+            env=env,
             preexec_fn=pinned(args.cpu),
         )
 
@@ -235,6 +241,9 @@ def start_worker(runtime: str, kind: str, policy: str, args, work: Path, info: d
         for batch in args.batches:
             iters, budget = WARMUP[batch]
             worker.ask({"cmd": "run", "batch": batch, "iters": iters, "min_iters": 1, "max_seconds": budget})
+            if kind == "cpp":
+                counted = worker.ask({"cmd": "allocs", "batch": batch, "calls": ALLOC_CALLS[batch]})
+                record.setdefault("allocs_per_call", {})[str(batch)] = counted["per_call"]
     except RuntimeError as err:
         record["error"] = str(err)
         log(f"  {runtime} / {policy}: {err}")
@@ -381,7 +390,13 @@ def main() -> int:
         "runtimes": {key: LABELS[key] for key, _ in runtimes},
         "native": NATIVE,
         "timing": [
-            {"runtime": r, "policy": p, "batch": b, **report.stats(ns, b)}
+            {
+                "runtime": r,
+                "policy": p,
+                "batch": b,
+                **report.stats(ns, b),
+                "allocs_per_call": startup[p][r].get("allocs_per_call", {}).get(str(b)),
+            }
             for (r, p, b), ns in samples.items()
         ],
         "startup": startup,

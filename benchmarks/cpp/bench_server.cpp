@@ -4,13 +4,17 @@
 // runtimes round by round the same way it does with its Python workers.
 //
 // Protocol: one JSON object per line on stdin, one JSON answer per line on stdout.
-//   {"cmd": "load", "runtime": "torchscript|aoti|aoti-single-threaded|tdaot", "path": P,
+//   {"cmd": "load", "runtime": "torchscript|aoti|aoti-single-threaded|tdaot|tdaot-bound", "path": P,
 //    "inputs": [{"dtype": "float32", "shape": [48]}, ...],
 //    "guard": "" | "inference_mode" | "no_grad"}     (optional: a guard held around each call)
 //   {"cmd": "first", "batch": B}            -> seconds of the first call
 //   {"cmd": "run", "batch": B, "iters": N, "min_iters": M, "max_seconds": S}
 //                                           -> per-call latencies in ns, and their summary in
 //                                              us (tdaot/stats.h: p50, p99, p999, max, mean)
+//   {"cmd": "allocs", "batch": B, "calls": N}
+//                                           -> malloc-family calls per call, from the counter
+//                                              preloaded into the process ((count over 2N calls
+//                                              - count over N calls) / N); null without one
 //   {"cmd": "memory"}                       -> VmRSS and VmHWM (peak RSS) in KiB
 //   {"cmd": "quit"}
 // Every answer carries "ok"; failures carry "error" instead of crashing the driver.
@@ -18,6 +22,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <dlfcn.h>
 #include <torch/script.h>
 #include <unistd.h>
 
@@ -33,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "tdaot/binding.h"
 #include "tdaot/policy.h"
 #include "tdaot/stats.h"
 
@@ -120,11 +126,32 @@ class TdaotRunner : public Runner {
   tdaot::Policy policy_;
 };
 
+// The bound run: one tdaot::Binding per batch size, its inputs written once when bound (a
+// service writes its observations in place), then each call is b.run() alone.
+class BoundRunner : public Runner {
+ public:
+  explicit BoundRunner(const std::string& path) : policy_(path) {}
+  void call(const std::vector<at::Tensor>& inputs) override {
+    const int64_t batch = inputs.front().size(0);
+    auto it = bindings_.find(batch);
+    if (it == bindings_.end()) {
+      it = bindings_.emplace(batch, policy_.bind(batch)).first;
+      for (size_t i = 0; i < inputs.size(); ++i) it->second.inputs()[i].copy_(inputs[i]);
+    }
+    it->second.run();
+  }
+
+ private:
+  tdaot::Policy policy_;
+  std::map<int64_t, tdaot::Binding> bindings_;
+};
+
 std::unique_ptr<Runner> make_runner(const std::string& runtime, const std::string& path) {
   if (runtime == "torchscript") return std::make_unique<TorchScriptRunner>(path);
   if (runtime == "aoti") return std::make_unique<AotiRunner>(path, false);
   if (runtime == "aoti-single-threaded") return std::make_unique<AotiRunner>(path, true);
   if (runtime == "tdaot") return std::make_unique<TdaotRunner>(path);
+  if (runtime == "tdaot-bound") return std::make_unique<BoundRunner>(path);
   throw std::runtime_error("unknown runtime " + runtime);
 }
 
@@ -176,6 +203,7 @@ class Server {
       return {{"ok", true}, {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}};
     }
     if (cmd == "run") return run(request);
+    if (cmd == "allocs") return allocations(request);
     throw std::runtime_error("unknown command " + cmd);
   }
 
@@ -225,6 +253,26 @@ class Server {
               {"p999", summary.p999},
               {"max", summary.max},
               {"mean", summary.mean}}}};
+  }
+
+  // Allocations per call in steady state, counted by the preloaded counter over N and 2N calls
+  // (the difference cancels whatever a first call or the loop itself allocates once).
+  json allocations(const json& request) {
+    using Count = unsigned long long (*)();
+    const auto count = reinterpret_cast<Count>(dlsym(RTLD_DEFAULT, "tdaot_alloc_count"));
+    if (count == nullptr) return {{"ok", true}, {"per_call", nullptr}};
+    const auto& inputs = inputs_for(request.at("batch"));
+    const int64_t calls = request.value("calls", int64_t{200});
+    const auto counted = [&](int64_t n) {
+      const unsigned long long before = count();
+      for (int64_t i = 0; i < n; ++i) runner_->call(inputs);
+      return count() - before;
+    };
+    runner_->call(inputs);  // anything done once happens before the counts
+    const unsigned long long once = counted(calls);
+    const unsigned long long twice = counted(2 * calls);
+    const double per_call = (static_cast<double>(twice) - static_cast<double>(once)) / calls;
+    return {{"ok", true}, {"per_call", per_call}, {"calls", calls}};
   }
 
   std::unique_ptr<Runner> runner_;

@@ -15,8 +15,17 @@ import importlib
 from tdaot import errors
 from tdaot._version import __version__
 from tdaot.errors import *  # noqa: F403 - the error classes are top-level API
-from tdaot.manifest import BatchRange, Manifest, Recurrent, Source, StatePair, TensorSpec, read_manifest
-from tdaot.runtime import NativePolicy, NativeSession, load, verify
+from tdaot.manifest import (
+    BatchRange,
+    Manifest,
+    ModelSpec,
+    Recurrent,
+    Source,
+    StatePair,
+    TensorSpec,
+    read_manifest,
+)
+from tdaot.runtime import NativeBinding, NativePolicy, NativeSession, load, verify
 
 # Names imported on first use: (module, attribute), attribute None for the module itself.
 _LAZY = {
@@ -47,6 +56,8 @@ __all__ = [
     "BatchRange",
     "BuildOptions",  # noqa: F405 - imported on first use (__getattr__)
     "Manifest",
+    "ModelSpec",
+    "NativeBinding",
     "NativePolicy",
     "NativeSession",
     "Recurrent",

@@ -35,6 +35,7 @@ import tdaot  # noqa: E402
 from run import Worker, base_env  # noqa: E402
 from tdaot.builder import BuildOptions  # noqa: E402
 from tdaot.builder.compile import compile_package  # noqa: E402
+from tdaot.builder.rewrites import convolutions_as_gemm  # noqa: E402
 from tdaot.builder.tuning import tune_program  # noqa: E402
 from tdaot.manifest import read_manifest  # noqa: E402
 
@@ -49,29 +50,16 @@ VARIANTS = {
     # build machine (tdaot's latency tuning picks the template without timing).
     "autotuned-gemm": {"options": {"max_autotune": True, "max_autotune_gemm_backends": "CPP,ATEN"}},
     "decomposed-rnn": {"rewrite": "latency"},  # only the latency tuning's graph rewrite
-    # 2-D convolutions as im2col (unfold) + a matrix product, which the latency tuning then
-    # gives to the C++ GEMM template instead of oneDNN. Not part of tdaot.
+    # 2-D convolutions as im2col (unfold) + a matrix product (tdaot.builder.rewrites, what the
+    # bound models of tuning="auto" get), which the latency tuning then gives to the C++ GEMM
+    # template instead of oneDNN.
     "conv-gemm": {"rewrite": "conv-gemm"},
 }
 
 
-def conv2d_as_gemm(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    """aten.conv2d as unfold + addmm (no padding, dilation or groups; others left alone)."""
-    if groups != 1 or x.dim() != 4 or any(padding) or any(d != 1 for d in dilation):
-        return NotImplemented
-    out_channels, channels, kh, kw = weight.shape
-    (sh, sw), (batch, _, height, width) = stride, x.shape
-    oh, ow = (height - kh) // sh + 1, (width - kw) // sw + 1
-    patches = x.unfold(2, kh, sh).unfold(3, kw, sw)  # B, C, oh, ow, kh, kw
-    cols = patches.permute(0, 2, 3, 1, 4, 5).reshape(batch * oh * ow, channels * kh * kw)
-    w = weight.reshape(out_channels, channels * kh * kw).t()
-    out = torch.addmm(bias, cols, w) if bias is not None else torch.mm(cols, w)
-    return out.reshape(batch, oh, ow, out_channels).permute(0, 3, 1, 2)
-
-
 def rewrite(program: torch.export.ExportedProgram, name: str) -> torch.export.ExportedProgram:
     if name == "conv-gemm":
-        return program.run_decompositions({torch.ops.aten.conv2d.default: conv2d_as_gemm})
+        return convolutions_as_gemm(program)
     return tune_program(program, name)
 
 

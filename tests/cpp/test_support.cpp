@@ -2,6 +2,7 @@
 
 #include <ATen/Functions.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/accumulate.h>
 #include <caffe2/serialize/inline_container.h>
 
 #include <cstdlib>
@@ -204,6 +205,38 @@ void rewrite_resealed(const std::string& src, const std::string& dst, const Reco
     return keep;
   });
   rewrite_manifest(edited, dst, [&](nlohmann::json& manifest) { manifest["files"] = digests; });
+}
+
+at::Tensor valid_tensor(const TensorSpec& spec, int64_t batch) {
+  std::vector<int64_t> shape{batch};
+  shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+  if (spec.dtype == at::kBool) {
+    return at::arange(c10::multiply_integers(shape), at::kLong)
+        .remainder(2)
+        .to(at::kBool)
+        .view(shape);
+  }
+  return at::randn(shape, at::TensorOptions().dtype(spec.dtype));
+}
+
+std::vector<at::Tensor> valid_inputs(const std::vector<TensorSpec>& specs, int64_t batch) {
+  std::vector<at::Tensor> inputs;
+  for (const auto& spec : specs) inputs.push_back(valid_tensor(spec, batch));
+  return inputs;
+}
+
+std::vector<at::Tensor> in_order(const Manifest& manifest, const TensorMap& outputs) {
+  std::vector<at::Tensor> ordered;
+  for (const auto& spec : manifest.outputs) ordered.push_back(outputs.at(spec.key));
+  return ordered;
+}
+
+bool all_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want) {
+  if (got.size() != want.size()) return false;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!at::equal(got[i], want[i])) return false;
+  }
+  return true;
 }
 
 ::testing::AssertionResult Contains(const std::string& text, const std::string& part) {

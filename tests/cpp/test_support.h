@@ -12,9 +12,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "tdaot/manifest.h"
+#include "tdaot/types.h"
 
 namespace tdaot::test {
 
@@ -111,7 +113,58 @@ std::vector<at::Tensor> random_inputs(const Manifest& manifest, int64_t batch);
 std::map<std::string, at::Tensor> keyed(const std::vector<TensorSpec>& specs,
                                         const std::vector<at::Tensor>& inputs);
 
+// A valid tensor for `spec` at `batch` (bools alternate, floats are random).
+at::Tensor valid_tensor(const TensorSpec& spec, int64_t batch);
+
+// valid_tensor for every spec, in order.
+std::vector<at::Tensor> valid_inputs(const std::vector<TensorSpec>& specs, int64_t batch);
+
+// The keyed `outputs` in the order of the manifest's outputs.
+std::vector<at::Tensor> in_order(const Manifest& manifest, const TensorMap& outputs);
+
+// Same count, and at::equal pairwise.
+bool all_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want);
+
 // EXPECT_TRUE(Contains(text, part)) prints both strings when it fails.
 ::testing::AssertionResult Contains(const std::string& text, const std::string& part);
 
 }  // namespace tdaot::test
+
+// The bad-input matrix, generated from a manifest (test_bad_inputs_cases.cpp) and run through
+// Policy and Session (test_bad_inputs.cpp).
+namespace tdaot::test::bad_inputs {
+
+// The batch size of the valid inputs every case edits.
+inline constexpr int64_t kBatch = 4;
+
+// One bad call: an edit of valid batch-kBatch inputs, the error it must raise and what its
+// message must hold. `key` is the key the error must name (InputError::key() and "'key'").
+struct BadCase {
+  std::string name;
+  std::function<void(std::vector<at::Tensor>&)> edit;  // positional form; null if keyed only
+  std::function<void(TensorMap&)> edit_keyed;          // keyed form; null: keyed(edit(inputs))
+  const std::type_info* error;
+  std::string key;
+  std::vector<std::string> parts;
+};
+
+template <typename E>
+const std::type_info* type() {
+  return &typeid(E);
+}
+
+// Where the batch-size messages differ: a Policy compares against its range and its first
+// input, a Session against its own batch.
+struct Target {
+  const std::vector<TensorSpec>& specs;
+  BatchRange range;
+  bool session = false;
+};
+
+// Every way to break input `index` of `target`.
+std::vector<BadCase> cases_for(const Target& target, size_t index);
+
+// Runs `call`, which must throw exactly `bad.error` as described; returns whether it did.
+bool expect_refused(const BadCase& bad, const std::function<void()>& call);
+
+}  // namespace tdaot::test::bad_inputs

@@ -280,15 +280,11 @@ void Binding::reset(const at::Tensor& mask) {
   self.require_recurrent();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
   detail::check_reset_mask(mask, self.batch, self.policy->device, "binding");
-  // [batch] -> [batch, 1, ...]: masked_fill_ broadcasts the mask over each row.
-  const auto fill_rows = [&](at::Tensor& tensor, bool value) {
-    std::vector<int64_t> shape(tensor.dim(), 1);
-    shape[0] = self.batch;
-    tensor.masked_fill_(mask.view(shape), value);
-  };
-  for (const auto& carry : self.carries) fill_rows(self.inputs[carry.input], false);
+  for (const auto& carry : self.carries) {
+    detail::fill_masked_rows(self.inputs[carry.input], mask, false);
+  }
   if (self.is_init) {
-    fill_rows(self.inputs[*self.is_init], true);
+    detail::fill_masked_rows(self.inputs[*self.is_init], mask, true);
     self.is_init_set = true;  // possibly no row was masked; clearing again is cheap
   }
 }

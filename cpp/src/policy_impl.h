@@ -86,5 +86,8 @@ void check_batch_in_range(const Manifest& manifest, const std::string& path, int
 void check_reset_mask(const at::Tensor& mask, int64_t batch, c10::Device device,
                       const char* owner);
 
+// Sets every element of the rows of `tensor` ([batch, ...]) where the checked `mask` is true.
+void fill_masked_rows(at::Tensor& tensor, const at::Tensor& mask, bool value);
+
 }  // namespace detail
 }  // namespace tdaot

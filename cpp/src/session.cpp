@@ -152,6 +152,13 @@ void check_reset_mask(const at::Tensor& mask, int64_t batch, c10::Device device,
   }
 }
 
+void fill_masked_rows(at::Tensor& tensor, const at::Tensor& mask, bool value) {
+  // [batch] -> [batch, 1, ...]: masked_fill_ broadcasts the mask over each row.
+  std::vector<int64_t> shape(tensor.dim(), 1);
+  shape[0] = mask.size(0);
+  tensor.masked_fill_(mask.view(shape), value);
+}
+
 }  // namespace detail
 
 Session::Session(const Policy& policy, int64_t batch)
@@ -200,15 +207,11 @@ void Session::reset(const at::Tensor& mask) {
   Impl& self = impl();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
   detail::check_reset_mask(mask, self.batch, self.policy->device, "session");
-  // [batch] -> [batch, 1, ...]: masked_fill_ broadcasts the mask over each row.
-  const auto fill_rows = [&](at::Tensor& tensor, bool value) {
-    std::vector<int64_t> shape(tensor.dim(), 1);
-    shape[0] = self.batch;
-    tensor.masked_fill_(mask.view(shape), value);
-  };
-  for (const auto& carry : self.carries) fill_rows(self.slots[carry.slot], false);
+  for (const auto& carry : self.carries) {
+    detail::fill_masked_rows(self.slots[carry.slot], mask, false);
+  }
   if (self.is_init_slot) {
-    fill_rows(self.slots[*self.is_init_slot], true);
+    detail::fill_masked_rows(self.slots[*self.is_init_slot], mask, true);
     self.is_init_set = true;  // possibly no row was masked; clearing again is cheap
   }
 }

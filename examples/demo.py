@@ -17,15 +17,14 @@ from examples.policies import tutorial_policy  # noqa: E402
 import tdaot  # noqa: E402
 
 
-def python_latency(native: tdaot.NativePolicy, iters: int) -> tuple[float, float]:
-    """p50 and p99 in microseconds of the bindings' positional path at batch 1."""
-    obs = torch.randn(1, 3)
+def python_latency(call, iters: int) -> tuple[float, float]:
+    """p50 and p99 in microseconds of ``call()``."""
     for _ in range(200):
-        native.run_positional(obs)
+        call()
     samples = []
     for _ in range(iters):
         start = time.perf_counter_ns()
-        native.run_positional(obs)
+        call()
         samples.append(time.perf_counter_ns() - start)
     samples.sort()
     return samples[len(samples) // 2] / 1e3, samples[int(len(samples) * 0.99)] / 1e3
@@ -55,23 +54,29 @@ def main() -> int:
 
     print("\n== native latency at batch 1, one intra-op thread")
     print("C++ (tdaot-run bench):")
-    subprocess.run(
-        [
-            args.tdaot_run,
-            "bench",
-            artifact.path,
-            "--batch",
-            "1",
-            "--iters",
-            str(args.iters),
-            "--threads",
-            "1",
-        ],
-        check=True,
-    )
+    bench = [
+        args.tdaot_run,
+        "bench",
+        artifact.path,
+        "--batch",
+        "1",
+        "--iters",
+        str(args.iters),
+        "--threads",
+        "1",
+    ]
+    subprocess.run(bench, check=True)
+    print("C++ bound run (tdaot-run bench --bind):")
+    subprocess.run([*bench, "--bind"], check=True)
     torch.set_num_threads(1)
-    p50, p99 = python_latency(tdaot.load(artifact.path), args.iters)
+    native = tdaot.load(artifact.path)
+    obs = torch.randn(1, 3)
+    p50, p99 = python_latency(lambda: native.run_positional(obs), args.iters)
     print(f"Python bindings (run_positional): p50 {p50:.1f} us, p99 {p99:.1f} us")
+    bound = native.bind(batch=1)
+    bound.inputs["observation"].copy_(obs)
+    p50, p99 = python_latency(bound.run, args.iters)
+    print(f"Python bound run (native.bind(batch=1).run()): p50 {p50:.1f} us, p99 {p99:.1f} us")
     return 0
 
 

@@ -236,6 +236,18 @@ def is_cpp_gemm_template(choice: object) -> bool:
     return isinstance(getattr(choice, "_wrapped", choice), cpp_template_kernel.CppTemplateCaller)
 
 
+# What AOTInductor's generated C++ wrapper calls for an operator it has no C shim for.
+PROXY_EXECUTOR_CALL = "aoti_torch_proxy_executor_call_function"
+
+
+def calls_proxy_executor(records: dict[str, bytes]) -> bool:
+    """Whether a compiled model's generated wrapper (records of its package) reaches operators
+    through AOTInductor's proxy executor (random sampling, custom operators), which only the
+    model container provides."""
+    call = PROXY_EXECUTOR_CALL.encode()
+    return any(name.endswith(".wrapper.cpp") and call in data for name, data in records.items())
+
+
 # --- the .pt2 archive ---------------------------------------------------------------------
 
 

@@ -204,3 +204,17 @@ def test_no_module_is_longer_than_450_lines():
 @pytest.mark.skipif(sys.platform != "linux", reason="the package layout check reads the tree")
 def test_no_subpackage_shadows_build():
     assert not (PACKAGE / "build").exists() and not (PACKAGE / "build.py").exists(), os.listdir(PACKAGE)
+
+
+def test_proxy_executor_call_is_what_inductor_generates():
+    import inspect
+
+    from torch._inductor.codegen import cpp_wrapper_cpu
+
+    assert compat.PROXY_EXECUTOR_CALL in inspect.getsource(cpp_wrapper_cpu), _changed(
+        "PROXY_EXECUTOR_CALL", "the generated wrapper no longer calls aoti_torch_proxy_executor_call_function"
+    )
+    assert compat.calls_proxy_executor(
+        {"m.wrapper.cpp": b"x = " + compat.PROXY_EXECUTOR_CALL.encode() + b"(e)"}
+    )
+    assert not compat.calls_proxy_executor({"m.wrapper.cpp": b"nothing", "m.kernel.cpp": b"nothing"})

@@ -71,6 +71,14 @@ def compile_model(
         raise CompileError(
             f"AOTInductor could not compile {manifest.source.module_class}{where}: {first}"
         ) from err
+    if plan.bound and _torch_compat.calls_proxy_executor(_torch_compat.read_archive(staging)):
+        # The bound run calls a bare model instance, which has no proxy executor: the operators
+        # AOTInductor reaches only through it (random sampling, custom operators) would fail.
+        raise CompileError(
+            f"{manifest.source.module_class} (model {plan.name!r}, batch {plan.batch}) calls operators "
+            "through AOTInductor's proxy executor (random sampling or custom operators), which the "
+            "bound run's plain C entry point cannot reach"
+        )
 
 
 def compile_package(

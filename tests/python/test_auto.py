@@ -219,3 +219,23 @@ def test_each_model_runs_in_torchs_own_loader(auto_project):
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
+
+
+def test_compile_package_makes_a_one_model_package(tmp_path):
+    """compile_package (benchmarks/variants.py builds with it): one model, "model", sealed."""
+    from examples.policies import tutorial_policy
+
+    from tdaot.builder.compile import compile_package
+    from tdaot.builder.export import export_policy
+    from tdaot.builder.pipeline import _manifest
+
+    policy, example = tutorial_policy()
+    options = BuildOptions(tuning="throughput")
+    exported = export_policy(policy, example, options)
+    path = compile_package(
+        exported.program, _manifest(exported, policy, options, None), str(tmp_path / "one.pt2"), options
+    )
+    manifest = tdaot.read_manifest(path)
+    assert _models(manifest) == [("model", 1, 1 << 20, "throughput")] and manifest.files
+    assert sorted(_libraries(path)) == ["model"]
+    tdaot.testing.assert_parity(policy, path, example)

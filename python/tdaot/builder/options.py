@@ -290,16 +290,3 @@ class BuildOptions:
 
 def fields() -> tuple[dataclasses.Field, ...]:
     return dataclasses.fields(BuildOptions)
-
-
-def option_names() -> tuple[str, ...]:
-    return tuple(spec.name for spec in fields())
-
-
-def split_options(kwargs: dict[str, Any]) -> tuple[BuildOptions, dict[str, Any]]:
-    """(BuildOptions of the option keywords in ``kwargs``, the other keywords)."""
-    names = set(option_names())
-    return (
-        BuildOptions(**{k: v for k, v in kwargs.items() if k in names}),
-        {k: v for k, v in kwargs.items() if k not in names},
-    )

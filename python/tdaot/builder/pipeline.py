@@ -71,11 +71,12 @@ def build(
     ``example.batch_size[0]`` is the batch dim. The build options are a
     :class:`~tdaot.BuildOptions`, or its fields as keywords (``batch``, ``out_keys``,
     ``interaction_type``, ``device``, ``cpu_target``, ``kernel_threads``, ``tuning``,
-    ``save_exported``; keywords override ``options``); each is documented there.
-    ``factory`` is recorded in the manifest as the artifact's source (the CLI passes
-    "file.py:function"). With a ``cache``, a package built before from the same program,
+    ``specialize``, ``save_exported``; keywords override ``options``); each is documented
+    there. ``factory`` is recorded in the manifest as the artifact's source (the CLI passes
+    "file.py:function"). With a ``cache``, each model built before from the same program,
     manifest and options is copied instead of compiled. ``on_status`` hears "exporting",
-    then "compiling" or "cached".
+    then "compiling" (the dynamic model) and "compiling <name>" (a specialised one) for each
+    model compiled, or "cached" when every model was a cache hit.
     """
     options = (options or BuildOptions()).replace(**option_values)
     report = on_status or (lambda status: None)
@@ -113,7 +114,6 @@ def build(
         manifest = _manifest(exported, policy, options, factory)
         cache_hit = _compile(policy, example, exported, manifest, path, options, cache, report)
     if options.save_exported:
-        # What went into the compiler: the tuning's rewrite included.
         # What went into the compiler for the package's first model: its rewrites included.
         plan = _plans(exported, options)[0]
         torch.export.save(
@@ -134,8 +134,8 @@ def _with_option_keywords(function):
     signature = inspect.signature(function)
     parameters = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD]
     parameters += [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=spec.default, annotation=spec.type)
-        for name, spec in ((spec.name, spec) for spec in fields())
+        inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+        for f in fields()
     ]
     function.__signature__ = signature.replace(parameters=parameters)
     return function

@@ -32,6 +32,7 @@ _LAZY = {
     "Artifact": ("tdaot.builder", "Artifact"),
     "BuildOptions": ("tdaot.builder", "BuildOptions"),
     "build": ("tdaot.builder", "build"),
+    "export_weights": ("tdaot.builder.weights", "export_weights"),
     "testing": ("tdaot.testing", None),
 }
 
@@ -66,6 +67,7 @@ __all__ = [
     "TensorSpec",
     "__version__",
     "build",  # noqa: F405 - imported on first use (__getattr__)
+    "export_weights",  # noqa: F405 - imported on first use (__getattr__)
     "load",
     "read_manifest",
     "testing",  # noqa: F405 - imported on first use (__getattr__)

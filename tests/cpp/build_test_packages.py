@@ -2,7 +2,9 @@
 batch 1..64 and the default tuning ("auto": a throughput model plus a batch-1 latency model):
 tutorial, nested and recurrent.pt2, custom_op.pt2 calling
 tdaot_test::scale_clamp (its library comes from $TDAOT_TEST_OPS_LIB), tutorial_b14.pt2 with
-latency models for batches 1 and 4, and tutorial_throughput.pt2 with the throughput model alone.
+latency models for batches 1 and 4, and tutorial_throughput.pt2 with the throughput model alone;
+then tutorial_v2.tdw, the weight file of a retrained tutorial policy for tutorial.pt2
+(tdaot.export_weights), for the weight swap tests.
 
 Usage: build_test_packages.py OUTDIR.
 """
@@ -41,6 +43,23 @@ def main(outdir: str) -> int:
         ]
         if subprocess.run(command, cwd=ROOT).returncode != 0:
             return 1
+    return write_weight_file(out)
+
+
+def write_weight_file(out: Path) -> int:
+    """tutorial_v2.tdw: the tutorial policy with every weight changed, for tutorial.pt2."""
+    import torch
+
+    import tdaot
+
+    sys.path.insert(0, str(ROOT))
+    from examples.policies import tutorial_policy
+
+    policy, _ = tutorial_policy()
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.mul_(-1.5).add_(0.25)
+    tdaot.export_weights(policy, out / "tutorial.pt2", out / "tutorial_v2.tdw")
     return 0
 
 

@@ -15,6 +15,7 @@
 #include <torch/csrc/inductor/aoti_runtime/interface.h>
 
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>

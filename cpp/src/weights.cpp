@@ -3,6 +3,7 @@
 
 #include <torch/csrc/inductor/aoti_torch/utils.h>
 
+#include <algorithm>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -15,12 +16,6 @@ namespace tdaot::detail {
 namespace {
 
 constexpr const char* kModelPrefix = "model/";
-
-[[noreturn]] void refuse(const std::string& path, const std::string& tensor,
-                         const std::string& problem) {
-  const std::string where = tensor.empty() ? "" : ": tensor '" + tensor + "'";
-  throw WeightsError(path, tensor, "weight file '" + path + "'" + where + " " + problem);
-}
 
 // The file's constants of model `name`, by internal name.
 std::map<std::string, at::Tensor> constants_of(const WeightFile& file, const std::string& name) {
@@ -38,11 +33,12 @@ void check_entries(const WeightFile& file, const std::vector<std::string>& packa
     if (key.rfind("weights/", 0) == 0) continue;
     const auto slash = key.find('/', std::string(kModelPrefix).size());
     if (key.rfind(kModelPrefix, 0) != 0 || slash == std::string::npos) {
-      refuse(file.path, key, "is neither weights/<name> nor model/<model>/<constant>");
+      refuse_weights(file.path, key, "is neither weights/<name> nor model/<model>/<constant>");
     }
     const std::string model = key.substr(6, slash - 6);
     if (std::find(package_models.begin(), package_models.end(), model) == package_models.end()) {
-      refuse(file.path, key, "is for model '" + model + "', which the package does not hold");
+      refuse_weights(file.path, key,
+                     "is for model '" + model + "', which the package does not hold");
     }
   }
 }
@@ -57,25 +53,25 @@ void check_model(const WeightFile& file, const LiveWeights::Target& target,
   for (const auto& [name, constant] : target.weights->table()) {
     const auto found = constants.find(name);
     if (found == constants.end()) {
-      refuse(file.path, prefix + name,
+      refuse_weights(file.path, prefix + name,
              "is missing: model '" + target.name +
                  "' needs it (weights for another architecture or build of the package?)");
     }
     const at::Tensor& tensor = found->second;
     if (tensor.scalar_type() != constant.dtype) {
-      refuse(file.path, prefix + name,
+      refuse_weights(file.path, prefix + name,
              "has dtype " + dtype_name(tensor.scalar_type()) + ", but model '" + target.name +
                  "' takes " + dtype_name(constant.dtype));
     }
     if (tensor.sizes().vec() != constant.shape) {
-      refuse(file.path, prefix + name,
+      refuse_weights(file.path, prefix + name,
              "has shape " + format_shape(tensor.sizes().vec()) + ", but model '" + target.name +
                  "' takes " + format_shape(constant.shape));
     }
   }
   for (const auto& [name, tensor] : constants) {
     if (target.weights->table().count(name) == 0) {
-      refuse(file.path, prefix + name,
+      refuse_weights(file.path, prefix + name,
              "is not a constant of model '" + target.name +
                  "' (weights for another architecture or build of the package?)");
     }
@@ -153,7 +149,7 @@ void LiveWeights::swap(const WeightFile& file, const std::string& package_sha256
                        const std::vector<Target>& targets, c10::Device device) {
   const std::lock_guard<std::mutex> lock(mutex_);
   if (file.base_sha256 != package_sha256) {
-    refuse(file.path, "", "was made for the package of sha256 " + file.base_sha256 +
+    refuse_weights(file.path, "", "was made for the package of sha256 " + file.base_sha256 +
                               ", not for this one (sha256 " + package_sha256 + ")");
   }
   check_entries(file, package_models);

@@ -43,6 +43,11 @@ std::string canonical_digest(const std::map<std::string, at::Tensor>& tensors);
 // The exact bytes a signature over the weight file covers (everything but its signatures).
 std::string weights_signing_payload(const WeightFile& file);
 
+// Throws WeightsError: "weight file '<path>': tensor '<tensor>' <problem>" (no tensor part
+// when `tensor` is empty).
+[[noreturn]] void refuse_weights(const std::string& path, const std::string& tensor,
+                                 const std::string& problem);
+
 // The safetensors dtype code of `dtype` ("F32"); throws tdaot::Error for others.
 std::string safetensors_dtype(c10::ScalarType dtype);
 

@@ -82,10 +82,10 @@ def test_swapped_weights_match_the_retrained_policy_on_every_model(native, retra
     assert native.weights_sha256 == digest
     assert_close(outputs(native, 1), eager(retrained, 1))  # the batch-1 latency model
     assert_close(outputs(native, 8), eager(retrained, 8))  # the throughput model
-    binding.input("observation").copy_(OBSERVATIONS[1])
+    binding.inputs["observation"].copy_(OBSERVATIONS[1])
     binding.run()
     assert binding.allocation_free
-    torch.testing.assert_close(binding.output("loc"), eager(retrained, 1)["loc"], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(binding.outputs["loc"], eager(retrained, 1)["loc"], rtol=1e-4, atol=1e-5)
 
 
 def test_rollback_restores_the_old_outputs_exactly(native, weight_file):
@@ -124,10 +124,10 @@ def test_calls_during_200_swaps_see_old_or_new_weights_never_a_mix(native, weigh
 
     def bound_caller():
         binding = native.bind(1)
-        binding.input("observation").copy_(OBSERVATIONS[1])
+        binding.inputs["observation"].copy_(OBSERVATIONS[1])
         while not stop.is_set():
             binding.run()
-            check(1, {key: binding.output(key).clone() for key in ("loc", "scale", "sample")})
+            check(1, {key: binding.outputs[key].clone() for key in ("loc", "scale", "sample")})
             calls[0] += 1
 
     threads = [threading.Thread(target=caller, args=(b,)) for b in (1, 8, 1)] + [

@@ -238,7 +238,7 @@ def test_export_weights_names_the_first_structural_difference(tutorial, tmp_path
     backbone[2] = torch.nn.Linear(32, 4)
     with pytest.raises(
         tdaot.WeightsError,
-        match=r"'module\.0\.module\.0\.bias' is float32 \[32\], the package's is float32 \[64\]",
+        match=r"'module\.module\.0\.module\.0\.bias' is float32 \[32\], the package's is float32 \[64\]",
     ):
         tdaot.export_weights(policy, tutorial[2].path, tmp_path / "other.tdw")
 

@@ -21,6 +21,7 @@ from torchrl.modules import (
     ConvNet,
     GRUModule,
     LSTMModule,
+    MultiAgentConvNet,
     MultiAgentMLP,
     OneHotCategorical,
     ProbabilisticActor,
@@ -111,18 +112,21 @@ def qvalue_actors(action_spaces=("one_hot", "categorical")):
     return policy, _observation()
 
 
-def _recurrent_example(rnn, batch: int = EXAMPLE_BATCH, time: tuple[int, ...] = ()) -> TensorDict:
-    """Observation, zero recurrent state from the module's primer, and is_init."""
+def _recurrent_example(*rnns, batch: int = EXAMPLE_BATCH, time: tuple[int, ...] = ()) -> TensorDict:
+    """Observation, random recurrent state from each module's primer, and is_init."""
     example = TensorDict(
         {
             "observation": torch.randn(batch, *time, OBSERVATION),
             # First half of the rows start an episode, so an example exercises the reset.
-            "is_init": (torch.arange(batch) < batch // 2).reshape(batch, *(1 for _ in time), 1),
+            "is_init": (torch.arange(batch) < batch // 2)
+            .reshape(batch, *(1 for _ in time), 1)
+            .expand(batch, *time, 1),
         },
         batch_size=[batch, *time],
     )
-    for key, spec in rnn.make_tensordict_primer().primers.items(True, True):
-        example.set(key, torch.randn(batch, *time, *spec.shape))
+    for rnn in rnns:
+        for key, spec in rnn.make_tensordict_primer().primers.items(True, True):
+            example.set(key, torch.randn(batch, *time, *spec.shape))
     return example
 
 
@@ -132,12 +136,11 @@ def _recurrent_policy(rnn):
 
 
 def lstm_policy():
-    """torchrl LSTMModule, single step (its default sequential mode), then a linear head.
+    """torchrl LSTMModule as it comes (single step, its default mode), then a linear head.
 
     inputs  observation [3], recurrent_state_h/_c [1, 8], is_init [1]
     outputs embed [8], next.recurrent_state_h/_c [1, 8], action [2]
-    The LSTMModule reshapes the batch with its literal size, so the artifact has
-    the example's static batch (tdaot warns with StaticBatchWarning).
+    Dynamic batch, through tdaot's ``rnn_single_step`` rewrite.
     """
     torch.manual_seed(0)
     rnn = LSTMModule(input_size=OBSERVATION, hidden_size=HIDDEN, in_key="observation", out_key="embed")
@@ -145,14 +148,68 @@ def lstm_policy():
 
 
 def gru_policy():
-    """torchrl GRUModule in its default sequential mode.
+    """torchrl GRUModule as it comes (single step), then a linear head; dynamic batch.
 
-    Refused by tdaot build: GRUModule.forward branches on ``is_init.any()`` (a
-    data-dependent Python ``if``). Build ``gru_scan_policy`` instead.
+    inputs  observation [3], recurrent_state [1, 8], is_init [1]
+    outputs embed [8], next.recurrent_state [1, 8], action [2]
     """
     torch.manual_seed(0)
     rnn = GRUModule(input_size=OBSERVATION, hidden_size=HIDDEN, in_key="observation", out_key="embed")
     return _recurrent_policy(rnn), _recurrent_example(rnn)
+
+
+RNNS = {
+    "gru": (GRUModule, False),
+    "gru_python": (GRUModule, True),
+    "lstm": (LSTMModule, False),
+    "lstm_python": (LSTMModule, True),
+}
+
+
+def _keyed_rnn(name: str):
+    """One of RNNS with its keys under ``name`` (is_init stays at the root: torchrl reads it there)."""
+    cls, python_based = RNNS[name]
+    states = ["recurrent_state"] if cls is GRUModule else ["recurrent_state_h", "recurrent_state_c"]
+    return cls(
+        input_size=OBSERVATION,
+        hidden_size=HIDDEN,
+        python_based=python_based,
+        in_keys=["observation", *((name, k) for k in states), "is_init"],
+        out_keys=[(name, "embed"), *(("next", name, k) for k in states)],
+    )
+
+
+def recurrent_policies(names=tuple(RNNS)):
+    """GRUModule and LSTMModule single steps as they come (python_based False and True), side
+    by side: each reads the observation and is_init and keeps its state under its name.
+
+    outputs <name>.embed [8], <name>.action [2], next.<name>.recurrent_state* [1, 8]
+    """
+    torch.manual_seed(0)
+    rnns = [_keyed_rnn(name) for name in names]
+    heads = [
+        TensorDictModule(nn.Linear(HIDDEN, ACTIONS), in_keys=[(n, "embed")], out_keys=[(n, "action")])
+        for n in names
+    ]
+    policy = TensorDictSequential(*(m for pair in zip(rnns, heads) for m in pair))
+    return policy, _recurrent_example(*rnns)
+
+
+def gru_sequence_policy():
+    """GRUModule in recurrent mode with its default "pad" backend: refused by tdaot build.
+
+    Splitting a time window at each is_init is a branch on is_init's values; a time dim of
+    1 with the "scan" backend (``gru_scan_policy``) or single-step mode builds instead.
+    """
+    torch.manual_seed(0)
+    rnn = GRUModule(
+        input_size=OBSERVATION,
+        hidden_size=HIDDEN,
+        in_key="observation",
+        out_key="embed",
+        default_recurrent_mode=True,
+    )
+    return _recurrent_policy(rnn), _recurrent_example(rnn, time=(3,))
 
 
 class ResetOnInit(nn.Module):
@@ -241,108 +298,104 @@ def pixels_and_vector_policy():
 
 
 AGENTS = 3
+# (centralized, share_params) for each multi-agent head, named as its keys are.
+AGENT_SETUPS = {
+    "decentralised": (False, False),
+    "decentralised_shared": (False, True),
+    "centralised": (True, False),
+    "centralised_shared": (True, True),
+}
+AGENT_PIXELS = (3, 8, 8)  # channels, height, width per agent
 
 
-def _agent_mlp(outputs: int, *, centralized: bool, share_params: bool, use_td_params=False):
-    # use_td_params=False: torch.export cannot swap parameters held in a TensorDictParams.
-    return MultiAgentMLP(
-        OBSERVATION,
-        outputs,
-        AGENTS,
-        centralized=centralized,
-        share_params=share_params,
-        depth=1,
-        num_cells=16,
-        use_td_params=use_td_params,
-    )
+def multi_agent_policy(setups=tuple(AGENT_SETUPS)):
+    """torchrl MultiAgentMLP and MultiAgentConvNet as they come (TensorDictParams, their
+    default), one of each per AGENT_SETUPS entry, on keys three levels deep with the agent
+    dim after the batch dim. Dynamic batch, through tdaot's
+    ``tensordict_params_as_parameters`` rewrite.
 
-
-def multi_agent_policy():
-    """torchrl MultiAgentMLP on keys three levels deep, agent dim after the batch dim.
-
-    inputs  group.agents.observation [3 agents, 3]
-    outputs group.agents.action [3, 2] (decentralised, separate parameters per agent),
-            group.agents.value [3, 1] (a centralised critic with shared parameters)
+    inputs  group.agents.observation [3 agents, 3], group.agents.pixels [3, 3, 8, 8]
+    outputs group.agents.<setup>.action [3, 2] (MLP), group.agents.<setup>.embed [3, 16] (ConvNet)
     """
     torch.manual_seed(0)
-    obs = ("group", "agents", "observation")
-    policy = TensorDictSequential(
-        TensorDictModule(
-            _agent_mlp(ACTIONS, centralized=False, share_params=False),
-            in_keys=[obs],
-            out_keys=[("group", "agents", "action")],
-        ),
-        TensorDictModule(
-            _agent_mlp(1, centralized=True, share_params=True),
-            in_keys=[obs],
-            out_keys=[("group", "agents", "value")],
-        ),
+    agents = ("group", "agents")
+    modules = []
+    for name in setups:
+        centralized, share_params = AGENT_SETUPS[name]
+        mlp = MultiAgentMLP(
+            OBSERVATION,
+            ACTIONS,
+            AGENTS,
+            centralized=centralized,
+            share_params=share_params,
+            depth=1,
+            num_cells=16,
+        )
+        conv = MultiAgentConvNet(
+            AGENTS,
+            centralized=centralized,
+            share_params=share_params,
+            in_features=AGENT_PIXELS[0],
+            num_cells=[4, 4],
+            kernel_sizes=3,
+        )
+        modules += [
+            TensorDictModule(mlp, in_keys=[(*agents, "observation")], out_keys=[(*agents, name, "action")]),
+            TensorDictModule(conv, in_keys=[(*agents, "pixels")], out_keys=[(*agents, name, "embed")]),
+        ]
+    per_agent = TensorDict(
+        {
+            "observation": torch.randn(EXAMPLE_BATCH, AGENTS, OBSERVATION),
+            "pixels": torch.randn(EXAMPLE_BATCH, AGENTS, *AGENT_PIXELS),
+        },
+        batch_size=[EXAMPLE_BATCH, AGENTS],
     )
-    agents = TensorDict(
-        {"observation": torch.randn(EXAMPLE_BATCH, AGENTS, OBSERVATION)}, batch_size=[EXAMPLE_BATCH, AGENTS]
+    return TensorDictSequential(*modules), TensorDict(
+        {"group": {"agents": per_agent}}, batch_size=[EXAMPLE_BATCH]
     )
-    example = TensorDict({"group": {"agents": agents}}, batch_size=[EXAMPLE_BATCH])
-    return policy, example
 
 
-def multi_agent_td_params_policy():
-    """MultiAgentMLP with its default use_td_params=True: tdaot build refuses it with a hint."""
-    torch.manual_seed(0)
-    policy = TensorDictModule(
-        _agent_mlp(ACTIONS, centralized=False, share_params=False, use_td_params=True),
-        in_keys=["observation"],
-        out_keys=["action"],
-    )
-    example = TensorDict({"observation": torch.randn(EXAMPLE_BATCH, AGENTS, OBSERVATION)}, [EXAMPLE_BATCH])
-    return policy, example
-
-
-def freeze_flag(module: nn.Module, name: str) -> None:
-    """Turns a 0-dim bool buffer that only configures ``module`` into a Python bool.
-
-    torch.export treats buffers as symbolic, so a Python ``if`` on one is a
-    data-dependent branch (ObservationNorm's ``if self.standard_normal:``).
-    """
-    value = bool(module.get_buffer(name))
-    delattr(module, name)
-    setattr(module, name, value)
-
-
-def observation_norm_policy():
-    """torchrl ObservationNorm as it comes: tdaot build refuses it (see freeze_flag)."""
-    return _normalized(freeze=False)
+# Raw sensor values far from unit range: offset and scale per feature.
+RAW_SCALE, RAW_OFFSET = torch.tensor([100.0, 0.01, 5.0]), torch.tensor([1e3, -2.0, 0.5])
 
 
 def normalized_policy():
-    """torchrl ObservationNorm baked in front of an actor: raw sensor values in, action out.
+    """torchrl ObservationNorm as it comes, three ways, in front of an actor: raw sensor values
+    in, action out. The statistics are fitted on recorded raw observations (as
+    ObservationNorm.init_stats does on env rollouts) and baked into the artifact through
+    tdaot's ``observation_norm_flag`` rewrite.
 
-    The normaliser's statistics are fitted on recorded raw observations (as
-    ObservationNorm.init_stats does on env rollouts), then frozen into the artifact.
-    inputs  observation [3] (raw, offset and scaled far from unit range)
-    outputs observation_norm [3], action [2]
+    - observation -> observation_norm, standard_normal=True ((x - loc) / scale)
+    - velocity -> velocity_norm, standard_normal=False (x * scale + loc)
+    - position -> position, in place (the same key in and out)
+    outputs observation_norm, velocity_norm, position [3] each, action [2]
     """
-    return _normalized(freeze=True)
-
-
-def _normalized(freeze: bool):
     torch.manual_seed(0)
-    raw = torch.randn(256, OBSERVATION) * torch.tensor([100.0, 0.01, 5.0]) + torch.tensor([1e3, -2.0, 0.5])
-    norm = ObservationNorm(
-        loc=raw.mean(0),
-        scale=raw.std(0),
-        in_keys=["observation"],
-        out_keys=["observation_norm"],
-        standard_normal=True,
-    )
-    if freeze:
-        freeze_flag(norm, "standard_normal")
+    raw = {
+        key: torch.randn(256, OBSERVATION) * RAW_SCALE + RAW_OFFSET
+        for key in ("observation", "velocity", "position")
+    }
+
+    def norm(key, out_key, standard_normal):
+        mean, std = raw[key].mean(0), raw[key].std(0)
+        loc, scale = (mean, std) if standard_normal else (-mean / std, 1 / std)
+        return ObservationNorm(
+            loc=loc, scale=scale, in_keys=[key], out_keys=[out_key], standard_normal=standard_normal
+        )
+
     actor = TensorDictModule(
-        MLP(OBSERVATION, ACTIONS, num_cells=[16], activation_class=nn.Tanh),
-        in_keys=["observation_norm"],
+        MLP(3 * OBSERVATION, ACTIONS, num_cells=[16], activation_class=nn.Tanh),
+        in_keys=["observation_norm", "velocity_norm", "position"],
         out_keys=["action"],
     )
-    example = TensorDict({"observation": raw[:EXAMPLE_BATCH].clone()}, batch_size=[EXAMPLE_BATCH])
-    return TensorDictSequential(norm, actor), example
+    policy = TensorDictSequential(
+        norm("observation", "observation_norm", True),
+        norm("velocity", "velocity_norm", False),
+        norm("position", "position", True),
+        actor,
+    )
+    example = TensorDict({k: v[:EXAMPLE_BATCH].clone() for k, v in raw.items()}, batch_size=[EXAMPLE_BATCH])
+    return policy, example
 
 
 class _MixedDtypes(nn.Module):

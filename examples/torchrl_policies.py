@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDict
-from tensordict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
+from tensordict.nn import InteractionType, NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
 from torch.distributions import Categorical, Normal
+from torchrl.data import Bounded
 from torchrl.envs.transforms import ObservationNorm
 from torchrl.modules import (
     MLP,
+    ActorCriticWrapper,
     ConvNet,
     GRUModule,
     LSTMModule,
@@ -26,7 +28,9 @@ from torchrl.modules import (
     OneHotCategorical,
     ProbabilisticActor,
     QValueActor,
+    TanhDelta,
     TanhNormal,
+    ValueOperator,
 )
 
 EXAMPLE_BATCH = 4
@@ -396,6 +400,109 @@ def normalized_policy():
     )
     example = TensorDict({k: v[:EXAMPLE_BATCH].clone() for k, v in raw.items()}, batch_size=[EXAMPLE_BATCH])
     return policy, example
+
+
+# --- actor-critic families (DDPG/TD3, SAC, critics, ActorCriticWrapper) ---------------
+def _bounds() -> Bounded:
+    return Bounded(low=-2.0, high=2.0, shape=(ACTIONS,))
+
+
+def ddpg_actor(head: str | None = None) -> ProbabilisticActor:
+    """DDPG/TD3 actor as torchrl's examples build it: MLP -> param, TanhDelta in the bounds."""
+    spec = _bounds()
+    net = TensorDictModule(
+        MLP(OBSERVATION, ACTIONS, num_cells=[16]), in_keys=["observation"], out_keys=[_key(head, "param")]
+    )
+    return ProbabilisticActor(
+        net,
+        in_keys={"param": _key(head, "param")},
+        out_keys=[_key(head, "action")],
+        spec=spec if head is None else None,
+        distribution_class=TanhDelta,
+        distribution_kwargs={"low": spec.space.low, "high": spec.space.high},
+    )
+
+
+def sac_actor(head: str | None = None) -> ProbabilisticActor:
+    """SAC actor as torchrl's SAC example builds it: TanhNormal in the bounds, sampling by
+    default, returning the log-prob of its action."""
+    spec = _bounds()
+    net = TensorDictModule(
+        nn.Sequential(MLP(OBSERVATION, 2 * ACTIONS, num_cells=[16]), NormalParamExtractor()),
+        in_keys=["observation"],
+        out_keys=[_key(head, "loc"), _key(head, "scale")],
+    )
+    return ProbabilisticActor(
+        net,
+        in_keys={"loc": _key(head, "loc"), "scale": _key(head, "scale")},
+        out_keys=[_key(head, "action")],
+        spec=spec if head is None else None,
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": spec.space.low, "high": spec.space.high, "tanh_loc": False},
+        default_interaction_type=InteractionType.RANDOM,
+        return_log_prob=True,
+        log_prob_key=_key(head, "action_log_prob"),
+    )
+
+
+def actor_critic_policy_operator(head: str | None = None) -> TensorDictModule:
+    """ActorCriticWrapper(policy, value).get_policy_operator(): the policy half, as PPO
+    deploys it (TanhNormal, returning the log-prob of its action)."""
+    actor = ProbabilisticActor(
+        TensorDictModule(
+            nn.Sequential(MLP(OBSERVATION, 2 * ACTIONS, num_cells=[16]), NormalParamExtractor()),
+            in_keys=["observation"],
+            out_keys=[_key(head, "loc"), _key(head, "scale")],
+        ),
+        in_keys={"loc": _key(head, "loc"), "scale": _key(head, "scale")},
+        out_keys=[_key(head, "action")],
+        distribution_class=TanhNormal,
+        return_log_prob=True,
+        log_prob_key=_key(head, "action_log_prob"),
+    )
+    value = ValueOperator(
+        MLP(OBSERVATION, 1, num_cells=[16]), in_keys=["observation"], out_keys=[_key(head, "state_value")]
+    )
+    return ActorCriticWrapper(actor, value).get_policy_operator()
+
+
+# The outputs actor_critic_families keeps; the other keys its modules write are dropped.
+FAMILY_OUTPUTS = [
+    ("ddpg", "action"),
+    ("sac", "action"),
+    ("sac", "action_log_prob"),
+    "state_value",
+    ("ddpg", "state_action_value"),
+    ("ppo", "action"),
+    ("ppo", "action_log_prob"),
+]
+
+
+def actor_critic_families():
+    """A TensorDictSequential of a DDPG/TD3 actor (TanhDelta), a SAC actor with its log-prob,
+    ValueOperator critics (state value, and a Q-value of the DDPG action) and an
+    ActorCriticWrapper's policy operator, each under its own key; ``selected_out_keys``
+    drops the intermediate keys (param, loc, scale).
+
+    outputs FAMILY_OUTPUTS: ddpg.action [2], sac.action [2], sac.action_log_prob [],
+            state_value [1], ddpg.state_action_value [1], ppo.action [2], ppo.action_log_prob []
+    """
+    torch.manual_seed(0)
+    critic = ValueOperator(MLP(OBSERVATION, 1, num_cells=[16]), in_keys=["observation"])
+    q_critic = ValueOperator(
+        MLP(OBSERVATION + ACTIONS, 1, num_cells=[16]),
+        in_keys=["observation", ("ddpg", "action")],
+        out_keys=[("ddpg", "state_action_value")],
+    )
+    policy = TensorDictSequential(
+        ddpg_actor("ddpg"),
+        sac_actor("sac"),
+        critic,
+        q_critic,
+        actor_critic_policy_operator("ppo"),
+        selected_out_keys=FAMILY_OUTPUTS,
+    )
+    return policy, _observation()
 
 
 class _MixedDtypes(nn.Module):

@@ -56,12 +56,19 @@ def test_a_rollout_tensordict_carrying_state_and_is_init_matches_eager(recurrent
             if step in (3, 6):
                 is_init[step // 3 * 2 - 2] = True
             td = TensorDict(
-                {"observation": torch.randn(3, 3), "hidden": hidden, "is_init": is_init, "reward": torch.ones(3, 1)},
+                {
+                    "observation": torch.randn(3, 3),
+                    "hidden": hidden,
+                    "is_init": is_init,
+                    "reward": torch.ones(3, 1),
+                },
                 batch_size=[3],
             )
             out = session.step(td)
             expected = policy(td.clone())
-            torch.testing.assert_close(out["action"], expected["action"], msg=lambda m, s=step: f"step {s}: {m}")
+            torch.testing.assert_close(
+                out["action"], expected["action"], msg=lambda m, s=step: f"step {s}: {m}"
+            )
             torch.testing.assert_close(out["next", "hidden"], expected["next", "hidden"])
             hidden, is_init = out["next", "hidden"], torch.zeros_like(is_init)
 

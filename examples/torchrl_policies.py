@@ -10,6 +10,8 @@ keys under the head's name, so one package carries several families side by side
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, NormalParamExtractor, TensorDictModule, TensorDictSequential
@@ -357,6 +359,31 @@ def multi_agent_policy(setups=tuple(AGENT_SETUPS)):
     return TensorDictSequential(*modules), TensorDict(
         {"group": {"agents": per_agent}}, batch_size=[EXAMPLE_BATCH]
     )
+
+
+class StackedEnsemble(nn.Module):
+    """Two small networks whose parameters are stacked in one TensorDictParams, run under vmap
+    (a hand-written cousin of the multi-agent networks, which tdaot does not rewrite)."""
+
+    def __init__(self, members: int = 2) -> None:
+        super().__init__()
+        nets = [nn.Sequential(nn.Linear(OBSERVATION, ACTIONS)) for _ in range(members)]
+        self.params = TensorDict.from_modules(*nets, as_module=True)
+        self.net = copy.deepcopy(nets[0]).to("meta")
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        def member(params, observation):
+            with params.to_module(self.net):
+                return self.net(observation)
+
+        return torch.vmap(member, (0, None))(self.params, observation).mean(0)
+
+
+def stacked_ensemble_policy():
+    """StackedEnsemble: refused by tdaot build with the TensorDictParams hint."""
+    torch.manual_seed(0)
+    policy = TensorDictModule(StackedEnsemble(), in_keys=["observation"], out_keys=["action"])
+    return policy, _observation()
 
 
 # Raw sensor values far from unit range: offset and scale per feature.

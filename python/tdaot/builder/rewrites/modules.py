@@ -49,12 +49,13 @@ def is_exactly(module: nn.Module, module_path: str, *names: str) -> bool:
     return any(type(module) is library_class(module_path, name) for name in names)
 
 
-def check_signature(rewrite: str, function: Callable, expected: Sequence[str]) -> None:
-    """Raises BuildError when a library function the rewrite calls changed its parameters."""
-    found = tuple(inspect.signature(function).parameters)
+def check_signature(rewrite: str, owner: type, name: str, expected: Sequence[str]) -> None:
+    """Raises BuildError when ``owner.name``, a library function the rewrite calls or
+    replaces, changed its parameters."""
+    found = tuple(inspect.signature(getattr(owner, name)).parameters)
     if found != tuple(expected):
         raise internals_changed(
-            rewrite, f"{function.__qualname__} takes ({', '.join(found)}), not ({', '.join(expected)})"
+            rewrite, f"{owner.__name__}.{name} takes ({', '.join(found)}), not ({', '.join(expected)})"
         )
 
 

@@ -53,7 +53,7 @@ def tanh_delta_for_export() -> type:
     continuous, utils = modules[_CONTINUOUS], modules[_UTILS]
     base = continuous.TanhDelta
     check_signature(
-        _NAME, base.__init__, ("self", "param", "low", "high", "event_dims", "atol", "rtol", "safe")
+        _NAME, base, "__init__", ("self", "param", "low", "high", "event_dims", "atol", "rtol", "safe")
     )
 
     class TanhDeltaForExport(base):

@@ -53,7 +53,7 @@ def _is_rnn(module: nn.Module) -> bool:
 
 def _patch_rnn(module: nn.Module) -> None:
     method, parameters = _STEP_PARAMETERS[type(module).__name__]
-    check_signature("rnn_single_step", getattr(type(module), method), parameters + _STEP_TAIL)
+    check_signature("rnn_single_step", type(module), method, parameters + _STEP_TAIL)
     if not hasattr(module, "recurrent_mode"):
         raise internals_changed("rnn_single_step", f"{type(module).__name__} has no recurrent_mode")
     module.forward = types.MethodType(_single_step, module)
@@ -120,7 +120,8 @@ def _loop_over_agents(module: nn.Module) -> None:
     base = library_class(_MULTIAGENT, "MultiAgentNetBase")
     check_signature(
         "agent_loop_for_convolutions",
-        base.vmap_func_module,
+        base,
+        "vmap_func_module",
         ("module", "in_dims", "out_dims", "randomness", "chunk_size"),
     )
     # forward calls self.vmap_func_module(net, in_dims=(0, input_dim), out_dims=(agent_dim,), ...)

@@ -136,6 +136,11 @@ def _recurrent_example(*rnns, batch: int = EXAMPLE_BATCH, time: tuple[int, ...] 
     return example
 
 
+def _rnn(cls, **options):
+    """A torchrl GRUModule/LSTMModule reading observation [3], writing embed [8]."""
+    return cls(input_size=OBSERVATION, hidden_size=HIDDEN, in_key="observation", out_key="embed", **options)
+
+
 def _recurrent_policy(rnn):
     head = TensorDictModule(nn.Linear(HIDDEN, ACTIONS), in_keys=["embed"], out_keys=["action"])
     return TensorDictSequential(rnn, head)
@@ -149,7 +154,7 @@ def lstm_policy():
     Dynamic batch, through tdaot's ``rnn_single_step`` rewrite.
     """
     torch.manual_seed(0)
-    rnn = LSTMModule(input_size=OBSERVATION, hidden_size=HIDDEN, in_key="observation", out_key="embed")
+    rnn = _rnn(LSTMModule)
     return _recurrent_policy(rnn), _recurrent_example(rnn)
 
 
@@ -160,7 +165,7 @@ def gru_policy():
     outputs embed [8], next.recurrent_state [1, 8], action [2]
     """
     torch.manual_seed(0)
-    rnn = GRUModule(input_size=OBSERVATION, hidden_size=HIDDEN, in_key="observation", out_key="embed")
+    rnn = _rnn(GRUModule)
     return _recurrent_policy(rnn), _recurrent_example(rnn)
 
 
@@ -208,13 +213,7 @@ def gru_sequence_policy():
     1 with the "scan" backend (``gru_scan_policy``) or single-step mode builds instead.
     """
     torch.manual_seed(0)
-    rnn = GRUModule(
-        input_size=OBSERVATION,
-        hidden_size=HIDDEN,
-        in_key="observation",
-        out_key="embed",
-        default_recurrent_mode=True,
-    )
+    rnn = _rnn(GRUModule, default_recurrent_mode=True)
     return _recurrent_policy(rnn), _recurrent_example(rnn, time=(3,))
 
 
@@ -228,7 +227,8 @@ class ResetOnInit(nn.Module):
 
 
 def recurrent_scan_policy(cls=GRUModule):
-    """A GRUModule/LSTMModule single step that exports with a dynamic batch.
+    """A GRUModule/LSTMModule single step through recurrent mode (static batch: AOTInductor
+    compiles the scan only with a concrete batch; ``gru_policy`` as it comes is dynamic).
 
     The module runs in recurrent mode with the "scan" backend on a time dim of 1
     (no data-dependent branch, no batch reshape); a ResetOnInit module in front
@@ -237,15 +237,7 @@ def recurrent_scan_policy(cls=GRUModule):
     outputs embed [1, 8], next.recurrent_state* [1, 1, 8], action [1, 2]
     """
     torch.manual_seed(0)
-    rnn = cls(
-        input_size=OBSERVATION,
-        hidden_size=HIDDEN,
-        in_key="observation",
-        out_key="embed",
-        python_based=True,
-        recurrent_backend="scan",
-        default_recurrent_mode=True,
-    )
+    rnn = _rnn(cls, python_based=True, recurrent_backend="scan", default_recurrent_mode=True)
     state_keys = rnn.in_keys[1:-1]
     reset = TensorDictModule(ResetOnInit(), in_keys=["is_init", *state_keys], out_keys=state_keys)
     policy = TensorDictSequential(reset, *_recurrent_policy(rnn))

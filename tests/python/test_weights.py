@@ -5,6 +5,7 @@ the live weights serving."""
 from __future__ import annotations
 
 import copy
+import json
 import threading
 
 import pytest
@@ -13,9 +14,15 @@ import torch
 from tensordict import TensorDict
 
 import tdaot
-from tdaot import _C
+from tdaot import _C, _torch_compat
 from tdaot.builder.export import export_policy
-from tdaot.builder.weights_format import canonical_digest, program_weights, signing_payload, write_weight_file
+from tdaot.builder.weights_format import (
+    RECORD_KEY,
+    canonical_digest,
+    program_weights,
+    signing_payload,
+    write_weight_file,
+)
 
 OBSERVATIONS = {
     1: torch.randn(1, 3, generator=torch.Generator().manual_seed(1)),
@@ -243,11 +250,18 @@ def test_export_weights_names_the_first_structural_difference(tutorial, tmp_path
         tdaot.export_weights(policy, tutorial[2].path, tmp_path / "other.tdw")
 
 
-def test_export_weights_refuses_a_package_without_weight_records(tmp_path, tutorial):
-    with pytest.raises(tdaot.WeightsError, match="records nothing about its weights"):
-        from tdaot.builder.weights import _record
-
-        _record({}, "model", "old.pt2")
+def test_export_weights_refuses_a_package_built_without_weight_records(tutorial, tmp_path):
+    """A package of an earlier tdaot: its models' metadata lack the weight record."""
+    records = _torch_compat.read_archive(tutorial[2].path)
+    for name, data in records.items():
+        if name.endswith("_metadata.json"):
+            metadata = json.loads(data)
+            metadata.pop(RECORD_KEY, None)
+            records[name] = json.dumps(metadata).encode()
+    old = tmp_path / "old.pt2"
+    _torch_compat.write_archive(str(old), records)
+    with pytest.raises(tdaot.WeightsError, match=f"package '{old}' .* records nothing about its weights"):
+        tdaot.export_weights(tutorial[0], old, tmp_path / "old.tdw")
 
 
 def test_the_signed_bytes_are_the_same_in_python_and_cpp_and_exclude_signatures(

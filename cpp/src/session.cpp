@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "busy_guard.h"
+#include "envelope.h"
 #include "policy_impl.h"
 
 namespace tdaot {
@@ -18,6 +19,12 @@ std::string in_quotes(const std::string& key) { return "'" + key + "'"; }
 constexpr const char* kConcurrentUse =
     "tdaot::Session used from two threads at once: a session is single-threaded; give each "
     "thread its own session (they may share one Policy)";
+
+// `batch`, once the package's batch range is known to hold it (buffers are sized by it).
+int64_t checked_batch(const Manifest& manifest, const std::string& path, int64_t batch) {
+  detail::check_batch_in_range(manifest, path, batch, "a session");
+  return batch;
+}
 
 }  // namespace
 
@@ -44,19 +51,18 @@ struct Session::Impl {
   std::vector<Carry> carries;
   std::optional<size_t> is_init_slot;
   bool is_init_set = true;  // whether any row of is_init is true (all are at creation)
+  detail::Envelope envelope;
   std::atomic<bool> busy{false};
 };
 
 Session::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows)
-    : policy(std::move(policy_impl)), manifest(policy->manifest), batch(rows) {
-  if (!manifest.recurrent) {
-    throw Error("package '" + policy->path +
-                "' is not recurrent (its manifest has no 'recurrent' section); run it with "
-                "Policy::run instead of a Session");
-  }
-  detail::check_batch_in_range(manifest, policy->path, batch, "a session");
-  const Recurrent& recurrent = *manifest.recurrent;
+    : policy(std::move(policy_impl)),
+      manifest(policy->manifest),
+      batch(checked_batch(manifest, policy->path, rows)),
+      envelope(manifest, batch) {
   slots.resize(manifest.inputs.size());
+  // A package without recurrent state is stepped for the safety envelope alone.
+  const Recurrent recurrent = manifest.recurrent.value_or(Recurrent{});
   const auto options = at::TensorOptions().device(policy->device);
   for (const StatePair& pair : recurrent.state) {
     // Manifest::from_json guarantees both keys exist with matching dtype and shape.
@@ -79,6 +85,7 @@ Session::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
 }
 
 std::optional<std::string> Session::Impl::refusal(const std::string& key) const {
+  if (!manifest.recurrent) return std::nullopt;
   for (const StatePair& pair : manifest.recurrent->state) {
     if (pair.input == key) {
       return "input " + in_quotes(key) +
@@ -123,6 +130,8 @@ std::vector<at::Tensor> Session::Impl::run(const std::vector<at::Tensor>& given)
   }
   policy->validator.check_positional(slots);
   std::vector<at::Tensor> outputs = policy->execute(slots);
+  // A step with a non-finite element returns the previous outputs and leaves the state as is.
+  if (!envelope.guard(slots, outputs)) return outputs;
   for (const Carry& carry : carries) slots[carry.slot].copy_(outputs[carry.output]);
   if (is_init_slot && is_init_set) {
     slots[*is_init_slot].fill_(false);
@@ -196,6 +205,7 @@ std::vector<at::Tensor> Session::step_positional(const std::vector<at::Tensor>& 
 void Session::reset() {
   Impl& self = impl();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
+  self.envelope.reset();
   for (const auto& carry : self.carries) self.slots[carry.slot].zero_();
   if (self.is_init_slot) {
     self.slots[*self.is_init_slot].fill_(true);
@@ -207,6 +217,7 @@ void Session::reset(const at::Tensor& mask) {
   Impl& self = impl();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
   detail::check_reset_mask(mask, self.batch, self.policy->device, "session");
+  self.envelope.reset(mask);
   for (const auto& carry : self.carries) {
     detail::fill_masked_rows(self.slots[carry.slot], mask, false);
   }
@@ -215,6 +226,8 @@ void Session::reset(const at::Tensor& mask) {
     self.is_init_set = true;  // possibly no row was masked; clearing again is cheap
   }
 }
+
+const Interventions& Session::interventions() const { return impl().envelope.interventions(); }
 
 TensorMap Session::state() const {
   const Impl& self = impl();

@@ -22,6 +22,7 @@ Schema (version 2)::
 Inputs and outputs are listed in the compiled model's positional order. ``custom_ops``
 (optional, written only when non-empty) names the operators from outside torch the
 compiled model calls, which the runner must find registered before it loads the model.
+``contract`` (optional) is the robot deployment contract (:mod:`tdaot.contract`).
 ``files`` (version 2) holds the sha256 of every file in the package by its name inside the
 archive (without the archive's top folder), except the metadata JSONs that carry the
 manifest itself and the zip writer's bookkeeping records (:func:`digest_exempt`); the

@@ -16,19 +16,19 @@ if TYPE_CHECKING:
 
 
 class NativeSession:
-    """Steps a policy (tdaot::Session). For a recurrent policy, ``step`` takes only the
-    non-state inputs, fills in the state (zero at creation) and ``is_init`` (true for rows
-    reset since the last step, so all rows at the first step), and keeps the state outputs for
-    the next step. Passing a state input or ``is_init`` yourself raises
-    :class:`tdaot.InputError`; mark new episodes with ``reset(mask)`` instead. From a
-    TensorDict only the step's inputs are read, so a rollout TensorDict holding the state keys
-    is fine.
+    """Steps a policy (tdaot::Session). For a recurrent policy, ``step`` needs only the
+    non-state inputs, fills in the state (zero at creation) and ``is_init`` (true for rows reset
+    since the last step, so all rows at the first step), and keeps the state outputs for the
+    next step. A step may also carry them, as a torchrl rollout TensorDict does: a state entry
+    replaces the carried state, and ``is_init`` (one flag per row) resets its true rows like
+    ``reset(mask)`` (state zeroed, the model sees is_init); neither is ever ignored. Other
+    entries of a TensorDict that are not inputs are ignored.
 
     The safety envelope (every package): a step with a NaN or infinite input or output
     element returns the previous step's outputs (before the first step: each output's contract
     offset clipped to [low, high], 0 without a signal) and leaves the state as it was; an output
     whose contract signal has ``max_delta`` moves at most that far per element from the previous
-    step's output. The first step after creation or ``reset`` (of a row) is not rate limited.
+    step's output. The first step after creation or a reset (of a row) is not rate limited.
     :attr:`interventions` counts the steps each happened on.
 
     A session is single-threaded: using one from two threads at once raises
@@ -39,7 +39,13 @@ class NativeSession:
         self._session = _C.Session(policy._policy, batch)
         self.policy = policy
         self.batch = batch
-        self._in_keys = td_keys(self._session.input_keys)
+        recurrent = policy.manifest.recurrent
+        # What a step may carry besides its inputs: the state, and is_init (torchrl's key
+        # when the model does not read one).
+        carried = (
+            [pair.input for pair in recurrent.state] + [recurrent.is_init or "is_init"] if recurrent else []
+        )
+        self._in_keys = td_keys(list(self._session.input_keys) + carried)
 
     @property
     def input_keys(self) -> list[str]:

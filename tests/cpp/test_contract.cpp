@@ -64,6 +64,19 @@ TEST_F(ContractTest, PolicyCarriesTheContractItWasBuiltWith) {
   EXPECT_TRUE(Contains(contract().describe(), "control_dt 0.02 s (50 Hz)"));
 }
 
+TEST_F(ContractTest, AHandEditedContractIsRefusedAtLoad) {
+  const test::TempDir dir;
+  const std::string edited = dir.file("legged.pt2");
+  test::rewrite_manifest(test::package_path("legged.pt2"), edited, [](nlohmann::json& manifest) {
+    manifest["contract"]["outputs"]["action"]["low"] = 5.0;
+  });
+  const auto error = catch_error<ManifestError>([&] { Policy policy(edited); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(), "field 'contract.outputs.action.low': low 5.0 > high 1.05 "
+                                      "for 'FL_hip_joint'"))
+      << error->what();
+}
+
 TEST_F(ContractTest, TheCompiledMapKeepsActionsInsideTheJointLimits) {
   const at::Tensor out = run(at::randn({16, 48}) * 1000);  // raw actions far outside the limits
   for (size_t i = 0; i < action().names.size(); ++i) {

@@ -161,10 +161,7 @@ def test_parallel_jobs_build_in_separate_processes(project, tmp_path):
 
 
 def test_shards_cover_the_list_exactly_once():
-    specs = [
-        BuildSpec(f"p{i}", "f.py:f", f"/o/p{i}.pt2", True, BuildOptions())
-        for i in range(7)
-    ]
+    specs = [BuildSpec(f"p{i}", "f.py:f", f"/o/p{i}.pt2", True, BuildOptions()) for i in range(7)]
     shards = [select_shard(specs, f"{i}/3") for i in (1, 2, 3)]
     assert sorted(s.id for shard in shards for s in shard) == sorted(s.id for s in specs)
     assert [len(s) for s in shards] == [3, 2, 2]

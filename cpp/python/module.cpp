@@ -224,7 +224,8 @@ PYBIND11_MODULE(_C, m) {
         }
         return py::bytes(bytes);
       },
-      py::arg("path"), "The manifest JSON exactly as the package stores it: what a signature signs.");
+      py::arg("path"),
+      "The manifest JSON exactly as the package stores it: what a signature signs.");
 
   // The one manifest parser and validator (tdaot/manifest.h). tdaot.manifest reads every
   // manifest through these and checks every manifest it writes with parse_manifest_json; each

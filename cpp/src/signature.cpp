@@ -56,7 +56,8 @@ std::optional<PemBlock> first_pem_block(const std::string& text) {
     ERR_clear_error();
     return std::nullopt;
   }
-  PemBlock block{name, std::string(reinterpret_cast<const char*>(data), static_cast<size_t>(length))};
+  PemBlock block{name,
+                 std::string(reinterpret_cast<const char*>(data), static_cast<size_t>(length))};
   OPENSSL_free(name);
   OPENSSL_free(header);
   OPENSSL_free(data);
@@ -222,7 +223,8 @@ std::string verify_signatures(std::string_view message,
       untrusted.push_back(alg == kSignatureAlgorithm ? id : id + " (" + alg + ")");
       continue;
     }
-    const std::optional<std::string> signature = base64_decode(entry["signature"].get<std::string>());
+    const std::optional<std::string> signature =
+        base64_decode(entry["signature"].get<std::string>());
     if (!signature || signature->size() != kSignatureBytes) {
       refuse(file, "has a malformed signature " + number + " by trusted key " + id +
                        " (not the base64 of 64 bytes)");
@@ -245,8 +247,10 @@ std::string verify_signatures(std::string_view message,
 
 std::string verify_signatures(std::string_view message,
                               const std::optional<std::string>& signatures_json,
-                              const std::vector<std::string>& trusted_keys, const SignedFile& file) {
-  return verify_signatures(message, signatures_json, load_public_keys(trusted_keys, file.path), file);
+                              const std::vector<std::string>& trusted_keys,
+                              const SignedFile& file) {
+  return verify_signatures(message, signatures_json, load_public_keys(trusted_keys, file.path),
+                           file);
 }
 
 }  // namespace tdaot::detail

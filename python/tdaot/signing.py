@@ -94,8 +94,8 @@ def load_private_key(key: Key, *, what: str = "") -> Ed25519PrivateKey:
         raise SignatureError(f"{origin} is not a PEM private key: {err}", what or origin) from None
     if not isinstance(loaded, Ed25519PrivateKey):
         raise SignatureError(
-            f"{origin} is a {type(loaded).__name__.removesuffix('PrivateKey') or 'non-Ed25519'} key; "
-            "tdaot signatures are Ed25519 (tdaot keygen makes a key pair)",
+            f"{origin} is not an Ed25519 key (it is a {type(loaded).__name__}); tdaot signatures are "
+            "Ed25519 (tdaot keygen makes a key pair)",
             what or origin,
         )
     return loaded

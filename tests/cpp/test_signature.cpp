@@ -49,7 +49,6 @@ void expect_refused(const std::string& path, const PolicyOptions& options, const
   const auto error = catch_error<SignatureError>([&] { Policy policy(path, options); });
   ASSERT_TRUE(error);
   EXPECT_EQ(error->path(), path);
-  EXPECT_TRUE(Contains(error->what(), "package '" + path + "'"));
   EXPECT_TRUE(Contains(error->what(), part));
   const auto verified = catch_error<SignatureError>(
       [&] { verify_package(path, "", options.trusted_keys); });
@@ -74,8 +73,9 @@ TEST(Signature, SignedPackageLoadsWithoutTrustedKeys) {
 
 TEST(Signature, UnsignedPackageIsRefusedBeforeAnythingIsLoaded) {
   test::TempDir dir;
-  expect_refused(test::package_path("tutorial.pt2"), trusting({public_key()}, dir),
-                 "is not signed, but trusted keys are set (trusted key ids: ");
+  const std::string path = test::package_path("tutorial.pt2");
+  expect_refused(path, trusting({public_key()}, dir),
+                 "package '" + path + "' is not signed, but trusted keys are set (trusted key ids: ");
 }
 
 TEST(Signature, RemovedSignatureEntryIsRefused) {
@@ -163,11 +163,12 @@ TEST(Signature, UnusableTrustedKeysAreNamed) {
 TEST(Signature, VerifiesAnyMessageSignedInPython) {
   const std::string signatures = read(test::package_path("message.sig.json"));
   const detail::SignedFile file{"weights.tdw", "weight file 'weights.tdw'", "header"};
+  const std::vector<std::string> keys{public_key()};
   const std::string id =
-      detail::verify_signatures("tdaot signature test message", signatures, {public_key()}, file);
+      detail::verify_signatures("tdaot signature test message", signatures, keys, file);
   EXPECT_EQ(id.size(), 64u);
   const auto changed = catch_error<SignatureError>([&] {
-    detail::verify_signatures("tdaot signature test messagE", signatures, {public_key()}, file);
+    detail::verify_signatures("tdaot signature test messagE", signatures, keys, file);
   });
   ASSERT_TRUE(changed);
   EXPECT_EQ(changed->path(), "weights.tdw");
@@ -175,7 +176,7 @@ TEST(Signature, VerifiesAnyMessageSignedInPython) {
                                             id + " (trusted key file '" + public_key() +
                                             "') that does not match its header"));
   const auto unsigned_file = catch_error<SignatureError>(
-      [&] { detail::verify_signatures("m", std::nullopt, {public_key()}, file); });
+      [&] { detail::verify_signatures("m", std::nullopt, keys, file); });
   ASSERT_TRUE(unsigned_file);
   EXPECT_TRUE(Contains(unsigned_file->what(), "weight file 'weights.tdw' is not signed"));
 }

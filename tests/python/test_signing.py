@@ -105,13 +105,13 @@ def test_signing_adds_one_entry_and_changes_no_other(tutorial, signed):
     before, after = _entries(tutorial[2].path), _entries(signed)
     assert set(after) - set(before) == {_signature_name(signed)}
     assert all(after[name] == data for name, data in before.items())
-    assert _C.read_manifest_bytes(signed) == _C.read_manifest_bytes(tutorial[2].path)
+    assert _C.read_manifest_bytes(str(signed)) == _C.read_manifest_bytes(tutorial[2].path)
 
 
 def test_the_signature_verifies_in_python_and_in_cpp(signed, keys):
     [entry] = _signatures(signed)
     assert entry["alg"] == "ed25519" and entry["key_id"] == key_id(keys.private)
-    message = _C.read_manifest_bytes(signed)
+    message = _C.read_manifest_bytes(str(signed))
     # The signed bytes are the manifest JSON as every model's metadata stores it.
     metadata = next(data for name, data in _entries(signed).items() if name.endswith("wrapper_metadata.json"))
     assert json.loads(metadata)["tdaot.manifest"].encode() == message
@@ -153,7 +153,10 @@ def test_signing_refuses_unusable_keys_and_tampered_packages(tutorial, keys, tmp
         (keys.public, f"signing key file '{keys.public}' holds a public key; signing needs the private key"),
         (tmp_path / "missing.pem", f"signing key file '{tmp_path / 'missing.pem'}' does not exist"),
         (tmp_path / "garbage.pem", "is not a PEM private key"),
-        (ec_key, r"the signing key \(PEM text\) is a EllipticCurve key; tdaot signatures are Ed25519"),
+        (
+            ec_key,
+            r"the signing key \(PEM text\) is not an Ed25519 key \(it is a .*\); tdaot signatures are",
+        ),
     ]
     for key, message in cases:
         with pytest.raises(tdaot.SignatureError, match=message) as info:

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
+#include "tdaot/contract.h"
 #include "tdaot/policy.h"
 #include "tdaot/session.h"
 
@@ -52,6 +53,8 @@ void translate(std::exception_ptr error) {
     raise_python("HostMismatchError", e.what(), &e.path());
   } catch (const tdaot::PackageError& e) {
     raise_python("PackageError", e.what(), &e.path());
+  } catch (const tdaot::ContractError& e) {
+    raise_python("ContractError", e.what(), &e.key());
   } catch (const tdaot::ExecutionError& e) {
     raise_python("ExecutionError", e.what());
   } catch (const tdaot::Error& e) {
@@ -175,6 +178,16 @@ PYBIND11_MODULE(_C, m) {
                              })
       .def_property_readonly("state", &tdaot::Session::state,
                              "The state tensors (the session's own storage), keyed by input key.")
+      .def_property_readonly(
+          "interventions",
+          [](const tdaot::Session& s) {
+            const tdaot::Interventions& counts = s.interventions();
+            py::dict result;
+            result["nonfinite"] = counts.nonfinite;
+            result["rate_limited"] = counts.rate_limited;
+            return result;
+          },
+          "The safety envelope's interventions so far: steps by kind.")
       .def(
           "step",
           [](tdaot::Session& s, const tdaot::TensorMap& inputs) {
@@ -258,6 +271,9 @@ PYBIND11_MODULE(_C, m) {
       py::arg("sealed") = true,
       "Validates manifest JSON (sealed=False: before the package's file digests exist) and "
       "returns it normalised; raises tdaot.ManifestError naming origin and the field.");
+  m.def("order_names", &tdaot::order_names, py::arg("key"), py::arg("policy"), py::arg("names"),
+        "Contract::order on one signal's names: the policy's index of each given name; raises "
+        "tdaot.ContractError naming the first missing and the first extra name.");
   m.def("manifest_dtype_names", &tdaot::dtype_names, "The manifest's dtype names, in order.");
   m.def(
       "digest_exempt", [](const std::string& name) { return tdaot::digest_exempt(name); },

@@ -349,6 +349,7 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin,
   m.source = parse_source(p, root);
   m.recurrent = parse_recurrent(p, root, m);
   m.custom_ops = parse_custom_ops(p, root);
+  m.contract = detail::parse_contract(p, root, m);
   m.files = parse_files(p, root, sealing);
   for (const auto& [name, value] : root.items()) {
     if (std::find(kFields.begin(), kFields.end(), name) == kFields.end()) {

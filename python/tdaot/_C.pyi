@@ -80,6 +80,9 @@ class Session:
     def input_keys(self) -> list[str]: ...
     @property
     def state(self) -> dict[str, torch.Tensor]: ...
+    @property
+    def interventions(self) -> dict[str, int]:
+        """The safety envelope's interventions so far: steps by kind."""
     def step(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
     def step_positional(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]: ...
     def reset(self, mask: torch.Tensor | None = None) -> None: ...
@@ -96,6 +99,9 @@ def read_manifest_json(path: str) -> str:
 
 def parse_manifest_json(json: str, origin: str = "<string>", *, sealed: bool = True) -> str:
     """Validates manifest JSON (sealed=False: no file digests yet); returns it normalised."""
+
+def order_names(key: str, policy: list[str], names: list[str]) -> list[int]:
+    """The policy's index of each given name; raises ContractError when they differ."""
 
 def manifest_dtype_names() -> list[str]:
     """The manifest's dtype names, in order."""

@@ -14,6 +14,7 @@ import importlib
 
 from tdaot import errors
 from tdaot._version import __version__
+from tdaot.contract import Contract, Signal
 from tdaot.errors import *  # noqa: F403 - the error classes are top-level API
 from tdaot.manifest import (
     BatchRange,
@@ -56,12 +57,14 @@ __all__ = [
     "Artifact",  # noqa: F405 - imported on first use (__getattr__)
     "BatchRange",
     "BuildOptions",  # noqa: F405 - imported on first use (__getattr__)
+    "Contract",
     "Manifest",
     "ModelSpec",
     "NativeBinding",
     "NativePolicy",
     "NativeSession",
     "Recurrent",
+    "Signal",
     "Source",
     "StatePair",
     "TensorSpec",

@@ -99,6 +99,16 @@ class LayoutError(InputError):
     lazily negated view (``tensor.resolve_neg()``)."""
 
 
+class ContractError(TdaotError):
+    """A deployment contract (:class:`tdaot.Contract`) is malformed or does not fit the policy
+    (raised when it is made or built), or a service disagrees with a package's contract
+    (``contract.order``); ``key`` names the signal at fault when one is."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class ExecutionError(TdaotError):
     """The compiled model failed while running validated inputs."""
 
@@ -161,6 +171,7 @@ __all__ = [
     "CliError",
     "CompileError",
     "ConfigError",
+    "ContractError",
     "DeviceError",
     "DtypeError",
     "ExecutionError",

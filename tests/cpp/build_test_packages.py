@@ -2,7 +2,8 @@
 batch 1..64 and the default tuning ("auto": a throughput model plus a batch-1 latency model):
 tutorial, nested and recurrent.pt2, custom_op.pt2 calling
 tdaot_test::scale_clamp (its library comes from $TDAOT_TEST_OPS_LIB), tutorial_b14.pt2 with
-latency models for batches 1 and 4, and tutorial_throughput.pt2 with the throughput model alone.
+latency models for batches 1 and 4, tutorial_throughput.pt2 with the throughput model alone, and
+legged.pt2 with the deployment contract of examples/policies.py:legged_contract (--contract).
 For the signature tests (no compile): two key pairs, keys/ and other_keys/ (`tdaot keygen`),
 tutorial_signed.pt2 (a copy of tutorial.pt2 signed with keys/private.pem by `tdaot sign`) and
 message.sig.json, signatures of the bytes "tdaot signature test message" by keys/private.pem.
@@ -25,6 +26,7 @@ PACKAGES = {
     "custom_op": (f"{ROOT / 'tests' / 'ops' / 'scale_clamp.py'}:scale_clamp_policy",),
     "tutorial_b14": (f"{POLICIES}:tutorial_policy", "--specialize", "1,4"),
     "tutorial_throughput": (f"{POLICIES}:tutorial_policy", "--tuning", "throughput"),
+    "legged": (f"{POLICIES}:legged_policy", "--contract", f"{POLICIES}:legged_contract"),
 }
 
 

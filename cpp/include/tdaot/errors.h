@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace tdaot {
 
@@ -127,6 +128,19 @@ class DeviceError : public InputError {
 class LayoutError : public InputError {
  public:
   using InputError::InputError;
+};
+
+// A service disagrees with the package's deployment contract (tdaot/contract.h): it asked for a
+// signal the contract lacks, or its element names are not the policy's.
+class ContractError : public Error {
+ public:
+  ContractError(std::string key, const std::string& message)
+      : Error(message), key_(std::move(key)) {}
+  // The manifest key of the signal at fault.
+  const std::string& key() const noexcept { return key_; }
+
+ private:
+  std::string key_;
 };
 
 // The compiled model itself failed while running validated inputs.

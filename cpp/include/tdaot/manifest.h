@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tdaot/contract.h"
+
 namespace tdaot {
 
 // The AOTInductor metadata key under which the manifest JSON is stored.
@@ -118,6 +120,8 @@ struct Manifest {
   // Policy refuses to load the package unless every one is registered (the optional top-level
   // "custom_ops" field; empty for packages that call only torch's own operators).
   std::vector<std::string> custom_ops;
+  // The robot deployment contract (tdaot/contract.h; the optional top-level "contract").
+  std::optional<Contract> contract;
   // The sha256 (64 lowercase hex digits) of every file in the package, by its name inside the
   // archive without the archive's top folder ("data/aotinductor/model/<hash>.wrapper.so").
   // Not listed: the AOTInductor metadata JSONs that carry this manifest (a file cannot hold

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -102,6 +103,8 @@ class Policy {
 
   // The manifest read from the package.
   const Manifest& manifest() const;
+  // The deployment contract the package was built with (tdaot/contract.h), or nullopt.
+  const std::optional<Contract>& contract() const;
   // The path the package was loaded from.
   const std::string& path() const;
   // The sha256 of the package file as loaded (64 lowercase hex digits), for logs and pinning.

@@ -20,9 +20,11 @@ from typing import Any, Union
 from tensordict.nn import InteractionType
 
 from tdaot import keys as keyutil
+from tdaot.builder.factories import load_factory
 from tdaot.builder.targets import CPU_TARGETS
 from tdaot.builder.tuning import DEFAULT_TUNING, TUNINGS
-from tdaot.errors import BuildError
+from tdaot.contract import Contract
+from tdaot.errors import BuildError, ContractError, FactoryError
 
 BatchSpec = Union[str, int, tuple[int, int]]
 
@@ -32,14 +34,19 @@ DEVICES = ("cpu", "cuda")
 
 class Invalid(ValueError):
     """A value an option refuses. Exactly one of: ``expected`` (what a valid value looks
-    like), ``choices`` (the valid values), ``problem`` (what is wrong, said after the value)."""
+    like), ``choices`` (the valid values), ``problem`` (what is wrong, said after the value),
+    ``detail`` (the whole story, for values too big to repeat: a contract)."""
 
-    def __init__(self, *, expected: str = "", choices: Sequence[str] = (), problem: str = "") -> None:
-        super().__init__(expected or problem or f"one of {choices}")
-        self.expected, self.choices, self.problem = expected, tuple(choices), problem
+    def __init__(
+        self, *, expected: str = "", choices: Sequence[str] = (), problem: str = "", detail: str = ""
+    ) -> None:
+        super().__init__(expected or problem or detail or f"one of {choices}")
+        self.expected, self.choices, self.problem, self.detail = expected, tuple(choices), problem, detail
 
     def python_message(self, name: str, value: Any) -> str:
         """The message as a Python caller reads it: ``name=value ...``."""
+        if self.detail:
+            return f"{name}: {self.detail}"
         if self.choices:
             return f"{name}={value!r} is not one of {', '.join(map(repr, self.choices))}"
         if self.problem:
@@ -48,6 +55,8 @@ class Invalid(ValueError):
 
     def config_message(self, key: str, value: Any) -> str:
         """The message as a config file's author reads it: ``field 'key': ...``."""
+        if self.detail:
+            return f"field {key!r}: {self.detail}"
         if self.choices:
             return f"field {key!r}: {value!r} is not one of {', '.join(self.choices)}"
         if self.problem:
@@ -185,6 +194,33 @@ def _out_keys_from_config(value):
     return tuple(keyutil.from_manifest(k) for k in value)
 
 
+def _check_contract(value, options):
+    if value is not None and not isinstance(value, Contract):
+        raise Invalid(expected="expected a tdaot.Contract, or None")
+    return value
+
+
+def _contract_from_config(value) -> Contract:
+    try:
+        return Contract.from_dict(value, "contract")
+    except ContractError as err:
+        raise Invalid(detail=str(err)) from None
+
+
+def _contract_from_text(text: str) -> Contract:
+    """The command line's contract: a TOML or JSON file of its fields, or FILE.py:FUNCTION
+    (MODULE:FUNCTION) returning a tdaot.Contract."""
+    try:
+        if ":" not in text or text.endswith((".toml", ".json")):
+            return Contract.load(text)
+        contract = load_factory(text)()
+    except (ContractError, FactoryError) as err:
+        raise ValueError(str(err)) from None
+    if not isinstance(contract, Contract):
+        raise ValueError(f"{text!r} returned {type(contract).__name__}, not a tdaot.Contract")
+    return contract
+
+
 def option(
     default: Any,
     doc: str,
@@ -274,6 +310,15 @@ class BuildOptions:
         metavar="N[,N...]",
         from_text=_specialize_from_text,
         in_artifact=False,
+    )
+    contract: Contract | None = option(
+        None,
+        "the robot deployment contract compiled into the package (tdaot.Contract; on the command "
+        "line a TOML or JSON file of its fields, or FILE.py:FUNCTION returning one)",
+        _check_contract,
+        metavar="FILE|FILE.py:FUNCTION",
+        from_text=_contract_from_text,
+        from_config=_contract_from_config,
     )
     sign_key: str | None = option(
         None,

@@ -168,6 +168,7 @@ def _manifest(exported: ExportedPolicy, policy, options: BuildOptions, factory: 
         source=Source(module_class=module_class_name(policy), factory=factory),
         recurrent=exported.recurrent,
         custom_ops=exported.custom_ops,
+        contract=options.contract,
     )
 
 

@@ -57,6 +57,8 @@ class NativePolicy:
         #: sha256 of the package file as loaded (what ``expected_sha256`` pins).
         self.sha256 = self._policy.sha256
         self.manifest = Manifest.from_json(self._policy.manifest_json, self.path)
+        #: The deployment contract the package was built with (tdaot.Contract), or None.
+        self.contract = self.manifest.contract
         self._in_keys = td_keys(self.manifest.input_keys)
         self._out_keys = td_keys(self.manifest.output_keys)
 
@@ -78,8 +80,8 @@ class NativePolicy:
         return NativeBinding(self, batch)
 
     def session(self, batch: int) -> NativeSession:
-        """A session for a recurrent package (its manifest has a ``recurrent`` section):
-        it owns the state for ``batch`` rows and carries it from step to step."""
+        """A session of ``batch`` rows: steps the policy inside the safety envelope (see
+        NativeSession) and, for a recurrent package, carries its state from step to step."""
         return NativeSession(self, batch)
 
     @property

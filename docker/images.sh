@@ -8,7 +8,7 @@
 # The engine is docker where `docker info` succeeds, else podman (installed here, with runc, when
 # missing). The base is the public Debian 12 image where it can be pulled, else a local one made
 # with mmdebstrap. Environment: ENGINE=docker|podman, BASE=IMAGE, BUILD_IMAGE, RUNTIME_IMAGE,
-# WHEELS=DIR (default: $PIP_FIND_LINKS when it names a directory), HOST_CA=FILE.
+# WHEELS=DIR (default: $PIP_FIND_LINKS when it names a directory), WHEELS_PORT, HOST_CA=FILE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -89,15 +89,17 @@ pick_base() {
 
 # pip inside the build reaches the host's loopback (--network host): a local wheel directory
 # (this project's machines keep the CPU torch wheel in the one PIP_FIND_LINKS names) is served
-# there for the build, and the torch index, then not needed, is not asked.
+# there for the build, and the torch index, then not needed, is not asked. A fixed port: the
+# address is a build argument, and a build argument is part of the layer cache's key.
 serve_wheels() {
   WHEEL_ARGS=()
-  local dir=${WHEELS:-${PIP_FIND_LINKS:-}} port
+  local dir=${WHEELS:-${PIP_FIND_LINKS:-}} port=${WHEELS_PORT:-38417}
   [ -n "$dir" ] && [ -d "$dir" ] || return 0
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   python3 -m http.server --bind 127.0.0.1 --directory "$dir" "$port" >/dev/null 2>&1 &
   SERVER_PID=$!
   trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
+  sleep 1
+  kill -0 "$SERVER_PID" 2>/dev/null || die "cannot serve $dir on 127.0.0.1:$port (taken? set WHEELS_PORT)"
   WHEEL_ARGS=(--build-arg "TORCH_FIND_LINKS=http://127.0.0.1:$port/" --build-arg TORCH_INDEX_URL=)
   say "wheels: $dir, served on 127.0.0.1:$port during the build"
 }

@@ -73,7 +73,6 @@ struct Binding::Impl {
   };
   std::vector<Carry> carries;
   std::optional<size_t> is_init;
-  bool is_init_set = true;  // whether any row of is_init is true (all are when bound)
   std::atomic<bool> busy{false};
 };
 
@@ -217,14 +216,15 @@ void Binding::Impl::carry_state() {
       state.copy_(outputs[carry.output]);
     }
   }
-  if (is_init && is_init_set) {
+  // Cleared after every run, not only after a reset: the caller may also have marked rows in
+  // is_init itself (as a torchrl rollout does), and those marks are for this run alone.
+  if (is_init) {
     at::Tensor& flags = inputs[*is_init];
     if (cpu) {
       std::memset(flags.data_ptr(), 0, flags.nbytes());  // false
     } else {
       flags.fill_(false);
     }
-    is_init_set = false;
   }
 }
 
@@ -271,7 +271,6 @@ void Binding::reset() {
   for (const auto& carry : self.carries) self.inputs[carry.input].zero_();
   if (self.is_init) {
     self.inputs[*self.is_init].fill_(true);
-    self.is_init_set = true;
   }
 }
 
@@ -285,7 +284,6 @@ void Binding::reset(const at::Tensor& mask) {
   }
   if (self.is_init) {
     detail::fill_masked_rows(self.inputs[*self.is_init], mask, true);
-    self.is_init_set = true;  // possibly no row was masked; clearing again is cheap
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <ATen/Functions.h>
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <utility>
@@ -24,10 +25,20 @@ constexpr const char* kConcurrentUse =
 struct Session::Impl {
   Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows);
 
-  // Why `key` may not be passed to step(), or nullopt when it may.
-  std::optional<std::string> refusal(const std::string& key) const;
+  // The entries of a keyed step that the session itself would otherwise fill in: a state
+  // input replaces the carried state, the is_init entry marks rows as new.
+  struct Carried {
+    std::vector<std::pair<size_t, at::Tensor>> state;  // (slot, the caller's state)
+    at::Tensor is_init;                                 // undefined when not given
+  };
+  // Splits `inputs` into the carried entries and the rest (the step's own inputs).
+  TensorMap split(const TensorMap& inputs, Carried& carried) const;
   // Puts the caller's tensors into their slots, runs, carries the state; clears the slots.
-  std::vector<at::Tensor> run(const std::vector<at::Tensor>& given);
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& given, const Carried* carried);
+  // Validates the carried entries (with the other inputs in their slots), then applies them.
+  void apply(const Carried& carried);
+  // bool [batch]: the rows the caller's is_init marks as new; checked against its spec.
+  at::Tensor new_rows(const at::Tensor& is_init) const;
 
   std::shared_ptr<const Policy::Impl> policy;
   const Manifest& manifest;
@@ -43,6 +54,7 @@ struct Session::Impl {
   };
   std::vector<Carry> carries;
   std::optional<size_t> is_init_slot;
+  std::string is_init_key;  // the manifest's is_init input, else torchrl's "is_init"
   bool is_init_set = true;  // whether any row of is_init is true (all are at creation)
   std::atomic<bool> busy{false};
 };
@@ -65,6 +77,7 @@ Session::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
     slots[slot] = at::zeros(detail::batched_shape(batch, spec.shape), options.dtype(spec.dtype));
     carries.push_back({slot, *manifest.output_index(pair.output)});
   }
+  is_init_key = recurrent.is_init.empty() ? "is_init" : recurrent.is_init;
   if (!recurrent.is_init.empty()) {
     is_init_slot = *manifest.input_index(recurrent.is_init);
     const TensorSpec& spec = manifest.inputs[*is_init_slot];
@@ -78,23 +91,73 @@ Session::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
   }
 }
 
-std::optional<std::string> Session::Impl::refusal(const std::string& key) const {
-  for (const StatePair& pair : manifest.recurrent->state) {
-    if (pair.input == key) {
-      return "input " + in_quotes(key) +
-             " is recurrent state the session carries over from output " + in_quotes(pair.output) +
-             "; pass only " + detail::key_list(given_specs) + " (reset() zeroes the state)";
+TensorMap Session::Impl::split(const TensorMap& inputs, Carried& carried) const {
+  TensorMap rest;
+  for (const auto& [key, tensor] : inputs) {
+    if (key == is_init_key) {
+      carried.is_init = tensor;
+      continue;
+    }
+    const auto state = std::find_if(carries.begin(), carries.end(), [&](const Carry& carry) {
+      return manifest.inputs[carry.slot].key == key;
+    });
+    if (state != carries.end()) {
+      carried.state.emplace_back(state->slot, tensor);
+    } else {
+      rest.emplace(key, tensor);
     }
   }
-  if (key == manifest.recurrent->is_init) {
-    return "input " + in_quotes(key) +
-           " is set by the session (true for rows reset since the last step); pass only " +
-           detail::key_list(given_specs) + " and mark new rows with reset(mask)";
-  }
-  return std::nullopt;
+  return rest;
 }
 
-std::vector<at::Tensor> Session::Impl::run(const std::vector<at::Tensor>& given) {
+at::Tensor Session::Impl::new_rows(const at::Tensor& is_init) const {
+  // With an is_init input the validator has checked it against its spec; without one (a
+  // package whose model does not read it) the flag must be one bool per row.
+  if (!is_init_slot) {
+    const TensorSpec spec{is_init_key, at::kBool, {}};
+    detail::check_plain(spec, is_init);
+    const bool one_per_row =
+        is_init.dim() >= 1 && is_init.size(0) == batch && is_init.numel() == batch;
+    if (is_init.scalar_type() != at::kBool || !one_per_row) {
+      throw InputError(is_init_key, "input " + in_quotes(is_init_key) + " has dtype " +
+                                        dtype_name(is_init.scalar_type()) + " and shape " +
+                                        format_shape(is_init.sizes().vec()) +
+                                        ", expected bool [" + std::to_string(batch) +
+                                        "] (one flag per row: true resets the row's state)");
+    }
+    detail::check_reset_mask(is_init.reshape({batch}), batch, policy->device, "session");
+  }
+  return is_init.reshape({batch, -1}).any(1);
+}
+
+void Session::Impl::apply(const Carried& carried) {
+  // Checked in place of the session's tensors, so the validator's messages and batch checks
+  // apply to the caller's tensors; the session's own tensors go back whatever happens.
+  std::vector<std::pair<size_t, at::Tensor>> swapped = carried.state;
+  if (carried.is_init.defined() && is_init_slot) swapped.emplace_back(*is_init_slot, carried.is_init);
+  for (auto& [slot, tensor] : swapped) std::swap(slots[slot], tensor);
+  struct Restore {
+    Impl& self;
+    std::vector<std::pair<size_t, at::Tensor>>& swapped;
+    ~Restore() {
+      for (auto& [slot, tensor] : swapped) std::swap(self.slots[slot], tensor);
+    }
+  } restore{*this, swapped};
+  policy->validator.check_positional(slots);
+  const at::Tensor rows = carried.is_init.defined() ? new_rows(carried.is_init) : at::Tensor();
+  // Valid: from here on nothing throws for the caller's data.
+  for (auto& [slot, tensor] : swapped) std::swap(slots[slot], tensor);
+  swapped.clear();
+  for (const auto& [slot, tensor] : carried.state) slots[slot].copy_(tensor);
+  if (rows.defined()) {
+    for (const Carry& carry : carries) detail::fill_masked_rows(slots[carry.slot], rows, false);
+    if (is_init_slot) detail::fill_masked_rows(slots[*is_init_slot], rows, true);
+    is_init_set = true;
+  }
+}
+
+std::vector<at::Tensor> Session::Impl::run(const std::vector<at::Tensor>& given,
+                                           const Carried* carried) {
   if (given.size() != given_specs.size()) {
     throw ShapeError("", "a session step expects " + std::to_string(given_specs.size()) +
                              " inputs (" + detail::key_list(given_specs) + "), got " +
@@ -121,7 +184,11 @@ std::vector<at::Tensor> Session::Impl::run(const std::vector<at::Tensor>& given)
     }
     slots[given_slots[i]] = tensor;
   }
-  policy->validator.check_positional(slots);
+  if (carried != nullptr) {
+    apply(*carried);  // validates every input, the carried ones in place of the session's
+  } else {
+    policy->validator.check_positional(slots);
+  }
   std::vector<at::Tensor> outputs = policy->execute(slots);
   for (const Carry& carry : carries) slots[carry.slot].copy_(outputs[carry.output]);
   if (is_init_slot && is_init_set) {
@@ -179,18 +246,18 @@ const std::vector<TensorSpec>& Session::inputs() const { return impl().given_spe
 
 TensorMap Session::step(const TensorMap& inputs) {
   Impl& self = impl();
-  for (const auto& [key, tensor] : inputs) {
-    if (auto why = self.refusal(key)) throw InputError(key, *why);
-  }
-  std::vector<at::Tensor> given = detail::pick_keyed(self.given_specs, inputs);
+  Impl::Carried carried;
+  const TensorMap rest = self.split(inputs, carried);
+  std::vector<at::Tensor> given = detail::pick_keyed(self.given_specs, rest);
   detail::BusyGuard guard(self.busy, kConcurrentUse);
-  return detail::keyed_outputs(self.manifest, self.run(given));
+  const bool any_carried = !carried.state.empty() || carried.is_init.defined();
+  return detail::keyed_outputs(self.manifest, self.run(given, any_carried ? &carried : nullptr));
 }
 
 std::vector<at::Tensor> Session::step_positional(const std::vector<at::Tensor>& inputs) {
   Impl& self = impl();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
-  return self.run(inputs);
+  return self.run(inputs, nullptr);
 }
 
 void Session::reset() {

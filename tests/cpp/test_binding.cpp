@@ -156,6 +156,30 @@ TEST(Binding, ARecurrentBindingIsABoundSession) {
   }
 }
 
+// is_init written by the caller (as a torchrl rollout carries it) reaches the model for that
+// run only, exactly as a Session step given the same is_init.
+TEST(Binding, IsInitWrittenByTheCallerMarksRowsForOneRun) {
+  const Policy policy(test::package_path("recurrent.pt2"));
+  Binding b = policy.bind(2);
+  Session session(policy, 2);
+  const at::Tensor flags = at::tensor({0, 1}).to(at::kBool).view({2, 1});
+  for (int step = 0; step < 4; ++step) {
+    const at::Tensor observation = at::randn({2, 3});
+    b.input("observation").copy_(observation);
+    TensorMap given{{"observation", observation}};
+    if (step == 2) {
+      b.input("is_init").copy_(flags);
+      given.emplace("is_init", flags);
+    }
+    b.run();
+    const TensorMap want = session.step(given);
+    for (const auto& [key, tensor] : want) {
+      EXPECT_TRUE(at::equal(b.output(key), tensor)) << key << " at step " << step;
+    }
+    EXPECT_FALSE(b.input("is_init").any().item<bool>()) << "cleared after step " << step;
+  }
+}
+
 TEST(BindingErrors, ABatchThePackageDoesNotAcceptNamesTheRange) {
   const Policy policy(tutorial());
   for (int64_t batch : {0, 65}) {

@@ -161,27 +161,57 @@ TEST_F(SessionTest, SessionKeepsTheModelAliveAfterThePolicyIsGone) {
 
 // ---- refusals ----
 
-TEST_F(SessionTest, RefusesTheStateInput) {
-  Session session(policy(), 2);
-  expect_error<InputError>(
-      [&] {
-        session.step({{"observation", at::randn({2, 3})}, {"hidden", at::zeros({2, 8})}});
-      },
-      "hidden",
-      "input 'hidden' is recurrent state the session carries over from output 'next.hidden'; "
-      "pass only observation (reset() zeroes the state)");
+// ---- a step that carries the state and is_init (a torchrl rollout's TensorDict) ----
+
+TEST_F(SessionTest, AGivenIsInitResetsItsRowsLikeResetMask) {
+  Session by_flag(policy(), 3);
+  Reference reference(3);
+  for (int step = 0; step < 2; ++step) {
+    const at::Tensor observation = at::randn({3, 3});
+    by_flag.step({{"observation", observation}});
+    reference.step(observation);
+  }
+  // Row 2 starts a new episode: the model sees is_init for it and a zeroed state.
+  const at::Tensor flags = mask({0, 0, 1}).view({3, 1});
+  reference.hidden.masked_fill_(mask({0, 0, 1}).view({3, 1}), 0);
+  reference.is_init = flags;
+  const at::Tensor observation = at::randn({3, 3});
+  expect_equal(by_flag.step({{"observation", observation}, {"is_init", flags}}),
+               reference.step(observation));
+  const at::Tensor next = at::randn({3, 3});  // and is_init is false again after it
+  expect_equal(by_flag.step({{"observation", next}}), reference.step(next));
 }
 
-TEST_F(SessionTest, RefusesIsInit) {
+TEST_F(SessionTest, AGivenStateReplacesTheCarriedOne) {
   Session session(policy(), 2);
-  expect_error<InputError>(
+  Reference reference(2);
+  const at::Tensor first = at::randn({2, 3});
+  session.step({{"observation", first}});
+  reference.step(first);
+  const at::Tensor hidden = at::randn({2, 8});
+  reference.hidden = hidden;
+  const at::Tensor observation = at::randn({2, 3});
+  const TensorMap got = session.step({{"observation", observation}, {"hidden", hidden}});
+  expect_equal(got, reference.step(observation));
+  EXPECT_TRUE(at::equal(session.state().at("hidden"), reference.hidden));
+}
+
+TEST_F(SessionTest, BadCarriedEntriesAreRefusedAndChangeNothing) {
+  Session session(policy(), 2);
+  expect_error<ShapeError>(
+      [&] { session.step({{"observation", at::randn({2, 3})}, {"hidden", at::zeros({2, 7})}}); },
+      "hidden", "input 'hidden' has shape [2, 7], expected [B, 8]");
+  expect_error<DtypeError>(
       [&] {
-        session.step(
-            {{"observation", at::randn({2, 3})}, {"is_init", at::ones({2, 1}, at::kBool)}});
+        session.step({{"observation", at::randn({2, 3})}, {"is_init", at::ones({2, 1})}});
       },
-      "is_init",
-      "input 'is_init' is set by the session (true for rows reset since the last step); pass "
-      "only observation and mark new rows with reset(mask)");
+      "is_init", "input 'is_init' has dtype float32, expected bool");
+  EXPECT_TRUE(at::equal(session.state().at("hidden"), at::zeros({2, 8})));
+  // The first step still sees every row as new.
+  Reference fresh(2);
+  const at::Tensor observation = at::randn({2, 3});
+  expect_equal(session.step({{"observation", observation}, {"hidden", at::ones({2, 8})}}),
+               fresh.step(observation));
 }
 
 TEST_F(SessionTest, MissingAndUnknownKeys) {

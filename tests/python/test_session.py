@@ -44,19 +44,57 @@ def test_steps_match_eager_with_the_state_threaded_by_hand(recurrent, recurrent_
             torch.testing.assert_close(session.state["hidden"], hidden)
 
 
-def test_a_rollout_tensordict_may_carry_the_state_keys(recurrent_native):
+def test_a_rollout_tensordict_carrying_state_and_is_init_matches_eager(recurrent, recurrent_native):
+    """As a torchrl rollout steps: the TensorDict carries the state (from the last step's
+    ("next", k)) and is_init (InitTracker); rows 0 and 2 start new episodes at steps 3 and 6
+    through is_init alone. Every step and row equals eager with the same TensorDict."""
+    policy, _, _ = recurrent
+    session = recurrent_native.session(batch=3)
+    hidden, is_init = torch.zeros(3, 8), torch.ones(3, 1, dtype=torch.bool)
+    with torch.no_grad():
+        for step in range(8):
+            if step in (3, 6):
+                is_init[step // 3 * 2 - 2] = True
+            td = TensorDict(
+                {
+                    "observation": torch.randn(3, 3),
+                    "hidden": hidden,
+                    "is_init": is_init,
+                    "reward": torch.ones(3, 1),
+                },
+                batch_size=[3],
+            )
+            out = session.step(td)
+            expected = policy(td.clone())
+            torch.testing.assert_close(
+                out["action"], expected["action"], msg=lambda m, s=step: f"step {s}: {m}"
+            )
+            torch.testing.assert_close(out["next", "hidden"], expected["next", "hidden"])
+            hidden, is_init = out["next", "hidden"], torch.zeros_like(is_init)
+
+
+def test_a_given_state_replaces_the_carried_one(recurrent, recurrent_native):
+    policy, _, _ = recurrent
     session = recurrent_native.session(batch=2)
-    td = TensorDict(
-        {
-            "observation": torch.randn(2, 3),
-            "hidden": torch.ones(2, 8),
-            "is_init": torch.zeros(2, 1, dtype=torch.bool),
-        },
-        batch_size=[2],
-    )
-    from_td = session.step(td)
-    other = recurrent_native.session(batch=2)
-    torch.testing.assert_close(from_td["action"], other.step(observation=td["observation"])["action"])
+    session.step(observation=torch.randn(2, 3))
+    hidden, observation = torch.randn(2, 8), torch.randn(2, 3)
+    out = session.step({"observation": observation, "hidden": hidden})  # is_init false: read as given
+    expected = _eager_step(policy, observation, hidden, torch.zeros(2, 1, dtype=torch.bool))
+    torch.testing.assert_close(out["next", "hidden"], expected["next", "hidden"])
+    torch.testing.assert_close(session.state["hidden"], expected["next", "hidden"])
+
+
+def test_a_given_is_init_resets_its_rows_like_reset_mask(recurrent_native):
+    by_flag, by_reset = recurrent_native.session(batch=3), recurrent_native.session(batch=3)
+    steps = [torch.randn(3, 3) for _ in range(4)]
+    for observation in steps[:2]:
+        by_flag.step(observation=observation)
+        by_reset.step(observation=observation)
+    rows = torch.tensor([False, True, False])
+    by_reset.reset(rows)
+    flagged = by_flag.step({"observation": steps[2], "is_init": rows.view(3, 1)})
+    torch.testing.assert_close(flagged["action"], by_reset.step(observation=steps[2])["action"])
+    torch.testing.assert_close(by_flag.state["hidden"], by_reset.state["hidden"])
 
 
 def test_masked_reset_zeroes_only_those_rows(recurrent_native):
@@ -77,16 +115,22 @@ def test_masked_reset_zeroes_only_those_rows(recurrent_native):
     ("inputs", "error", "message"),
     [
         pytest.param(
-            {"observation": torch.zeros(2, 3), "hidden": torch.zeros(2, 8)},
-            tdaot.InputError,
-            r"input 'hidden' is recurrent state the session carries over from output 'next.hidden'",
-            id="state-key",
+            {"observation": torch.zeros(2, 3), "hidden": torch.ones(2, 7)},
+            tdaot.ShapeError,
+            r"'hidden' has shape \[2, 7\], expected \[B, 8\]",
+            id="state-shape",
         ),
         pytest.param(
-            {"observation": torch.zeros(2, 3), "is_init": torch.ones(2, 1, dtype=torch.bool)},
-            tdaot.InputError,
-            r"input 'is_init' is set by the session.*reset\(mask\)",
-            id="is-init",
+            {"observation": torch.zeros(2, 3), "hidden": torch.ones(3, 8)},
+            tdaot.BatchSizeError,
+            r"'hidden' has batch size 3, but input 'observation' has batch size 2",
+            id="state-batch",
+        ),
+        pytest.param(
+            {"observation": torch.zeros(2, 3), "is_init": torch.ones(2, 1)},
+            tdaot.DtypeError,
+            r"'is_init' has dtype float32, expected bool",
+            id="is-init-dtype",
         ),
         pytest.param({}, tdaot.MissingKeyError, r"missing input key\(s\) 'observation'", id="missing"),
         pytest.param(

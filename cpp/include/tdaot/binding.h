@@ -26,8 +26,9 @@
 // Recurrent packages: a Binding of a recurrent package is a bound session. It starts like a
 // Session (state zero, is_init true for every row); after each run() it copies each state
 // output into its state input and clears is_init; reset() and reset(mask) mark rows as new. The
-// state inputs and is_init are among inputs(): write only the others (reading the state is
-// fine; writing it changes what the next run sees).
+// state inputs and is_init are among inputs(): reading the state is fine, writing it replaces
+// what the next run sees; setting rows of is_init marks them as new for the next run only (the
+// model sees them, as it sees reset(mask)'s; cleared after every run).
 //
 // Thread-safety: a Binding is for one thread at a time (one per control loop). A run() or
 // reset() while another call on the same binding is running throws tdaot::Error instead of

@@ -3,10 +3,17 @@
 // A recurrent package's manifest pairs outputs with inputs (torchrl's convention: output
 // "next.hidden" feeds input "hidden" at the next step) and may name a bool "is_init" input.
 // A session owns one state tensor [batch, *shape] per pair, zero at creation, and fills in
-// the state inputs and is_init itself: step() takes only the other inputs. is_init is true
+// the state inputs and is_init itself, so step() needs only the other inputs. is_init is true
 // for the rows reset since the previous step (all rows on the first step) and false otherwise.
-// Passing a state input or is_init to step() is refused with an InputError naming the key:
-// the session is their only writer, and reset(mask) is how rows are marked as new.
+//
+// A keyed step() may also carry those entries, as a torchrl rollout does (InitTracker puts
+// is_init in every step); the session never ignores them:
+// - a state input replaces the session's state for every row (then carried on as usual);
+// - is_init (the manifest's is_init key, else "is_init"; bool, one flag per row when the
+//   model does not read it) marks its true rows as new, exactly like reset(mask) before the
+//   step: their state is zeroed and the model sees is_init true for them, together with the
+//   rows reset() marked. Both are validated like every input; a refused step changes nothing.
+// step_positional() takes only inputs(); use reset(mask) there.
 //
 // Steady state allocates nothing of the session's own: the state tensors are preallocated and
 // each step copies the state outputs into them.
@@ -44,8 +51,9 @@ class Session {
   // step_positional() takes them.
   const std::vector<TensorSpec>& inputs() const;
 
-  // Runs one step with the non-state inputs keyed by manifest key; returns every output keyed
-  // by manifest key (the state outputs included) and keeps the state for the next step.
+  // Runs one step with the non-state inputs keyed by manifest key (and optionally the state
+  // and is_init, see above); returns every output keyed by manifest key (the state outputs
+  // included) and keeps the state for the next step.
   TensorMap step(const TensorMap& inputs);
   // The same with the non-state inputs in inputs() order; outputs in manifest order.
   std::vector<at::Tensor> step_positional(const std::vector<at::Tensor>& inputs);

@@ -15,12 +15,13 @@ if TYPE_CHECKING:
 
 
 class NativeSession:
-    """Steps a recurrent policy (tdaot::Session): ``step`` takes only the non-state inputs,
+    """Steps a recurrent policy (tdaot::Session): ``step`` needs only the non-state inputs,
     fills in the state (zero at creation) and ``is_init`` (true for rows reset since the
     last step, so all rows at the first step), and keeps the state outputs for the next
-    step. Passing a state input or ``is_init`` yourself raises :class:`tdaot.InputError`;
-    mark new episodes with ``reset(mask)`` instead. From a TensorDict only the step's
-    inputs are read, so a rollout TensorDict holding the state keys is fine.
+    step. A step may also carry them, as a torchrl rollout TensorDict does: a state entry
+    replaces the carried state, and ``is_init`` (one flag per row) resets its true rows
+    like ``reset(mask)`` (state zeroed, the model sees is_init); neither is ever ignored.
+    Other entries of a TensorDict that are not inputs are ignored.
 
     A session is single-threaded: using one from two threads at once raises
     :class:`tdaot.TdaotError`. Sessions of one policy are independent.
@@ -30,7 +31,13 @@ class NativeSession:
         self._session = _C.Session(policy._policy, batch)
         self.policy = policy
         self.batch = batch
-        self._in_keys = td_keys(self._session.input_keys)
+        recurrent = policy.manifest.recurrent
+        # What a step may carry besides its inputs: the state, and is_init (torchrl's key
+        # when the model does not read one).
+        carried = (
+            [pair.input for pair in recurrent.state] + [recurrent.is_init or "is_init"] if recurrent else []
+        )
+        self._in_keys = td_keys(list(self._session.input_keys) + carried)
 
     @property
     def input_keys(self) -> list[str]:

@@ -42,6 +42,8 @@ void translate(std::exception_ptr error) {
   } catch (const tdaot::MissingOperatorError& e) {
     py::object cls = py::module_::import("tdaot.errors").attr("MissingOperatorError");
     PyErr_SetObject(cls.ptr(), cls(e.what(), e.path(), e.op()).ptr());
+  } catch (const tdaot::SignatureError& e) {
+    raise_python("SignatureError", e.what(), &e.path());
   } catch (const tdaot::IntegrityError& e) {
     raise_python("IntegrityError", e.what(), &e.path());
   } catch (const tdaot::ManifestError& e) {
@@ -67,7 +69,8 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([](const std::string& path, int intra_op_threads, int num_runners,
                        int warmup_runs, std::vector<std::string> op_libraries,
                        std::string expected_sha256, std::string temp_dir,
-                       uint64_t max_package_bytes, std::string model_name) {
+                       uint64_t max_package_bytes, std::string model_name,
+                       std::vector<std::string> trusted_keys) {
              tdaot::PolicyOptions options;
              options.model_name = std::move(model_name);
              options.intra_op_threads = intra_op_threads;
@@ -77,6 +80,7 @@ PYBIND11_MODULE(_C, m) {
              options.expected_sha256 = std::move(expected_sha256);
              options.temp_dir = std::move(temp_dir);
              options.max_package_bytes = max_package_bytes;
+             options.trusted_keys = std::move(trusted_keys);
              py::gil_scoped_release unlocked;
              return std::make_unique<tdaot::Policy>(path, options);
            }),
@@ -86,6 +90,7 @@ PYBIND11_MODULE(_C, m) {
            py::arg("expected_sha256") = std::string(), py::arg("temp_dir") = std::string(),
            py::arg("max_package_bytes") = tdaot::PolicyOptions{}.max_package_bytes,
            py::arg("model_name") = std::string(),
+           py::arg("trusted_keys") = std::vector<std::string>{},
            "Loads a package (see tdaot::PolicyOptions; intra_op_threads=0 leaves torch's alone; "
            "model_name loads one model only).")
       .def_property_readonly("path", &tdaot::Policy::path)
@@ -199,12 +204,28 @@ PYBIND11_MODULE(_C, m) {
 
   m.def(
       "verify_package",
-      [](const std::string& path, const std::string& expected_sha256) {
+      [](const std::string& path, const std::string& expected_sha256,
+         const std::vector<std::string>& trusted_keys) {
         py::gil_scoped_release unlocked;
-        return tdaot::verify_package(path, expected_sha256);
+        return tdaot::verify_package(path, expected_sha256, trusted_keys);
       },
       py::arg("path"), py::arg("expected_sha256") = std::string(),
-      "Checks a package's digests without loading it; returns its sha256.");
+      py::arg("trusted_keys") = std::vector<std::string>{},
+      "Checks a package's digests (and signature, with trusted_keys) without loading it; "
+      "returns its sha256.");
+  m.attr("SIGNATURE_ENTRY") = std::string(tdaot::kSignatureEntry);
+  m.def(
+      "read_manifest_bytes",
+      [](const std::string& path) {
+        std::string bytes;
+        {
+          py::gil_scoped_release unlocked;
+          bytes = tdaot::read_manifest_bytes(path);
+        }
+        return py::bytes(bytes);
+      },
+      py::arg("path"),
+      "The manifest JSON exactly as the package stores it: what a signature signs.");
 
   // The one manifest parser and validator (tdaot/manifest.h). tdaot.manifest reads every
   // manifest through these and checks every manifest it writes with parse_manifest_json; each
@@ -242,5 +263,6 @@ PYBIND11_MODULE(_C, m) {
       "digest_exempt", [](const std::string& name) { return tdaot::digest_exempt(name); },
       py::arg("name"),
       "Whether the archive file name (without the top folder) is left out of the manifest's "
-      "files: AOTInductor's metadata JSONs and the zip writer's bookkeeping records.");
+      "files: AOTInductor's metadata JSONs, the zip writer's bookkeeping records and the "
+      "signature entry.");
 }

@@ -119,6 +119,7 @@ std::vector<std::string> dtype_names() {
 }
 
 bool digest_exempt(std::string_view name) {
+  if (name == kSignatureEntry) return true;
   for (const auto& record : kBookkeepingRecords) {
     if (name == record) return true;
   }

@@ -295,8 +295,8 @@ std::map<std::string, std::string> parse_files(const Parser& p, const json& root
                                  "'/', '\\', empty, '.' or '..' part)");
     }
     if (digest_exempt(name)) {
-      p.fail(field, "'" + name + "' is an AOTInductor metadata JSON or a zip bookkeeping record, "
-                                 "which is never digested");
+      p.fail(field, "'" + name + "' is an AOTInductor metadata JSON, a zip bookkeeping "
+                                 "record or the signature entry, which is never digested");
     }
     std::string hex = p.string(digest, field);
     if (!detail::is_sha256_hex(hex) || detail::lowercase(hex) != hex) {

@@ -13,6 +13,8 @@ MANIFEST_METADATA_KEY: str
 MANIFEST_SCHEMA_VERSION: int
 # Records torch's zip writer adds to every archive; never digested, never extracted.
 BOOKKEEPING_RECORDS: tuple[str, ...]
+# The archive file (under the top folder) holding a package's signatures ("tdaot.sig").
+SIGNATURE_ENTRY: str
 
 class Policy:
     """A loaded package (tdaot::Policy)."""
@@ -29,6 +31,7 @@ class Policy:
         temp_dir: str = "",
         max_package_bytes: int = ...,
         model_name: str = "",
+        trusted_keys: list[str] = ...,
     ) -> None: ...
     @property
     def path(self) -> str: ...
@@ -81,8 +84,12 @@ class Session:
     def step_positional(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]: ...
     def reset(self, mask: torch.Tensor | None = None) -> None: ...
 
-def verify_package(path: str, expected_sha256: str = "") -> str:
-    """Checks a package's digests without loading it; returns its sha256."""
+def verify_package(path: str, expected_sha256: str = "", trusted_keys: list[str] = ...) -> str:
+    """Checks a package's digests (and signature, with trusted_keys) without loading it; returns
+    its sha256."""
+
+def read_manifest_bytes(path: str) -> bytes:
+    """The manifest JSON exactly as the package stores it: what a signature signs."""
 
 def read_manifest_json(path: str) -> str:
     """The manifest of a package, read without loading it and validated, as normalised JSON."""

@@ -7,7 +7,7 @@ tdaot.testing.assert_parity(policy, "policy.pt2", example_td)
 
 ``import tdaot`` loads the runtime side only; the build side (torch.export, inductor) is
 imported the first time a build name (``build``, ``Artifact``, ``BuildOptions``) or
-``tdaot.testing`` is used.
+``tdaot.testing`` is used, and the signing side (``cryptography``) with ``tdaot.sign``.
 """
 
 import importlib
@@ -32,6 +32,7 @@ _LAZY = {
     "Artifact": ("tdaot.builder", "Artifact"),
     "BuildOptions": ("tdaot.builder", "BuildOptions"),
     "build": ("tdaot.builder", "build"),
+    "sign": ("tdaot.signing", "sign"),
     "testing": ("tdaot.testing", None),
 }
 
@@ -68,6 +69,7 @@ __all__ = [
     "build",  # noqa: F405 - imported on first use (__getattr__)
     "load",
     "read_manifest",
+    "sign",  # noqa: F405 - imported on first use (__getattr__)
     "testing",  # noqa: F405 - imported on first use (__getattr__)
     "verify",
 ]

@@ -35,6 +35,14 @@ class IntegrityError(PackageError):
     listed in) the sha256 digests its manifest records."""
 
 
+class SignatureError(IntegrityError):
+    """With ``trusted_keys`` set, the package carries no valid signature by one of them
+    (unsigned, signed only by other keys, or its manifest changed after signing); or a signing
+    or trusted key cannot be used (a missing or garbage file, a private key given as a trusted
+    one or the reverse, not Ed25519). The message names the key; ``path`` is the package (or,
+    for ``tdaot keygen``, the key file)."""
+
+
 class ManifestError(PackageError):
     """The package holds no tdaot manifest, or the manifest is malformed."""
 
@@ -168,6 +176,7 @@ __all__ = [
     "MissingOperatorError",
     "PackageError",
     "ShapeError",
+    "SignatureError",
     "SpecialisationWarning",
     "StaticBatchWarning",
     "TdaotError",

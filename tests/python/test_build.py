@@ -172,7 +172,8 @@ def test_unknown_interaction_type_is_refused():
 
 class _BatchSpecialising(nn.Module):
     def forward(self, x):
-        # Reshaping with the literal batch size pins the batch dim, as LSTMModule does.
+        # Reshaping with the literal batch size pins the batch dim (as torchrl's LSTMModule
+        # does, unless tdaot's rnn_single_step rewrite replaces its reshape).
         return x.reshape(4, 3) * 2
 
 

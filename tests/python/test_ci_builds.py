@@ -21,6 +21,7 @@ from tdaot.builder.jobs import select_shard
 from tdaot.builder.progress import Progress
 from tdaot.cli import main
 from tdaot.errors import ConfigError
+from tdaot.signing import key_id, keygen
 
 POLICIES = ROOT / "examples" / "policies.py"
 
@@ -154,6 +155,36 @@ def test_any_change_rebuilds_and_no_cache_forces_it(project, tmp_path):
     assert [r["status"] for r in _results(report).values()] == ["built"]
 
 
+def test_the_builder_signs_what_it_builds(project, tmp_path):
+    keygen(tmp_path / "keys")
+    other_private, other_public = keygen(tmp_path / "other")
+    config = _write_config(
+        tmp_path,
+        f"""
+        [defaults]
+        output_dir = "signed"
+        batch = [1, 64]
+        sign_key = "keys/private.pem"  # relative to the config file
+
+        [[artifact]]
+        name = "tutorial"
+        factory = "{POLICIES}:tutorial_policy"
+        out_keys = ["sample"]
+        """,
+    )
+    argv = ["build", "--config", str(config), "--cache-dir", str(project["root"] / "cache"), "--no-parity"]
+    package = tmp_path / "signed" / "tutorial.pt2"
+    assert main([*argv, "--report", str(tmp_path / "report.json")]) == 0
+    [result] = _results(tmp_path / "report.json").values()
+    assert result["cache_hit"]  # signing is not part of the compiled artifact
+    assert result["signed_by"] == key_id(tmp_path / "keys" / "private.pem")
+    assert tdaot.verify(package, trusted_keys=[tmp_path / "keys" / "public.pem"]) == result["sha256"]
+    # --sign-key overrides the config (a CI secret's path)
+    assert main([*argv, "--sign-key", str(other_private), "--report", str(tmp_path / "other.json")]) == 0
+    assert _results(tmp_path / "other.json")["tutorial@native"]["signed_by"] == key_id(other_private)
+    tdaot.verify(package, trusted_keys=[other_public])
+
+
 def test_parallel_jobs_build_in_separate_processes(project, tmp_path):
     report = tmp_path / "jobs.json"
     assert main([*project["argv"], "--jobs", "2", "--no-parity", "--report", str(report)]) == 0
@@ -161,10 +192,7 @@ def test_parallel_jobs_build_in_separate_processes(project, tmp_path):
 
 
 def test_shards_cover_the_list_exactly_once():
-    specs = [
-        BuildSpec(f"p{i}", "f.py:f", f"/o/p{i}.pt2", True, BuildOptions())
-        for i in range(7)
-    ]
+    specs = [BuildSpec(f"p{i}", "f.py:f", f"/o/p{i}.pt2", True, BuildOptions()) for i in range(7)]
     shards = [select_shard(specs, f"{i}/3") for i in (1, 2, 3)]
     assert sorted(s.id for shard in shards for s in shard) == sorted(s.id for s in specs)
     assert [len(s) for s in shards] == [3, 2, 2]

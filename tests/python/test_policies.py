@@ -37,12 +37,9 @@ ARTIFACTS = {
     },
     "stochastic-random": (P.stochastic_actors, {"interaction_type": "random"}),
     "qvalue": (P.qvalue_actors, {}),
-    "lstm": (P.lstm_policy, {}),
     "gru_scan": (P.gru_scan_policy, {}),
     "pixels": (P.pixels_policy, {}),
     "pixels_and_vector": (P.pixels_and_vector_policy, {}),
-    "multi_agent": (P.multi_agent_policy, {}),
-    "normalized": (P.normalized_policy, {}),
     "dtypes": (P.dtype_policy, {}),
 }
 
@@ -67,8 +64,6 @@ def built(tmp_path_factory):
 
 # Artifacts that fall back to a static batch, and why, said aloud.
 STATIC_BATCH = {
-    # LSTMModule reshapes the batch with its literal size while tracing.
-    "lstm": "specialises the batch dim.*static batch of 4",
     # Inductor cannot lower torchrl's scan (hoptorch) with a symbolic batch.
     "gru_scan": r"could not be compiled with a dynamic batch \(AOTInductor .*\); .*static batch of 4",
 }
@@ -184,12 +179,9 @@ def test_qvalue_actor_matches_eager(built, space):
 
 
 # --- 3. recurrent -------------------------------------------------------------------
+# GRUModule/LSTMModule single steps as they come: test_torchrl_as_they_come.py.
 @pytest.mark.parametrize(
-    ("name", "state", "batch"),
-    [
-        ("lstm", ["recurrent_state_h", "recurrent_state_c"], tdaot.BatchRange(4, 4)),
-        ("gru_scan", ["recurrent_state"], tdaot.BatchRange(4, 4)),
-    ],
+    ("name", "state", "batch"), [("gru_scan", ["recurrent_state"], tdaot.BatchRange(4, 4))]
 )
 def test_recurrent_policy_matches_eager_over_a_rollout(built, name, state, batch):
     policy, example, artifact = built(name)
@@ -218,7 +210,7 @@ def test_recurrent_policy_matches_eager_over_a_rollout(built, name, state, batch
             native_td[pair.input] = actual["next", pair.input]
 
 
-@pytest.mark.parametrize("name", ["lstm", "gru_scan"])
+@pytest.mark.parametrize("name", ["gru_scan"])
 def test_native_session_carries_torchrl_state(built, name):
     """The runner's session, driven by the manifest's recurrent section, follows eager."""
     policy, example, artifact = built(name)
@@ -270,25 +262,7 @@ def test_pixel_policy_matches_eager(built, name):
     assert all(row.max_abs <= 1e-5 for row in report.rows)
 
 
-# --- 5. multi-agent / nested --------------------------------------------------------
-@pytest.mark.parametrize("key", ["group.agents.action", "group.agents.value"])
-def test_multi_agent_policy_matches_eager(built, key):
-    policy, example, artifact = built("multi_agent")
-    assert artifact.manifest.inputs == (tdaot.TensorSpec("group.agents.observation", "float32", (3, 3)),)
-    report = assert_parity(policy, artifact, example)
-    assert {row.key for row in report.rows} >= {key}
-
-
-# --- 6. observation normalisation ---------------------------------------------------
-@pytest.mark.parametrize("batch", [1, 7, 64])
-def test_normalisation_is_baked_in(built, batch):
-    policy, example, artifact = built("normalized")
-    assert artifact.manifest.input_keys == ["observation"]  # raw sensor values in
-    assert_parity(policy, artifact, example, batch_sizes=[batch])
-    # The artifact applies the statistics itself: normalised values are unit-scale.
-    raw = example["observation"]
-    out = tdaot.load(artifact.path)(TensorDict({"observation": raw}, batch_size=raw.shape[:1]))
-    assert out["observation_norm"].abs().max() < 10 < raw.abs().max()
+# --- 5./6. multi-agent networks, ObservationNorm: test_torchrl_as_they_come.py ----------
 
 
 # --- 7. dtypes ----------------------------------------------------------------------
@@ -312,21 +286,16 @@ def test_dtypes_match_eager(built, key, dtype):
 @pytest.mark.parametrize(
     ("factory", "message"),
     [
-        # GRUModule's sequential mode branches on is_init.any(); see gru_scan_policy.
+        # GRUModule's recurrent mode with its "pad" backend splits the window at each is_init.
         (
-            P.gru_policy,
-            r"(?s)is_init.any\(\).*inside an installed library "
-            r"\(torchrl/modules/tensordict_module/rnn.py:\d+\)",
+            P.gru_sequence_policy,
+            r"(?s)is_init\[\.\.\., 1:\]\.any\(\).*inside an installed library "
+            r"\(torchrl/modules/tensordict_module/rnn.py:\d+\).*pick an option or module that avoids",
         ),
         (
-            P.observation_norm_policy,
-            r"(?s)if self.standard_normal:.*installed library \(torchrl/envs/transforms/"
-            r"_normalization.py:\d+\).*replace the buffer by a plain Python value",
-        ),
-        (
-            P.multi_agent_td_params_policy,
-            r"(?s)wrapping torchrl.modules.models.multiagent.MultiAgentMLP.*"
-            r"Cannot unlock a tensordict.*Hint: .*MultiAgentMLP\(\.\.\., use_td_params=False\)",
+            P.stacked_ensemble_policy,
+            r"(?s)wrapping examples.torchrl_policies.StackedEnsemble.*Cannot unlock a tensordict.*"
+            r"Hint: .*TensorDictParams refuses.*plain nn.Parameters",
         ),
     ],
 )
@@ -399,7 +368,9 @@ def test_side_effect_check_restores_the_module():
 
 
 def test_cli_build_failure_is_one_message_not_a_traceback(capsys, tmp_path):
-    code = cli.main(["build", "examples/torchrl_policies.py:gru_policy", "-o", str(tmp_path / "gru.pt2")])
+    code = cli.main(
+        ["build", "examples/torchrl_policies.py:gru_sequence_policy", "-o", str(tmp_path / "gru.pt2")]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert err.startswith("tdaot build: ExportError: torch.export failed for tensordict.nn.sequence")

@@ -150,9 +150,9 @@ def test_error_text_matches():
 
 def test_locked_parameter_message():
     sys.path.insert(0, str(PACKAGE.parents[1]))
-    from examples.torchrl_policies import multi_agent_td_params_policy
+    from examples.torchrl_policies import stacked_ensemble_policy
 
-    policy, example = multi_agent_td_params_policy()
+    policy, example = stacked_ensemble_policy()
     err = _export_error(_Positional(policy), dynamic=False, example=example["observation"])
     assert compat.is_locked_parameter(err), _changed("is_locked_parameter", str(err)[:300])
 

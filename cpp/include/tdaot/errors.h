@@ -37,6 +37,15 @@ class IntegrityError : public PackageError {
   using PackageError::PackageError;
 };
 
+// With PolicyOptions::trusted_keys set: the package carries no valid signature by any of those
+// keys (unsigned, signed only by other keys, or its manifest changed after signing), or a
+// trusted key cannot be used (a missing or garbage file, a private key, not Ed25519; the
+// message names it). An IntegrityError: the package is not one its owners vouched for.
+class SignatureError : public IntegrityError {
+ public:
+  using IntegrityError::IntegrityError;
+};
+
 // The package holds no tdaot manifest, or the manifest is malformed or of an unknown schema.
 class ManifestError : public PackageError {
  public:

@@ -29,9 +29,14 @@ inline constexpr int kManifestSchemaVersion = 2;
 inline constexpr std::array<std::string_view, 5> kBookkeepingRecords{
     "archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id"};
 
+// The archive file (under the top folder) holding a package's signatures, a JSON list of
+// {key_id, alg, signature} over its manifest bytes (README, Security model). Signing adds or
+// replaces it without changing any other entry, so the manifest cannot list it.
+inline constexpr std::string_view kSignatureEntry = "tdaot.sig";
+
 // Whether the archive file `name` (without the archive's top folder) is left out of a
-// manifest's "files": the bookkeeping records above and AOTInductor's metadata JSONs
-// ("data/aotinductor/<model>/*_metadata.json"), which carry the manifest itself.
+// manifest's "files": the bookkeeping records above, the signature entry and AOTInductor's
+// metadata JSONs ("data/aotinductor/<model>/*_metadata.json"), which carry the manifest itself.
 bool digest_exempt(std::string_view name);
 
 // Whether Manifest::from_json requires the file digests. Every package's manifest is sealed
@@ -153,6 +158,10 @@ struct Manifest {
 // Throws PackageError when the file is missing or not a package, ManifestError
 // when it holds no valid manifest.
 Manifest read_manifest(const std::string& package_path);
+
+// The manifest JSON exactly as the package stores it: the bytes its signatures sign (tdaot.sign
+// signs them; PolicyOptions::trusted_keys verifies them). Read with read_manifest's checks.
+std::string read_manifest_bytes(const std::string& package_path);
 
 // The manifest's dtype names, in the schema's order.
 std::vector<std::string> dtype_names();

@@ -20,7 +20,7 @@ from torch import nn
 
 from tdaot import _torch_compat
 from tdaot import keys as keyutil
-from tdaot.builder import checks
+from tdaot.builder import checks, rewrites
 from tdaot.builder.messages import describe_module, export_message, first_line, module_class_name
 from tdaot.builder.options import BatchSpec, BuildOptions
 from tdaot.errors import BuildError, ExportError, StaticBatchWarning
@@ -41,6 +41,7 @@ class ExportedPolicy:
     batch: BatchRange
     recurrent: Recurrent | None = None
     custom_ops: tuple[str, ...] = ()
+    rewrites: tuple[str, ...] = ()  # the module rewrites applied before tracing
 
 
 class PositionalPolicy(nn.Module):
@@ -130,11 +131,14 @@ def export_policy(
     )
     with export_context(interaction_type):
         checks.check_eager_run(wrapper, input_tensors, out_keys, interaction_type)
+        # The user's module as it comes ran above (materialising its lazy modules, whose
+        # weights a copy must share); what is traced from here on is the rewritten copy.
+        wrapper.module, applied = rewrites.for_export(module)
         # A second eager run looks for Python side effects: the first also
         # materialises lazy modules (torchrl's ConvNet and MLP set their sizes), and
         # torch.export undoes attribute assignments made while it traces. Fresh
         # copies of the inputs, so a stashed input is a new object.
-        with checks.no_python_side_effects(module), torch.no_grad():
+        with checks.no_python_side_effects(wrapper.module), torch.no_grad():
             wrapper.module(wrapper.make_tensordict([t.clone() for t in input_tensors]))
         program, batch_range = _export_with_fallback(wrapper, input_tensors, batch_range)
     if interaction_type != "random":
@@ -153,6 +157,7 @@ def export_policy(
         batch=batch_range,
         recurrent=recurrent_state(inputs, outputs),
         custom_ops=checks.custom_operators(program),
+        rewrites=applied,
     )
 
 

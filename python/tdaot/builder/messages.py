@@ -71,9 +71,9 @@ def export_message(name: str, module: nn.Module, in_keys, out_keys, err: BaseExc
     elif _torch_compat.is_locked_parameter(err) and _holds_tensordict_params(module):
         message += (
             "\nHint: torch.export swaps every parameter for a traced stand-in by its dotted name, "
-            "which a TensorDictParams refuses (it is locked); tensordict 0.14 with torch 2.13 cannot "
-            "export parameters held in one. Build the module with plain nn.Parameters, e.g. torchrl's "
-            "MultiAgentMLP(..., use_td_params=False)."
+            "which a TensorDictParams refuses (it is locked) when it holds nested parameters "
+            "(tensordict 0.14, torch 2.13). Hold them as plain nn.Parameters (torchrl's multi-agent "
+            "networks are rewritten so by tdaot itself: README, export-time rewrites)."
         )
     return message
 

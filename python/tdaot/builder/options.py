@@ -12,6 +12,7 @@ latency`` in a TOML config); the check and the words come from the field.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -127,6 +128,20 @@ def _check_specialize(value, options):
     if value and options.tuning != "auto":
         raise Invalid(problem=f"applies to tuning='auto' only (tuning is {options.tuning!r})")
     return tuple(sorted(set(value)))
+
+
+def _check_sign_key(value, options):
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise Invalid(expected="expected the path of an Ed25519 private key (PEM, from tdaot keygen)")
+    if "-----BEGIN" in os.fspath(value):
+        # Not through Invalid, whose message quotes the value: the key must not reach a log.
+        raise BuildError(
+            "sign_key holds key material; give the path of the private key file instead, so the key "
+            "never appears in logs, reports or a process list"
+        )
+    return os.fspath(value)
 
 
 def _specialize_from_text(text: str) -> tuple[int, ...]:
@@ -259,6 +274,14 @@ class BuildOptions:
         metavar="N[,N...]",
         from_text=_specialize_from_text,
         in_artifact=False,
+    )
+    sign_key: str | None = option(
+        None,
+        "sign the package with this Ed25519 private key (a PEM file from tdaot keygen; relative to "
+        "the config file in a config); default: unsigned",
+        _check_sign_key,
+        metavar="KEY.pem",
+        in_artifact=False,  # the compiled package is the same; signing adds an entry afterwards
     )
     save_exported: bool = option(
         False,

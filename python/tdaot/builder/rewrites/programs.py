@@ -1,5 +1,5 @@
-"""Export-time rewrites: programs changed before compiling so that inductor generates faster
-or allocation-free code. Each applies only to the ops it is written for.
+"""Program rewrites: exported programs changed before compiling so that inductor generates
+faster or allocation-free code. Each applies only to the ops it is written for.
 
 - the latency tuning decomposes ``RECURRENT_OPS`` (aten's fused LSTM/GRU/RNN ops, which call
   one oneDNN primitive set up per call) into matmuls and pointwise ops inductor fuses

@@ -1,0 +1,36 @@
+"""Export-time rewrites owned by tdaot, each applied only to what it is written for.
+
+- module rewrites (:mod:`.modules`; torchrl's in :mod:`.torchrl_modules` and
+  :mod:`.torchrl_distributions`): library
+  modules that torch.export cannot trace as they come, patched on a copy of the policy;
+- program rewrites (:mod:`.programs`): exported programs changed before compiling so that
+  inductor generates faster or allocation-free code.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from tdaot.builder.rewrites import torchrl_distributions, torchrl_modules
+from tdaot.builder.rewrites.modules import CHECKED_AGAINST, ModuleRewrite, rewrite_modules
+from tdaot.builder.rewrites.programs import RECURRENT_OPS, conv2d_as_gemm, convolutions_as_gemm
+
+# Every module rewrite, in the order they are applied.
+MODULE_REWRITES: tuple[ModuleRewrite, ...] = torchrl_modules.REWRITES + torchrl_distributions.REWRITES
+
+
+def for_export(policy: nn.Module) -> tuple[nn.Module, tuple[str, ...]]:
+    """The policy to trace (``policy`` itself, or a rewritten copy) and the rewrites applied."""
+    return rewrite_modules(policy, MODULE_REWRITES)
+
+
+__all__ = [
+    "CHECKED_AGAINST",
+    "MODULE_REWRITES",
+    "RECURRENT_OPS",
+    "ModuleRewrite",
+    "conv2d_as_gemm",
+    "convolutions_as_gemm",
+    "for_export",
+    "rewrite_modules",
+]

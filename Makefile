@@ -14,7 +14,7 @@ BUILD := build/cpp
 JOBS ?= $(shell nproc)
 
 # torch==2.13.0 is the CPU wheel on this machine's disk; a looser pin would pull a CUDA build.
-PY_DEPS := torch==2.13.0 tensordict==0.14.3 torchrl==0.14.1 "pybind11>=2.12,<4" \
+PY_DEPS := torch==2.13.0 tensordict==0.14.3 torchrl==0.14.1 "pybind11>=2.12,<4" "cryptography>=42" \
 	"scikit-build-core>=0.10" ninja "cmake>=3.25" "pytest>=8" ruff safetensors==0.8.0
 # zipcmp/zipmerge/ziptool: Debian 12's libzip CMake config refuses to load without them.
 APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev libzip-dev zipcmp zipmerge ziptool libssl-dev
@@ -31,6 +31,8 @@ help:
 	@echo "make test-asan  the C++ tests under AddressSanitizer + UBSan (build/asan, ~10 min)"
 	@echo "make fuzz   libFuzzer over manifest parsing and input validation (FUZZ_SECONDS=60)"
 	@echo "make install PREFIX=DIR  install the C++ package (find_package(tdaot)) under DIR"
+	@echo "make images       the build and runtime container images (podman or docker, docker/images.sh)"
+	@echo "make test-images  make test in the build image; a package it builds run in the runtime image"
 	@echo "make clean  remove build outputs (keeps the venv)"
 
 # --- set-up -------------------------------------------------------------------------
@@ -178,3 +180,15 @@ fuzz: $(FUZZ_BUILD)/build.ninja
 		-dict=tests/fuzz/manifest.dict -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 		-artifact_prefix=$(abspath $(FUZZ_BUILD))/artifacts/ $(FUZZ_ARGS) \
 	|| { echo "fuzz: crash input in $(FUZZ_BUILD)/artifacts/; fix it, then add it to tests/fuzz/regressions/"; exit 1; }
+
+# --- container images (docker/images.sh; README "Container images") ----------------------------
+# images: docker where `docker info` works, else podman (installed when missing); the public
+# Debian 12 base, or a local mmdebstrap one where no registry answers. test-images: the runtime
+# image runs a package the build image built (as a non-root user) and refuses a tampered one,
+# then `make test` runs inside the build image (~25 min on 2 cores).
+.PHONY: images test-images
+images:
+	docker/images.sh build
+
+test-images: images
+	docker/images.sh test

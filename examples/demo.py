@@ -1,4 +1,5 @@
-"""`make demo`: build the tutorial policy, check parity, run it natively and time it."""
+"""`make demo`: build the tutorial policy, check parity, run it natively and time it; then a
+legged locomotion policy with its deployment contract, stepped inside the safety envelope."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from examples.policies import tutorial_policy  # noqa: E402
+from examples.policies import LEGGED_JOINTS, legged_contract, legged_policy, tutorial_policy  # noqa: E402
 
 import tdaot  # noqa: E402
 
@@ -33,6 +34,7 @@ def python_latency(call, iters: int) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output", default="dist/tutorial.pt2")
+    parser.add_argument("--legged-output", default="dist/legged.pt2")
     parser.add_argument("--tdaot-run", default="build/cpp/tdaot-run", help="path of the tdaot-run tool")
     parser.add_argument("--iters", type=int, default=5000)
     args = parser.parse_args()
@@ -77,7 +79,37 @@ def main() -> int:
     bound.inputs["observation"].copy_(obs)
     p50, p99 = python_latency(bound.run, args.iters)
     print(f"Python bound run (native.bind(batch=1).run()): p50 {p50:.1f} us, p99 {p99:.1f} us")
+    robot_contract(args)
     return 0
+
+
+def robot_contract(args) -> None:
+    """The legged policy built with its contract: the joint order checked, actions inside the
+    joint limits, a NaN observation held and a jump rate limited by the session."""
+    print("\n== robot contract: examples/policies.py:legged_policy with legged_contract()")
+    policy, example = legged_policy()
+    artifact = tdaot.build(
+        policy,
+        example,
+        args.legged_output,
+        contract=legged_contract(),
+        factory="examples/policies.py:legged_policy",
+    )
+    subprocess.run([args.tdaot_run, "inspect", artifact.path], check=True)
+    report = tdaot.testing.assert_parity(policy, artifact, example, batch_sizes=[1, 7])
+    print(f"parity with the eager policy inside the contract's map and clip: {len(report.rows)} checks pass")
+    native = tdaot.load(artifact.path)
+    robot_joints = sorted(LEGGED_JOINTS)  # a robot that lists its joints alphabetically
+    order = native.contract.order("action", robot_joints)
+    print(f"robot joint order checked: robot joint i is policy element order[i] = {order}")
+    session = native.session(batch=1)
+    for name, observation in [
+        ("finite", torch.zeros(1, 48)),
+        ("NaN in the observation", torch.full((1, 48), float("nan"))),
+        ("a jump", torch.full((1, 48), 5.0)),
+    ]:
+        action = session.step(observation=observation)["action"][0, order]
+        print(f"  step ({name}): {robot_joints[0]} = {action[0]:.3f}, interventions {session.interventions}")
 
 
 if __name__ == "__main__":

@@ -175,3 +175,65 @@ def horizon_policy():
     policy = TensorDictModule(_HorizonRollout(), in_keys=["observation"], out_keys=["final", "costs"])
     example = TensorDict({"observation": torch.randn(EXAMPLE_BATCH, 3)}, batch_size=[EXAMPLE_BATCH])
     return policy, example
+
+
+# A Unitree Go2-like quadruped in Isaac Lab's joint order.
+LEGGED_JOINTS = tuple(
+    f"{leg}_{part}_joint" for part in ("hip", "thigh", "calf") for leg in ("FL", "FR", "RL", "RR")
+)
+LEGGED_DEFAULT_POS = (0.1, -0.1, 0.1, -0.1, 0.8, 0.8, 1.0, 1.0, -1.5, -1.5, -1.5, -1.5)
+LEGGED_LOWER = (-1.05, -1.05, -1.05, -1.05, -1.57, -1.57, -0.52, -0.52, -2.72, -2.72, -2.72, -2.72)
+LEGGED_UPPER = (1.05, 1.05, 1.05, 1.05, 3.49, 3.49, 4.54, 4.54, -0.84, -0.84, -0.84, -0.84)
+# The observation, Isaac Lab's velocity-tracking layout: 48 elements and their scales.
+_LEGGED_OBSERVATION = (
+    ("base_lin_vel", ("x", "y", "z"), 2.0),
+    ("base_ang_vel", ("x", "y", "z"), 0.25),
+    ("projected_gravity", ("x", "y", "z"), 1.0),
+    ("velocity_command", ("x", "y", "yaw"), 1.0),
+    ("joint_pos_rel", LEGGED_JOINTS, 1.0),
+    ("joint_vel", LEGGED_JOINTS, 0.05),
+    ("last_action", LEGGED_JOINTS, 1.0),
+)
+LEGGED_OBSERVATION_NAMES = tuple(
+    f"{group}.{name}" for group, names, _ in _LEGGED_OBSERVATION for name in names
+)
+LEGGED_OBSERVATION_SCALE = tuple(scale for _, names, scale in _LEGGED_OBSERVATION for _ in names)
+
+
+def legged_contract():
+    """The deployment contract of :func:`legged_policy`: 50 Hz; observations scaled and clipped
+    to +-100; actions are joint position targets = 0.25 * raw + default pose, within the joint
+    limits, moving at most 0.2 rad per step."""
+    import tdaot
+
+    return tdaot.Contract(
+        control_dt=0.02,
+        inputs={
+            "observation": tdaot.Signal(
+                names=LEGGED_OBSERVATION_NAMES, scale=LEGGED_OBSERVATION_SCALE, low=-100.0, high=100.0
+            )
+        },
+        outputs={
+            "action": tdaot.Signal(
+                names=LEGGED_JOINTS,
+                scale=0.25,
+                offset=LEGGED_DEFAULT_POS,
+                low=LEGGED_LOWER,
+                high=LEGGED_UPPER,
+                max_delta=0.2,
+            )
+        },
+        metadata={"robot": "go2", "policy": "flat-walk-example"},
+    )
+
+
+def legged_policy():
+    """A 12-joint locomotion actor: observation [48] (base linear and angular velocity,
+    projected gravity, velocity command, joint positions relative to the default pose, joint
+    velocities, last action) -> action [12] (joint position offsets, raw). Build it with
+    ``contract=legged_contract()`` (``tdaot build --contract``: a TOML file of its fields)."""
+    torch.manual_seed(0)
+    actor = nn.Sequential(nn.Linear(48, 64), nn.ELU(), nn.Linear(64, 64), nn.ELU(), nn.Linear(64, 12))
+    policy = TensorDictModule(actor, in_keys=["observation"], out_keys=["action"])
+    example = TensorDict({"observation": torch.randn(EXAMPLE_BATCH, 48)}, batch_size=[EXAMPLE_BATCH])
+    return policy, example

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
+#include "tdaot/contract.h"
 #include "tdaot/policy.h"
 #include "tdaot/session.h"
 
@@ -42,6 +43,8 @@ void translate(std::exception_ptr error) {
   } catch (const tdaot::MissingOperatorError& e) {
     py::object cls = py::module_::import("tdaot.errors").attr("MissingOperatorError");
     PyErr_SetObject(cls.ptr(), cls(e.what(), e.path(), e.op()).ptr());
+  } catch (const tdaot::SignatureError& e) {
+    raise_python("SignatureError", e.what(), &e.path());
   } catch (const tdaot::IntegrityError& e) {
     raise_python("IntegrityError", e.what(), &e.path());
   } catch (const tdaot::ManifestError& e) {
@@ -50,6 +53,8 @@ void translate(std::exception_ptr error) {
     raise_python("HostMismatchError", e.what(), &e.path());
   } catch (const tdaot::PackageError& e) {
     raise_python("PackageError", e.what(), &e.path());
+  } catch (const tdaot::ContractError& e) {
+    raise_python("ContractError", e.what(), &e.key());
   } catch (const tdaot::ExecutionError& e) {
     raise_python("ExecutionError", e.what());
   } catch (const tdaot::WeightsError& e) {
@@ -70,7 +75,8 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([](const std::string& path, int intra_op_threads, int num_runners,
                        int warmup_runs, std::vector<std::string> op_libraries,
                        std::string expected_sha256, std::string temp_dir,
-                       uint64_t max_package_bytes, std::string model_name) {
+                       uint64_t max_package_bytes, std::string model_name,
+                       std::vector<std::string> trusted_keys) {
              tdaot::PolicyOptions options;
              options.model_name = std::move(model_name);
              options.intra_op_threads = intra_op_threads;
@@ -80,6 +86,7 @@ PYBIND11_MODULE(_C, m) {
              options.expected_sha256 = std::move(expected_sha256);
              options.temp_dir = std::move(temp_dir);
              options.max_package_bytes = max_package_bytes;
+             options.trusted_keys = std::move(trusted_keys);
              py::gil_scoped_release unlocked;
              return std::make_unique<tdaot::Policy>(path, options);
            }),
@@ -89,6 +96,7 @@ PYBIND11_MODULE(_C, m) {
            py::arg("expected_sha256") = std::string(), py::arg("temp_dir") = std::string(),
            py::arg("max_package_bytes") = tdaot::PolicyOptions{}.max_package_bytes,
            py::arg("model_name") = std::string(),
+           py::arg("trusted_keys") = std::vector<std::string>{},
            "Loads a package (see tdaot::PolicyOptions; intra_op_threads=0 leaves torch's alone; "
            "model_name loads one model only).")
       .def_property_readonly("path", &tdaot::Policy::path)
@@ -195,6 +203,16 @@ PYBIND11_MODULE(_C, m) {
                              })
       .def_property_readonly("state", &tdaot::Session::state,
                              "The state tensors (the session's own storage), keyed by input key.")
+      .def_property_readonly(
+          "interventions",
+          [](const tdaot::Session& s) {
+            const tdaot::Interventions& counts = s.interventions();
+            py::dict result;
+            result["nonfinite"] = counts.nonfinite;
+            result["rate_limited"] = counts.rate_limited;
+            return result;
+          },
+          "The safety envelope's interventions so far: steps by kind.")
       .def(
           "step",
           [](tdaot::Session& s, const tdaot::TensorMap& inputs) {
@@ -224,12 +242,28 @@ PYBIND11_MODULE(_C, m) {
 
   m.def(
       "verify_package",
-      [](const std::string& path, const std::string& expected_sha256) {
+      [](const std::string& path, const std::string& expected_sha256,
+         const std::vector<std::string>& trusted_keys) {
         py::gil_scoped_release unlocked;
-        return tdaot::verify_package(path, expected_sha256);
+        return tdaot::verify_package(path, expected_sha256, trusted_keys);
       },
       py::arg("path"), py::arg("expected_sha256") = std::string(),
-      "Checks a package's digests without loading it; returns its sha256.");
+      py::arg("trusted_keys") = std::vector<std::string>{},
+      "Checks a package's digests (and signature, with trusted_keys) without loading it; "
+      "returns its sha256.");
+  m.attr("SIGNATURE_ENTRY") = std::string(tdaot::kSignatureEntry);
+  m.def(
+      "read_manifest_bytes",
+      [](const std::string& path) {
+        std::string bytes;
+        {
+          py::gil_scoped_release unlocked;
+          bytes = tdaot::read_manifest_bytes(path);
+        }
+        return py::bytes(bytes);
+      },
+      py::arg("path"),
+      "The manifest JSON exactly as the package stores it: what a signature signs.");
 
   // The one manifest parser and validator (tdaot/manifest.h). tdaot.manifest reads every
   // manifest through these and checks every manifest it writes with parse_manifest_json; each
@@ -262,10 +296,14 @@ PYBIND11_MODULE(_C, m) {
       py::arg("sealed") = true,
       "Validates manifest JSON (sealed=False: before the package's file digests exist) and "
       "returns it normalised; raises tdaot.ManifestError naming origin and the field.");
+  m.def("order_names", &tdaot::order_names, py::arg("key"), py::arg("policy"), py::arg("names"),
+        "Contract::order on one signal's names: the policy's index of each given name; raises "
+        "tdaot.ContractError naming the first missing and the first extra name.");
   m.def("manifest_dtype_names", &tdaot::dtype_names, "The manifest's dtype names, in order.");
   m.def(
       "digest_exempt", [](const std::string& name) { return tdaot::digest_exempt(name); },
       py::arg("name"),
       "Whether the archive file name (without the top folder) is left out of the manifest's "
-      "files: AOTInductor's metadata JSONs and the zip writer's bookkeeping records.");
+      "files: AOTInductor's metadata JSONs, the zip writer's bookkeeping records and the "
+      "signature entry.");
 }

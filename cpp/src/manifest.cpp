@@ -107,6 +107,7 @@ std::string Manifest::to_json(int indent) const {
         {"is_init", recurrent->is_init.empty() ? json(nullptr) : json(recurrent->is_init)}};
   }
   if (!custom_ops.empty()) out["custom_ops"] = custom_ops;
+  if (contract) out["contract"] = detail::contract_to_json(*contract);
   if (!files.empty()) out["files"] = files;  // empty: unsealed
   for (const auto& [name, value] : extra) out[name] = nlohmann::ordered_json::parse(value);
   return out.dump(indent);
@@ -119,6 +120,7 @@ std::vector<std::string> dtype_names() {
 }
 
 bool digest_exempt(std::string_view name) {
+  if (name == kSignatureEntry) return true;
   for (const auto& record : kBookkeepingRecords) {
     if (name == record) return true;
   }

@@ -295,8 +295,8 @@ std::map<std::string, std::string> parse_files(const Parser& p, const json& root
                                  "'/', '\\', empty, '.' or '..' part)");
     }
     if (digest_exempt(name)) {
-      p.fail(field, "'" + name + "' is an AOTInductor metadata JSON or a zip bookkeeping record, "
-                                 "which is never digested");
+      p.fail(field, "'" + name + "' is an AOTInductor metadata JSON, a zip bookkeeping "
+                                 "record or the signature entry, which is never digested");
     }
     std::string hex = p.string(digest, field);
     if (!detail::is_sha256_hex(hex) || detail::lowercase(hex) != hex) {
@@ -349,6 +349,7 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin,
   m.source = parse_source(p, root);
   m.recurrent = parse_recurrent(p, root, m);
   m.custom_ops = parse_custom_ops(p, root);
+  m.contract = detail::parse_contract(p, root, m);
   m.files = parse_files(p, root, sealing);
   for (const auto& [name, value] : root.items()) {
     if (std::find(kFields.begin(), kFields.end(), name) == kFields.end()) {

@@ -49,11 +49,11 @@ inline std::string unknown_dtype_message(const std::string& name) {
 }
 
 // The top-level fields of schema 2; any other is kept in Manifest::extra.
-inline constexpr std::array<std::string_view, 16> kFields{
+inline constexpr std::array<std::string_view, 17> kFields{
     "schema_version", "inputs",        "outputs",       "batch",  "models",
     "interaction_type", "device",      "cpu_target",    "cpu_isa", "torch_version",
     "tensordict_version", "tdaot_version", "source",    "recurrent", "custom_ops",
-    "files"};
+    "contract", "files"};
 
 // The tunings a model may have been built with (tdaot.builder.tuning).
 inline constexpr std::array<std::string_view, 2> kTunings{"throughput", "latency"};
@@ -215,5 +215,10 @@ class DuplicateMemberCheck {
   const std::string& origin_;
   std::vector<Frame> frames_;
 };
+
+// The optional "contract" (manifest_contract.cpp): nullopt when absent or null; its keys are
+// checked against `m`'s inputs and outputs, which must be parsed first.
+std::optional<Contract> parse_contract(const Parser& p, const json& root, const Manifest& m);
+nlohmann::ordered_json contract_to_json(const Contract& contract);
 
 }  // namespace tdaot::detail

@@ -12,13 +12,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string_view>
 #include <utility>
 
 #include "archive.h"
 #include "digest.h"
+#include "signature.h"
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"
 
@@ -111,28 +111,6 @@ void write_new_file(const std::string& target, const std::string& data, const st
   if (::close(fd) != 0) {
     fail_path(path, "cannot be extracted to '" + target + "': " + std::strerror(errno));
   }
-}
-
-Metadata parse_metadata(const std::string& text, const std::string& entry,
-                        const std::string& path) {
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail_path(path, "has invalid AOTInductor metadata in '" + entry + "': " + e.what());
-  }
-  if (!root.is_object()) {
-    fail_path(path, "has invalid AOTInductor metadata in '" + entry + "': expected a JSON object");
-  }
-  Metadata metadata;
-  for (const auto& [key, value] : root.items()) {
-    if (!value.is_string()) {
-      fail_path(path, "has invalid AOTInductor metadata in '" + entry + "': the value of '" +
-                          key + "' is not a string");
-    }
-    metadata.emplace(key, value.get<std::string>());
-  }
-  return metadata;
 }
 
 }  // namespace
@@ -238,6 +216,24 @@ Package::Package(std::string path, const PolicyOptions& options)
                                      manifest_.describe_models() + ")");
     }
   }
+  // The manifest holds every file's digest, so its signature vouches for the whole package.
+  if (!options.trusted_keys.empty()) {
+    verify_signatures(manifest_bytes(), signatures(), options.trusted_keys,
+                      {path_, "package '" + path_ + "'", "manifest"});
+  }
+}
+
+std::optional<std::string> Package::signatures() const {
+  const std::string name = prefix_ + std::string(kSignatureEntry);
+  for (const ZipEntry& entry : archive_->entries()) {
+    if (entry.name != name) continue;
+    if (entry.size > kMaxMetadataBytes) {
+      fail("has a signature entry '" + name + "' of " + std::to_string(entry.size) +
+           " bytes; signatures are far smaller");
+    }
+    return archive_->read(entry);
+  }
+  return std::nullopt;
 }
 
 void Package::require_model_in_archive(const std::string& model) const {
@@ -332,15 +328,6 @@ void Package::check_files(Extraction* destination) const {
   }
 }
 
-Manifest manifest_from_metadata(const Metadata& metadata, const std::string& path) {
-  auto it = metadata.find(kManifestMetadataKey);
-  if (it == metadata.end()) {
-    throw ManifestError(path, "package '" + path + "' has no '" + kManifestMetadataKey +
-                                  "' metadata: it was not built by tdaot.build");
-  }
-  return Manifest::from_json(it->second, path);
-}
-
 std::string exception_text(const std::exception& e) {
   const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
   std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
@@ -356,9 +343,15 @@ Manifest read_manifest(const std::string& package_path) {
   return detail::Package(package_path, PolicyOptions{}).manifest();
 }
 
-std::string verify_package(const std::string& package_path, const std::string& expected_sha256) {
+std::string read_manifest_bytes(const std::string& package_path) {
+  return detail::Package(package_path, PolicyOptions{}).manifest_bytes();
+}
+
+std::string verify_package(const std::string& package_path, const std::string& expected_sha256,
+                           const std::vector<std::string>& trusted_keys) {
   PolicyOptions options;
   options.expected_sha256 = expected_sha256;
+  options.trusted_keys = trusted_keys;
   const detail::Package package(package_path, options);
   package.verify_files();
   return package.sha256();

@@ -11,6 +11,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -62,7 +63,9 @@ class Package {
   // set (IntegrityError), the zip structure (PackageError), the AOTInductor metadata and the
   // manifest in it (ManifestError): every model the manifest lists has metadata carrying the
   // same manifest, and the package holds no model it does not list. File digests are checked
-  // by verify_files / extract.
+  // by verify_files / extract. With options.trusted_keys, the manifest's signature is checked
+  // right after the manifest (SignatureError), before the caller checks the host or loads
+  // anything.
   Package(std::string path, const PolicyOptions& options);
   ~Package();
   Package(const Package&) = delete;
@@ -76,6 +79,8 @@ class Package {
   // The AOTInductor metadata of the listed model `model`.
   const Metadata& metadata(const std::string& model) const { return metadata_.at(model); }
   const Manifest& manifest() const { return manifest_; }
+  // The manifest JSON exactly as stored: what the package's signatures sign.
+  const std::string& manifest_bytes() const { return metadata().at(kManifestMetadataKey); }
 
   // Checks that every file of the package has the sha256 its manifest records, that the
   // package holds no file the manifest does not list (beyond the metadata that carries the
@@ -95,6 +100,8 @@ class Package {
   // Checks every file's digest; with a destination, writes its models' files into it.
   void check_files(Extraction* destination) const;
   [[noreturn]] void require_model_in_archive(const std::string& model) const;
+  // The content of the signature entry (kSignatureEntry), nullopt when there is none.
+  std::optional<std::string> signatures() const;
   std::string relative_name(const ZipEntry& entry) const;
   [[noreturn]] void fail(const std::string& problem) const;
 
@@ -107,6 +114,10 @@ class Package {
   std::map<std::string, Metadata> metadata_;  // by model name, for every listed model
   Manifest manifest_;
 };
+
+// A model's AOTInductor metadata JSON (archive entry `entry`): an object of strings; throws
+// PackageError naming `path` and the entry otherwise.
+Metadata parse_metadata(const std::string& text, const std::string& entry, const std::string& path);
 
 // Parses the manifest stored under kManifestMetadataKey; throws ManifestError naming the path.
 Manifest manifest_from_metadata(const Metadata& metadata, const std::string& path);

@@ -345,6 +345,8 @@ const Policy::Impl& Policy::impl() const {
 
 const Manifest& Policy::manifest() const { return impl().manifest; }
 
+const std::optional<Contract>& Policy::contract() const { return impl().manifest.contract; }
+
 const std::string& Policy::path() const { return impl().path; }
 
 const std::string& Policy::sha256() const { return impl().sha256; }

@@ -1,4 +1,5 @@
-// tdaot::Session: the state slots of a recurrent policy's inputs, filled between steps.
+// tdaot::Session: the state slots of a recurrent policy's inputs, filled between steps, and the
+// safety envelope (envelope.h) around every step.
 #include "tdaot/session.h"
 
 #include <ATen/Functions.h>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "busy_guard.h"
+#include "envelope.h"
 #include "policy_impl.h"
 
 namespace tdaot {
@@ -19,6 +21,12 @@ std::string in_quotes(const std::string& key) { return "'" + key + "'"; }
 constexpr const char* kConcurrentUse =
     "tdaot::Session used from two threads at once: a session is single-threaded; give each "
     "thread its own session (they may share one Policy)";
+
+// `batch`, once the package's batch range is known to hold it (buffers are sized by it).
+int64_t checked_batch(const Manifest& manifest, const std::string& path, int64_t batch) {
+  detail::check_batch_in_range(manifest, path, batch, "a session");
+  return batch;
+}
 
 }  // namespace
 
@@ -56,19 +64,18 @@ struct Session::Impl {
   std::optional<size_t> is_init_slot;
   std::string is_init_key;  // the manifest's is_init input, else torchrl's "is_init"
   bool is_init_set = true;  // whether any row of is_init is true (all are at creation)
+  detail::Envelope envelope;
   std::atomic<bool> busy{false};
 };
 
 Session::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows)
-    : policy(std::move(policy_impl)), manifest(policy->manifest), batch(rows) {
-  if (!manifest.recurrent) {
-    throw Error("package '" + policy->path +
-                "' is not recurrent (its manifest has no 'recurrent' section); run it with "
-                "Policy::run instead of a Session");
-  }
-  detail::check_batch_in_range(manifest, policy->path, batch, "a session");
-  const Recurrent& recurrent = *manifest.recurrent;
+    : policy(std::move(policy_impl)),
+      manifest(policy->manifest),
+      batch(checked_batch(manifest, policy->path, rows)),
+      envelope(manifest, batch) {
   slots.resize(manifest.inputs.size());
+  // A package without recurrent state is stepped for the safety envelope alone.
+  const Recurrent recurrent = manifest.recurrent.value_or(Recurrent{});
   const auto options = at::TensorOptions().device(policy->device);
   for (const StatePair& pair : recurrent.state) {
     // Manifest::from_json guarantees both keys exist with matching dtype and shape.
@@ -77,7 +84,8 @@ Session::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
     slots[slot] = at::zeros(detail::batched_shape(batch, spec.shape), options.dtype(spec.dtype));
     carries.push_back({slot, *manifest.output_index(pair.output)});
   }
-  is_init_key = recurrent.is_init.empty() ? "is_init" : recurrent.is_init;
+  // Without recurrent state there is nothing for an is_init entry to reset: no key is special.
+  if (manifest.recurrent) is_init_key = recurrent.is_init.empty() ? "is_init" : recurrent.is_init;
   if (!recurrent.is_init.empty()) {
     is_init_slot = *manifest.input_index(recurrent.is_init);
     const TensorSpec& spec = manifest.inputs[*is_init_slot];
@@ -153,6 +161,7 @@ void Session::Impl::apply(const Carried& carried) {
     for (const Carry& carry : carries) detail::fill_masked_rows(slots[carry.slot], rows, false);
     if (is_init_slot) detail::fill_masked_rows(slots[*is_init_slot], rows, true);
     is_init_set = true;
+    envelope.reset(rows);  // those rows start afresh: not rate limited
   }
 }
 
@@ -190,6 +199,8 @@ std::vector<at::Tensor> Session::Impl::run(const std::vector<at::Tensor>& given,
     policy->validator.check_positional(slots);
   }
   std::vector<at::Tensor> outputs = policy->execute(slots);
+  // A step with a non-finite element returns the previous outputs and leaves the state as is.
+  if (!envelope.guard(slots, outputs)) return outputs;
   for (const Carry& carry : carries) slots[carry.slot].copy_(outputs[carry.output]);
   if (is_init_slot && is_init_set) {
     slots[*is_init_slot].fill_(false);
@@ -263,6 +274,7 @@ std::vector<at::Tensor> Session::step_positional(const std::vector<at::Tensor>& 
 void Session::reset() {
   Impl& self = impl();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
+  self.envelope.reset();
   for (const auto& carry : self.carries) self.slots[carry.slot].zero_();
   if (self.is_init_slot) {
     self.slots[*self.is_init_slot].fill_(true);
@@ -274,6 +286,7 @@ void Session::reset(const at::Tensor& mask) {
   Impl& self = impl();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
   detail::check_reset_mask(mask, self.batch, self.policy->device, "session");
+  self.envelope.reset(mask);
   for (const auto& carry : self.carries) {
     detail::fill_masked_rows(self.slots[carry.slot], mask, false);
   }
@@ -282,6 +295,8 @@ void Session::reset(const at::Tensor& mask) {
     self.is_init_set = true;  // possibly no row was masked; clearing again is cheap
   }
 }
+
+const Interventions& Session::interventions() const { return impl().envelope.interventions(); }
 
 TensorMap Session::state() const {
   const Impl& self = impl();

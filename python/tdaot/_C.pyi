@@ -13,6 +13,8 @@ MANIFEST_METADATA_KEY: str
 MANIFEST_SCHEMA_VERSION: int
 # Records torch's zip writer adds to every archive; never digested, never extracted.
 BOOKKEEPING_RECORDS: tuple[str, ...]
+# The archive file (under the top folder) holding a package's signatures ("tdaot.sig").
+SIGNATURE_ENTRY: str
 
 class Policy:
     """A loaded package (tdaot::Policy)."""
@@ -29,6 +31,7 @@ class Policy:
         temp_dir: str = "",
         max_package_bytes: int = ...,
         model_name: str = "",
+        trusted_keys: list[str] = ...,
     ) -> None: ...
     @property
     def path(self) -> str: ...
@@ -83,12 +86,19 @@ class Session:
     def input_keys(self) -> list[str]: ...
     @property
     def state(self) -> dict[str, torch.Tensor]: ...
+    @property
+    def interventions(self) -> dict[str, int]:
+        """The safety envelope's interventions so far: steps by kind."""
     def step(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
     def step_positional(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]: ...
     def reset(self, mask: torch.Tensor | None = None) -> None: ...
 
-def verify_package(path: str, expected_sha256: str = "") -> str:
-    """Checks a package's digests without loading it; returns its sha256."""
+def verify_package(path: str, expected_sha256: str = "", trusted_keys: list[str] = ...) -> str:
+    """Checks a package's digests (and signature, with trusted_keys) without loading it; returns
+    its sha256."""
+
+def read_manifest_bytes(path: str) -> bytes:
+    """The manifest JSON exactly as the package stores it: what a signature signs."""
 
 def weights_signing_payload(path: str) -> bytes:
     """The bytes a signature over a weight file covers, as the runtime reads it."""
@@ -98,6 +108,9 @@ def read_manifest_json(path: str) -> str:
 
 def parse_manifest_json(json: str, origin: str = "<string>", *, sealed: bool = True) -> str:
     """Validates manifest JSON (sealed=False: no file digests yet); returns it normalised."""
+
+def order_names(key: str, policy: list[str], names: list[str]) -> list[int]:
+    """The policy's index of each given name; raises ContractError when they differ."""
 
 def manifest_dtype_names() -> list[str]:
     """The manifest's dtype names, in order."""

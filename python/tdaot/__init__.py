@@ -7,13 +7,14 @@ tdaot.testing.assert_parity(policy, "policy.pt2", example_td)
 
 ``import tdaot`` loads the runtime side only; the build side (torch.export, inductor) is
 imported the first time a build name (``build``, ``Artifact``, ``BuildOptions``) or
-``tdaot.testing`` is used.
+``tdaot.testing`` is used, and the signing side (``cryptography``) with ``tdaot.sign``.
 """
 
 import importlib
 
 from tdaot import errors
 from tdaot._version import __version__
+from tdaot.contract import Contract, Signal
 from tdaot.errors import *  # noqa: F403 - the error classes are top-level API
 from tdaot.manifest import (
     BatchRange,
@@ -33,6 +34,7 @@ _LAZY = {
     "BuildOptions": ("tdaot.builder", "BuildOptions"),
     "build": ("tdaot.builder", "build"),
     "export_weights": ("tdaot.builder.weights", "export_weights"),
+    "sign": ("tdaot.signing", "sign"),
     "testing": ("tdaot.testing", None),
 }
 
@@ -56,12 +58,14 @@ __all__ = [
     "Artifact",  # noqa: F405 - imported on first use (__getattr__)
     "BatchRange",
     "BuildOptions",  # noqa: F405 - imported on first use (__getattr__)
+    "Contract",
     "Manifest",
     "ModelSpec",
     "NativeBinding",
     "NativePolicy",
     "NativeSession",
     "Recurrent",
+    "Signal",
     "Source",
     "StatePair",
     "TensorSpec",
@@ -70,6 +74,7 @@ __all__ = [
     "export_weights",  # noqa: F405 - imported on first use (__getattr__)
     "load",
     "read_manifest",
+    "sign",  # noqa: F405 - imported on first use (__getattr__)
     "testing",  # noqa: F405 - imported on first use (__getattr__)
     "verify",
 ]

@@ -92,6 +92,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     v.add_argument("package")
     v.add_argument("--sha256", help="also require the whole package to have this sha256 (pinning)")
+    v.add_argument(
+        "--public-key",
+        action="append",
+        default=[],
+        metavar="PUB.pem",
+        help="also require a valid signature by this trusted Ed25519 public key (repeatable: any one)",
+    )
+
+    k = commands.add_parser("keygen", help="write a new Ed25519 signing key pair (private.pem, public.pem)")
+    k.add_argument(
+        "--out", required=True, metavar="DIR", help="directory for the key pair (created if needed)"
+    )
+
+    s = commands.add_parser("sign", help="sign a package's manifest (adds its signature entry)")
+    s.add_argument("package")
+    s.add_argument("--key", required=True, metavar="KEY.pem", help="the Ed25519 private key (tdaot keygen)")
 
     r = commands.add_parser("report", help="work with build reports")
     r_commands = r.add_subparsers(dest="report_command", required=True)
@@ -118,6 +134,7 @@ def _build(args) -> int:
         "exported_path": artifact.exported_path,
         "size_bytes": artifact.size_bytes,
         "sha256": artifact.sha256,
+        "signed_by": artifact.signed_by,
         "export_seconds": round(artifact.export_seconds, 3),
         "compile_seconds": round(artifact.compile_seconds, 3),
     }
@@ -129,6 +146,8 @@ def _build(args) -> int:
         f"{artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s compile"
     )
     print(f"sha256 {artifact.sha256} (pin it: tdaot.load(..., expected_sha256=...))")
+    if artifact.signed_by:
+        print(f"signed with key {artifact.signed_by}")
     if artifact.exported_path:
         print(f"exported program: {artifact.exported_path}")
     print(artifact.manifest.describe())
@@ -142,6 +161,10 @@ def _build_config(args) -> int:
     from tdaot.builder.report import summary, write_json, write_junit
 
     specs = select_shard(load_config(args.config), args.shard)
+    if args.sign_key:  # the key path often comes from a CI secret, not the config
+        specs = [
+            dataclasses.replace(spec, options=spec.options.replace(sign_key=args.sign_key)) for spec in specs
+        ]
     if args.no_parity:
         specs = [dataclasses.replace(spec, parity=False) for spec in specs]
     progress = Progress([spec.id for spec in specs])
@@ -177,10 +200,30 @@ def _inspect(args) -> int:
 def _verify(args) -> int:
     from tdaot.runtime import verify
 
-    digest = verify(args.package, args.sha256)
+    digest = verify(args.package, args.sha256, trusted_keys=args.public_key)
     files = len(read_manifest(args.package).files)
     pinned = "; the package matches --sha256" if args.sha256 else ""
-    print(f"{args.package}: {files} files match their sha256 digests{pinned}\nsha256 {digest}")
+    signed = "; signed by a trusted key (--public-key)" if args.public_key else ""
+    print(f"{args.package}: {files} files match their sha256 digests{pinned}{signed}\nsha256 {digest}")
+    return 0
+
+
+def _keygen(args) -> int:
+    from tdaot.signing import key_id, keygen
+
+    private, public = keygen(args.out)
+    print(f"private key {private} (mode 0600: keep it secret, on the signing machine only)")
+    print(f"public key  {public} (give it to services: --public-key / trusted_keys)")
+    print(f"key id {key_id(private)}")
+    return 0
+
+
+def _sign(args) -> int:
+    from tdaot.runtime import verify
+    from tdaot.signing import sign
+
+    signer = sign(args.package, args.key)
+    print(f"signed {args.package} with key {signer}\nsha256 {verify(args.package)} (of the signed file)")
     return 0
 
 
@@ -215,7 +258,14 @@ def _report(args) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        commands = {"build": _build, "inspect": _inspect, "verify": _verify, "report": _report}
+        commands = {
+            "build": _build,
+            "inspect": _inspect,
+            "verify": _verify,
+            "keygen": _keygen,
+            "sign": _sign,
+            "report": _report,
+        }
         return commands[args.command](args)
     except TdaotError as err:
         # Usage errors read as "error: ...", failures of the work itself name their class.

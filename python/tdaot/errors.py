@@ -35,6 +35,14 @@ class IntegrityError(PackageError):
     listed in) the sha256 digests its manifest records."""
 
 
+class SignatureError(IntegrityError):
+    """With ``trusted_keys`` set, the package carries no valid signature by one of them
+    (unsigned, signed only by other keys, or its manifest changed after signing); or a signing
+    or trusted key cannot be used (a missing or garbage file, a private key given as a trusted
+    one or the reverse, not Ed25519). The message names the key; ``path`` is the package (or,
+    for ``tdaot keygen``, the key file)."""
+
+
 class ManifestError(PackageError):
     """The package holds no tdaot manifest, or the manifest is malformed."""
 
@@ -89,6 +97,16 @@ class LayoutError(InputError):
     """An input is not plain dense contiguous memory, which the generated kernels assume: a
     non-contiguous view, a sparse or mkldnn layout, a nested tensor, a tensor subclass, or a
     lazily negated view (``tensor.resolve_neg()``)."""
+
+
+class ContractError(TdaotError):
+    """A deployment contract (:class:`tdaot.Contract`) is malformed or does not fit the policy
+    (raised when it is made or built), or a service disagrees with a package's contract
+    (``contract.order``); ``key`` names the signal at fault when one is."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class ExecutionError(TdaotError):
@@ -165,6 +183,7 @@ __all__ = [
     "CliError",
     "CompileError",
     "ConfigError",
+    "ContractError",
     "DeviceError",
     "DtypeError",
     "ExecutionError",
@@ -180,6 +199,7 @@ __all__ = [
     "MissingOperatorError",
     "PackageError",
     "ShapeError",
+    "SignatureError",
     "SpecialisationWarning",
     "StaticBatchWarning",
     "TdaotError",

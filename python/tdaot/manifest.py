@@ -22,6 +22,7 @@ Schema (version 2)::
 Inputs and outputs are listed in the compiled model's positional order. ``custom_ops``
 (optional, written only when non-empty) names the operators from outside torch the
 compiled model calls, which the runner must find registered before it loads the model.
+``contract`` (optional) is the robot deployment contract (:mod:`tdaot.contract`).
 ``files`` (version 2) holds the sha256 of every file in the package by its name inside the
 archive (without the archive's top folder), except the metadata JSONs that carry the
 manifest itself and the zip writer's bookkeeping records (:func:`digest_exempt`); the
@@ -44,6 +45,7 @@ from typing import Any
 import torch
 
 from tdaot import _C
+from tdaot.contract import Contract
 from tdaot.errors import BuildError, ManifestError
 
 METADATA_KEY: str = _C.MANIFEST_METADATA_KEY
@@ -176,6 +178,8 @@ class Manifest:
     recurrent: Recurrent | None = None
     # Qualified names ("ns::op", "ns::op.overload") of the custom operators the model calls.
     custom_ops: tuple[str, ...] = ()
+    # The robot deployment contract (tdaot.contract), when the package was built with one.
+    contract: Contract | None = None
     # sha256 of every file of the package (see the module docstring); empty until the
     # package is compiled and sealed (tdaot.builder.package.write_package).
     files: dict[str, str] = field(default_factory=dict, hash=False)
@@ -209,6 +213,8 @@ class Manifest:
             lines.append(f"  custom ops        {', '.join(self.custom_ops)}")
         if self.files:
             lines.append(f"  files             {len(self.files)} with sha256 digests")
+        if self.contract:
+            lines += ["  contract", *("  " + line for line in self.contract.describe())]
         for model in self.models:
             served = f"{model.batch.min}..{model.batch.max}" if model.batch.dynamic else f"{model.batch.min}"
             lines.append(f"  model {model.name:<11} batch {served}, {model.tuning}")
@@ -223,6 +229,10 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("extra")
+        if self.contract:
+            data["contract"] = self.contract.to_dict()
+        else:
+            del data["contract"]  # optional: only packages built with a contract carry it
         for section in ("inputs", "outputs"):
             data[section] = [{**spec, "shape": list(spec["shape"])} for spec in data[section]]
         if self.recurrent is None:
@@ -292,6 +302,7 @@ class Manifest:
                 is_init=recurrent["is_init"],
             ),
             custom_ops=tuple(data.get("custom_ops", ())),
+            contract=Contract.from_dict(data["contract"]) if data.get("contract") else None,
             files=dict(data.get("files", {})),
             models=tuple(
                 ModelSpec(m["name"], BatchRange(m["batch"]["min"], m["batch"]["max"]), m["tuning"])

@@ -13,6 +13,7 @@ from tensordict.nn import TensorDictModuleBase
 from tdaot import keys as keyutil
 from tdaot.builder.export import export_context
 from tdaot.builder.pipeline import Artifact
+from tdaot.contract import Contract
 from tdaot.runtime import NativePolicy, load
 
 # (rtol, atol) per dtype: AOTInductor fuses and vectorises, so float results differ
@@ -94,8 +95,10 @@ def assert_parity(
 
     Both run on the example's rows (repeated to fill larger batches) under the
     artifact's interaction type, for each batch size (default: 1, 7 and the
-    example's, limited to the artifact's batch range). Raises AssertionError with
-    a table of max abs / rel error per key and batch size; returns the report.
+    example's, limited to the artifact's batch range). A package built with a deployment
+    contract is compared with the eager policy inside the same map and clip (:func:`eager_run`).
+    Raises AssertionError with a table of max abs / rel error per key and batch size; returns
+    the report.
     """
     native = _load(artifact)
     manifest = native.manifest
@@ -111,7 +114,7 @@ def assert_parity(
     for batch in sizes:
         inputs = _resize(example, batch)
         with export_context(manifest.interaction_type), torch.no_grad():
-            expected = policy(inputs.clone())
+            expected = eager_run(policy, inputs, manifest.contract)
         actual = native(inputs)
         for spec in manifest.outputs:
             key = keyutil.td_key(keyutil.from_manifest(spec.key))
@@ -160,7 +163,7 @@ def assert_statistical_parity(
         )
     inputs = example[torch.arange(rows).repeat_interleave(samples).to(example.device)].contiguous()
     with export_context("random"), torch.no_grad():
-        expected = policy(inputs.clone())
+        expected = eager_run(policy, inputs, manifest.contract)
     actual = native(inputs)
     report_rows = []
     for spec in manifest.outputs:
@@ -200,6 +203,23 @@ def assert_statistical_parity(
             f"max rel err the largest share of it used):\n{report.table()}"
         )
     return report
+
+
+def eager_run(
+    policy: TensorDictModuleBase, inputs: TensorDictBase, contract: Contract | None
+) -> TensorDictBase:
+    """The eager policy on a copy of ``inputs``, with the deployment contract's map and clip
+    applied to its inputs and outputs as the package applies them."""
+    inputs = inputs.clone()
+    signals = contract.inputs.items() if contract else ()
+    for key, signal in signals:
+        td_key = keyutil.td_key(keyutil.from_manifest(key))
+        inputs.set(td_key, signal.apply(inputs.get(td_key)))
+    out = policy(inputs)
+    for key, signal in contract.outputs.items() if contract else ():
+        td_key = keyutil.td_key(keyutil.from_manifest(key))
+        out.set(td_key, signal.apply(out.get(td_key)))
+    return out
 
 
 def _draw_statistics(values: torch.Tensor, rows: int, samples: int) -> dict[str, torch.Tensor]:

@@ -2,13 +2,19 @@
 batch 1..64 and the default tuning ("auto": a throughput model plus a batch-1 latency model):
 tutorial, nested and recurrent.pt2, custom_op.pt2 calling
 tdaot_test::scale_clamp (its library comes from $TDAOT_TEST_OPS_LIB), tutorial_b14.pt2 with
-latency models for batches 1 and 4, and tutorial_throughput.pt2 with the throughput model alone;
-then tutorial_v2.tdw, the weight file of a retrained tutorial policy for tutorial.pt2
+latency models for batches 1 and 4, tutorial_throughput.pt2 with the throughput model alone, and
+legged.pt2 with the deployment contract of examples/policies.py:legged_contract (--contract).
+For the signature tests (no compile): two key pairs, keys/ and other_keys/ (`tdaot keygen`),
+tutorial_signed.pt2 (a copy of tutorial.pt2 signed with keys/private.pem by `tdaot sign`) and
+message.sig.json, signatures of the bytes "tdaot signature test message" by keys/private.pem.
+Then tutorial_v2.tdw, the weight file of a retrained tutorial policy for tutorial.pt2
 (tdaot.export_weights), for the weight swap tests.
 
 Usage: build_test_packages.py OUTDIR.
 """
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +28,7 @@ PACKAGES = {
     "custom_op": (f"{ROOT / 'tests' / 'ops' / 'scale_clamp.py'}:scale_clamp_policy",),
     "tutorial_b14": (f"{POLICIES}:tutorial_policy", "--specialize", "1,4"),
     "tutorial_throughput": (f"{POLICIES}:tutorial_policy", "--tuning", "throughput"),
+    "legged": (f"{POLICIES}:legged_policy", "--contract", f"{POLICIES}:legged_contract"),
 }
 
 
@@ -43,6 +50,8 @@ def main(outdir: str) -> int:
         ]
         if subprocess.run(command, cwd=ROOT).returncode != 0:
             return 1
+    if sign_packages(out) != 0:
+        return 1
     return write_weight_file(out)
 
 
@@ -60,6 +69,23 @@ def write_weight_file(out: Path) -> int:
         for parameter in policy.parameters():
             parameter.mul_(-1.5).add_(0.25)
     tdaot.export_weights(policy, out / "tutorial.pt2", out / "tutorial_v2.tdw")
+    return 0
+
+
+def sign_packages(out: Path) -> int:
+    from tdaot.signing import sign_message
+
+    tdaot = [sys.executable, "-m", "tdaot"]
+    for keys in ("keys", "other_keys"):
+        shutil.rmtree(out / keys, ignore_errors=True)
+        if subprocess.run([*tdaot, "keygen", "--out", str(out / keys)], cwd=ROOT).returncode != 0:
+            return 1
+    shutil.copyfile(out / "tutorial.pt2", out / "tutorial_signed.pt2")
+    command = [*tdaot, "sign", str(out / "tutorial_signed.pt2"), "--key", str(out / "keys" / "private.pem")]
+    if subprocess.run(command, cwd=ROOT).returncode != 0:
+        return 1
+    entry = sign_message(b"tdaot signature test message", out / "keys" / "private.pem")
+    (out / "message.sig.json").write_text(json.dumps([entry]))
     return 0
 
 

@@ -4,7 +4,8 @@
 // sparse/mkldnn layout, device, undefined) through the keyed and the positional path of a
 // Policy and of a Session. Each refusal must be the exact InputError subclass naming the key,
 // and the same loaded policy (or session) must still give the reference result afterwards.
-// NaN and inf are data, not errors: they go through and stay in their rows.
+// NaN and inf are data, not errors: they go through and stay in their rows; a Session holds such
+// a step instead (its safety envelope).
 //
 // The cases are generated from the loaded manifests, so the matrix is data: one test per
 // package and path, each looping over its cases (ctest runs every TEST in its own process,
@@ -208,33 +209,28 @@ TEST_F(SessionBadInputs, KeyedStepRefusesEachCaseAndKeepsTheState) { run_matrix(
 
 TEST_F(SessionBadInputs, PositionalStepRefusesEachCaseAndKeepsTheState) { run_matrix(false); }
 
-// A NaN observation poisons its own row's state, and only that row, until reset(mask).
-TEST_F(SessionBadInputs, NanStaysInItsRowUntilThatRowIsReset) {
+// The safety envelope: a NaN observation in any row holds the whole step (the previous outputs,
+// zeros before the first step: the package has no contract) and leaves the state as it was.
+TEST_F(SessionBadInputs, ANanStepIsHeldAndLeavesTheStateAsItWas) {
   Session session(*policy_, kBatch);
   Session twin(*policy_, kBatch);
-  at::Tensor observation = at::randn({kBatch, 3});
-  at::Tensor poisoned = observation.clone();
-  poisoned[0].fill_(std::numeric_limits<double>::quiet_NaN());
-  const auto out = session.step({{"observation", poisoned}});
-  const auto want = twin.step({{"observation", observation}});
-  const auto rows = at::arange(1, kBatch);
-  for (const auto& [key, tensor] : want) {
-    EXPECT_TRUE(out.at(key)[0].isnan().all().item<bool>()) << key;
-    EXPECT_TRUE(at::equal(out.at(key).index_select(0, rows), tensor.index_select(0, rows))) << key;
+  at::Tensor poisoned = at::randn({kBatch, 3});
+  poisoned[0][1] = std::numeric_limits<double>::quiet_NaN();
+  for (const auto& [key, tensor] : session.step({{"observation", poisoned}})) {
+    EXPECT_TRUE(at::equal(tensor, at::zeros_like(tensor))) << key;
   }
-  for (int step = 0; step < 2; ++step) {  // carried: row 0 stays NaN, the others are untouched
-    observation = at::randn({kBatch, 3});
-    const auto a = session.step_positional({observation});
-    const auto b = twin.step_positional({observation});
-    EXPECT_TRUE(a[1][0].isnan().all().item<bool>());
-    EXPECT_TRUE(at::equal(a[1].index_select(0, rows), b[1].index_select(0, rows)));
+  std::vector<at::Tensor> previous;
+  for (int step = 0; step < 2; ++step) {  // the state untouched: the two sessions step alike
+    const at::Tensor observation = at::randn({kBatch, 3});
+    previous = twin.step_positional({observation});
+    EXPECT_TRUE(all_equal(session.step_positional({observation}), previous));
   }
-  const at::Tensor row0 = at::tensor({1, 0, 0, 0}).to(at::kBool);
-  session.reset(row0);
-  twin.reset(row0);
-  observation = at::randn({kBatch, 3});
-  EXPECT_TRUE(
-      all_equal(session.step_positional({observation}), twin.step_positional({observation})));
+  poisoned = at::randn({kBatch, 3});
+  poisoned[kBatch - 1][2] = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(all_equal(session.step_positional({poisoned}), previous));
+  EXPECT_EQ(session.interventions().nonfinite, 2);
+  const at::Tensor observation = at::randn({kBatch, 3});
+  EXPECT_TRUE(all_equal(session.step_positional({observation}), twin.step_positional({observation})));
 }
 
 }  // namespace

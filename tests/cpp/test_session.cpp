@@ -278,16 +278,6 @@ TEST_F(SessionTest, RefusesBadResetMasks) {
                            "the reset mask is an undefined tensor");
 }
 
-TEST_F(SessionTest, RefusesANonRecurrentPackage) {
-  const std::string path = test::package_path("tutorial.pt2");
-  const Policy tutorial(path);
-  const auto error = catch_error<Error>([&] { Session session(tutorial, 1); });
-  ASSERT_TRUE(error);
-  EXPECT_TRUE(Contains(error->what(), "package '" + path +
-                                          "' is not recurrent (its manifest has no 'recurrent' "
-                                          "section); run it with Policy::run"));
-}
-
 TEST_F(SessionTest, RefusesABatchOutsideTheRange) {
   expect_error<BatchSizeError>([&] { Session session(policy(), 65); }, "",
                                "a session of batch size 65 for package '" + policy().path() +

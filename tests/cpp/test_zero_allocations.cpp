@@ -11,12 +11,15 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "envelope.h"
 #include "malloc_counter.h"
 #include "tdaot/binding.h"
 #include "tdaot/policy.h"
+#include "tdaot/session.h"
 #include "test_support.h"
 
 namespace tdaot {
@@ -94,12 +97,44 @@ INSTANTIATE_TEST_SUITE_P(Packages, ZeroAllocations,
                          ::testing::Values(Case{"tutorial.pt2", 1}, Case{"nested.pt2", 1},
                                            Case{"recurrent.pt2", 1},
                                            Case{"tutorial_b14.pt2", 1},
-                                           Case{"tutorial_b14.pt2", 4}),
+                                           Case{"tutorial_b14.pt2", 4},
+                                           Case{"legged.pt2", 1}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            std::string name = info.param.package.substr(
                                0, info.param.package.find('.'));
                            return name + "_batch" + std::to_string(info.param.batch);
                          });
+
+// A Session's safety envelope (envelope.h) on the legged package's outputs allocates nothing per
+// step: finite steps that move every action by more than max_delta (rate limited) alternate with
+// steps holding a NaN input (the previous outputs copied back). A whole Session step is printed
+// beside Policy::run_positional: the difference is the session's own cost.
+TEST(ZeroAllocationsEnvelope, TheGuardAllocatesNothingPerStep) {
+  if (!test::malloc_counting()) GTEST_SKIP() << "malloc is not counted under a sanitizer";
+  const Policy policy(test::package_path("legged.pt2"));
+  detail::Envelope envelope(policy.manifest(), 1);
+  std::vector<at::Tensor> inputs{at::zeros({1, 48})};
+  std::vector<at::Tensor> outputs{at::zeros({1, 12})};
+  float* observation = inputs[0].mutable_data_ptr<float>();
+  float* action = outputs[0].mutable_data_ptr<float>();
+  int64_t step = 0;
+  const auto guard = [&] {
+    ++step;
+    observation[0] = step % 3 == 0 ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+    std::fill(action, action + 12, step % 2 == 0 ? 1.0f : -1.0f);
+    envelope.guard(inputs, outputs);
+  };
+  const auto [once, twice] = measure("Envelope::guard legged batch 1", guard);
+  EXPECT_EQ(twice.allocations, once.allocations);
+  EXPECT_EQ(twice.frees, once.frees);
+  EXPECT_GT(envelope.interventions().nonfinite, 0);
+  EXPECT_GT(envelope.interventions().rate_limited, 0);
+
+  Session session(policy, 1);
+  const std::vector<at::Tensor> given{at::randn({1, 48})};
+  measure("legged batch 1 Session::step_positional", [&] { session.step_positional(given); });
+  measure("legged batch 1 Policy::run_positional", [&] { policy.run_positional(given); });
+}
 
 // The counter itself sees what it should: a tensor allocation and its free.
 TEST(MallocCounter, CountsAllocationsFromEveryLibrary) {

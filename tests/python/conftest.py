@@ -11,7 +11,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # for `examples.policies`
 
-from examples.policies import nested_policy, recurrent_policy, tutorial_policy  # noqa: E402
+from examples.policies import (  # noqa: E402
+    legged_contract,
+    legged_policy,
+    nested_policy,
+    recurrent_policy,
+    tutorial_policy,
+)
 
 import tdaot  # noqa: E402
 
@@ -44,6 +50,17 @@ def nested(artifacts_dir):
 def recurrent(artifacts_dir):
     """The recurrent example policy, dynamic batch."""
     return _build_example(artifacts_dir, recurrent_policy, "recurrent")
+
+
+@pytest.fixture(scope="session")
+def legged(artifacts_dir):
+    """The 12-joint locomotion policy with its deployment contract, dynamic batch."""
+    return _build_example(artifacts_dir, legged_policy, "legged", contract=legged_contract())
+
+
+@pytest.fixture(scope="session")
+def legged_native(legged):
+    return tdaot.load(legged[2].path)
 
 
 @pytest.fixture(scope="session")

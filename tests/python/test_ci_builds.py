@@ -21,6 +21,7 @@ from tdaot.builder.jobs import select_shard
 from tdaot.builder.progress import Progress
 from tdaot.cli import main
 from tdaot.errors import ConfigError
+from tdaot.signing import key_id, keygen
 
 POLICIES = ROOT / "examples" / "policies.py"
 
@@ -152,6 +153,36 @@ def test_any_change_rebuilds_and_no_cache_forces_it(project, tmp_path):
         main([*project["argv"], "--no-cache", "--no-parity", "--shard", "2/3", "--report", str(report)]) == 0
     )
     assert [r["status"] for r in _results(report).values()] == ["built"]
+
+
+def test_the_builder_signs_what_it_builds(project, tmp_path):
+    keygen(tmp_path / "keys")
+    other_private, other_public = keygen(tmp_path / "other")
+    config = _write_config(
+        tmp_path,
+        f"""
+        [defaults]
+        output_dir = "signed"
+        batch = [1, 64]
+        sign_key = "keys/private.pem"  # relative to the config file
+
+        [[artifact]]
+        name = "tutorial"
+        factory = "{POLICIES}:tutorial_policy"
+        out_keys = ["sample"]
+        """,
+    )
+    argv = ["build", "--config", str(config), "--cache-dir", str(project["root"] / "cache"), "--no-parity"]
+    package = tmp_path / "signed" / "tutorial.pt2"
+    assert main([*argv, "--report", str(tmp_path / "report.json")]) == 0
+    [result] = _results(tmp_path / "report.json").values()
+    assert result["cache_hit"]  # signing is not part of the compiled artifact
+    assert result["signed_by"] == key_id(tmp_path / "keys" / "private.pem")
+    assert tdaot.verify(package, trusted_keys=[tmp_path / "keys" / "public.pem"]) == result["sha256"]
+    # --sign-key overrides the config (a CI secret's path)
+    assert main([*argv, "--sign-key", str(other_private), "--report", str(tmp_path / "other.json")]) == 0
+    assert _results(tmp_path / "other.json")["tutorial@native"]["signed_by"] == key_id(other_private)
+    tdaot.verify(package, trusted_keys=[other_public])
 
 
 def test_parallel_jobs_build_in_separate_processes(project, tmp_path):

@@ -171,9 +171,14 @@ def test_bad_reset_masks_are_refused(recurrent_native, mask, error, message):
         recurrent_native.session(batch=2).reset(mask)
 
 
-def test_a_session_of_a_non_recurrent_package_is_refused(tutorial_native):
-    with pytest.raises(tdaot.TdaotError, match=r"is not recurrent"):
-        tutorial_native.session(batch=1)
+def test_a_session_steps_a_package_without_state(tutorial_native):
+    session = tutorial_native.session(batch=1)
+    observation = torch.randn(1, 3)
+    torch.testing.assert_close(
+        session.step(observation=observation)["sample"], tutorial_native(observation=observation)["sample"]
+    )
+    assert session.state == {}
+    assert session.interventions == {"nonfinite": 0, "rate_limited": 0}
 
 
 def test_a_session_outside_the_batch_range_is_refused(recurrent_native):

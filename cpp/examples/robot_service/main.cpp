@@ -5,8 +5,18 @@
 // place, and sleeps until the next tick. A recurrent package's binding is a bound session: it
 // carries the state from tick to tick itself, so the loop writes only the other inputs.
 //
-//   robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] [--sha256 HEX] [--op-lib LIB]
+// A package with a deployment contract (tdaot/contract.h) is stepped through a tdaot::Session
+// instead: its safety envelope (held outputs on a NaN, max_delta rate limits) lives there, and
+// a robot should not run without it; the price is that the model call allocates its outputs.
+// The loop period is then the contract's control_dt unless --rate is given, and the contract
+// and the envelope's intervention counts are printed.
 //
+//   robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] [--joints FILE] [--sha256 HEX]
+//                 [--op-lib LIB]
+//
+// --joints FILE lists the robot's joint names, one a line, in the service's order: checked
+// against the contract's first output signal with Contract::order (any name missing or extra
+// refuses to start), and the commands are sent in the robot's order.
 // --sha256 pins the artifact the service was certified with: any other file is refused before
 // it is loaded. --op-lib loads a library registering custom operators the package calls.
 //
@@ -17,15 +27,19 @@
 // Exit codes: 0 success, 1 a tdaot error, 2 bad usage.
 #include <ATen/ATen.h>
 #include <tdaot/binding.h>
+#include <tdaot/contract.h>
 #include <tdaot/policy.h>
+#include <tdaot/session.h>
 #include <tdaot/stats.h>
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -37,16 +51,17 @@ using Clock = std::chrono::steady_clock;
 
 struct Args {
   std::string package;
-  double rate_hz = 1000.0;
+  std::optional<double> rate_hz;  // default: the contract's control_dt, else 1000 Hz
   int64_t steps = 1000;
   int64_t batch = 1;
+  std::string joints_file;
   tdaot::PolicyOptions options;  // defaults: one intra-op thread, a warm-up run at load
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "robot_service: " << problem
-            << "\nusage: robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] [--sha256 HEX] "
-               "[--op-lib LIB]\n";
+            << "\nusage: robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] "
+               "[--joints FILE] [--sha256 HEX] [--op-lib LIB]\n";
   std::exit(2);
 }
 
@@ -71,6 +86,8 @@ Args parse_args(int argc, char** argv) {
       args.steps = static_cast<int64_t>(value());
     } else if (arg == "--batch") {
       args.batch = static_cast<int64_t>(value());
+    } else if (arg == "--joints") {
+      args.joints_file = text();
     } else if (arg == "--sha256") {
       args.options.expected_sha256 = text();
     } else if (arg == "--op-lib") {
@@ -85,6 +102,20 @@ Args parse_args(int argc, char** argv) {
   return args;
 }
 
+// The joint names of a --joints file: one a line; blank lines and '#' comments skipped.
+std::vector<std::string> read_joints(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) usage("cannot read the joints file '" + path + "'");
+  std::vector<std::string> names;
+  for (std::string line; std::getline(file, line);) {
+    line = line.substr(0, line.find('#'));
+    const auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos) continue;
+    names.push_back(line.substr(first, line.find_last_not_of(" \t\r") - first + 1));
+  }
+  return names;
+}
+
 // Nearest-rank percentiles (tdaot/stats.h, as tdaot-run bench reports them).
 void print_stats(const char* name, std::vector<double> micros) {
   const tdaot::stats::Summary summary = tdaot::stats::summarize(std::move(micros));
@@ -93,26 +124,57 @@ void print_stats(const char* name, std::vector<double> micros) {
             << " us  max " << summary.max << " us\n";
 }
 
-// The bound inputs the service writes each tick: every input but a recurrent package's state
-// and is_init, which the bound session carries itself.
-std::vector<at::Tensor> sensor_inputs(const tdaot::Binding& binding,
-                                      const tdaot::Manifest& manifest) {
-  std::vector<at::Tensor> sensors;
-  for (const auto& spec : manifest.inputs) {
-    bool carried = false;
-    if (manifest.recurrent) {
-      carried = spec.key == manifest.recurrent->is_init;
-      for (const auto& pair : manifest.recurrent->state) {
-        carried = carried || pair.input == spec.key;
+// One tick of the policy: a Binding (allocation-free where the package has a model for the
+// batch), or a Session for a package with a contract (its safety envelope guards each tick).
+// `sensors` are the tensors the loop writes; `action` holds the first output after a tick.
+class Controller {
+ public:
+  Controller(const tdaot::Policy& policy, int64_t batch) {
+    const tdaot::Manifest& manifest = policy.manifest();
+    if (policy.contract()) {
+      session_.emplace(policy, batch);
+      for (const auto& spec : session_->inputs()) {
+        std::vector<int64_t> shape{batch};
+        shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+        sensors_.push_back(at::zeros(shape, at::TensorOptions().dtype(spec.dtype)));
       }
+      return;
     }
-    if (!carried) sensors.push_back(binding.input(spec.key));
+    binding_.emplace(policy.bind(batch));
+    // Every input but a recurrent package's state and is_init, which the bound session carries.
+    for (const auto& spec : manifest.inputs) {
+      bool carried = false;
+      if (manifest.recurrent) {
+        carried = spec.key == manifest.recurrent->is_init;
+        for (const auto& pair : manifest.recurrent->state) carried = carried || pair.input == spec.key;
+      }
+      if (!carried) sensors_.push_back(binding_->input(spec.key));
+    }
+    action_ = binding_->output(manifest.outputs.front().key);
   }
-  return sensors;
-}
+
+  const std::vector<at::Tensor>& sensors() const { return sensors_; }
+  const at::Tensor& action() const { return action_; }
+  const tdaot::Session* session() const { return session_ ? &*session_ : nullptr; }
+  const tdaot::Binding* binding() const { return binding_ ? &*binding_ : nullptr; }
+
+  void tick() {
+    if (session_) {
+      action_ = session_->step_positional(sensors_).front();
+    } else {
+      binding_->run();
+    }
+  }
+
+ private:
+  std::optional<tdaot::Session> session_;
+  std::optional<tdaot::Binding> binding_;
+  std::vector<at::Tensor> sensors_;
+  at::Tensor action_;
+};
 
 // Stands in for reading the sensors: floating inputs follow a slow sine, written in place
-// (float32 on the CPU straight into the bound memory).
+// (float32 on the CPU straight into the tensor's memory).
 void read_sensors(const std::vector<at::Tensor>& sensors, int64_t step) {
   const double value = std::sin(0.01 * step);
   for (const at::Tensor& sensor : sensors) {
@@ -125,11 +187,11 @@ void read_sensors(const std::vector<at::Tensor>& sensors, int64_t step) {
   }
 }
 
-// Stands in for commanding the actuators: reads the first element of the first output in
-// place (float32 on the CPU); returns it.
-double send_actuators(const at::Tensor& action) {
-  if (action.is_cpu() && action.scalar_type() == at::kFloat && action.numel() > 0) {
-    return action.const_data_ptr<float>()[0];
+// Stands in for commanding the actuators: reads the element `index` of the first row of the
+// first output in place (float32 on the CPU); returns it.
+double send_actuators(const at::Tensor& action, int64_t index) {
+  if (action.is_cpu() && action.scalar_type() == at::kFloat && action.numel() > index) {
+    return action.const_data_ptr<float>()[index];
   }
   return 0.0;
 }
@@ -143,18 +205,38 @@ int main(int argc, char** argv) {
     const tdaot::Policy policy(args.package, args.options);
     std::cout << "loaded " << args.package << " (sha256 " << policy.sha256() << ")\n";
     const tdaot::Manifest& manifest = policy.manifest();
-    // Bound once: inputs, outputs and (recurrent) state for the control batch.
-    tdaot::Binding binding = policy.bind(args.batch);
-    const std::vector<at::Tensor> sensors = sensor_inputs(binding, manifest);
-    const at::Tensor action = binding.output(manifest.outputs.front().key);
-    std::cout << "bound run on model " << binding.model()
-              << (binding.allocation_free()
-                      ? " (allocation-free)"
-                      : " (not allocation-free: AOTInductor's runner allocates its outputs)")
-              << "\n";
+    const std::optional<tdaot::Contract>& contract = policy.contract();
+    if (contract) std::cout << "contract\n" << contract->describe();
+    // The command the service sends first: the policy's element 0, or with --joints the
+    // service's first joint wherever the policy has it.
+    std::string command_name = manifest.outputs.front().key + "[0]";
+    int64_t command_index = 0;
+    if (!args.joints_file.empty()) {
+      if (!contract || contract->outputs.empty()) {
+        usage("--joints needs a package whose contract names its outputs' elements");
+      }
+      const std::string& key = contract->outputs.begin()->first;
+      const std::vector<std::string> joints = read_joints(args.joints_file);
+      const std::vector<int64_t> order = contract->order(key, joints);  // refuses a mismatch
+      std::cout << "joints checked: the " << joints.size() << " names of " << args.joints_file
+                << " are the policy's '" << key << "' (service joint i = policy element order[i])\n";
+      command_name = key + " " + joints.front();
+      command_index = order.front();
+    }
+    Controller controller(policy, args.batch);
+    if (controller.binding() != nullptr) {
+      std::cout << "bound run on model " << controller.binding()->model()
+                << (controller.binding()->allocation_free()
+                        ? " (allocation-free)"
+                        : " (not allocation-free: AOTInductor's runner allocates its outputs)")
+                << "\n";
+    } else {
+      std::cout << "session run (the contract's safety envelope guards every tick)\n";
+    }
 
+    const double rate_hz = args.rate_hz.value_or(contract ? 1.0 / contract->control_dt : 1000.0);
     const auto period = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(1.0 / args.rate_hz));
+        std::chrono::duration<double>(1.0 / rate_hz));
     std::vector<double> compute_us;
     std::vector<double> wake_late_us;
     compute_us.reserve(args.steps);
@@ -165,9 +247,9 @@ int main(int argc, char** argv) {
     for (int64_t step = 0; step < args.steps; ++step) {
       const auto start = Clock::now();
       wake_late_us.push_back(std::chrono::duration<double, std::micro>(start - tick).count());
-      read_sensors(sensors, step);
-      binding.run();
-      command = send_actuators(action);
+      read_sensors(controller.sensors(), step);
+      controller.tick();
+      command = send_actuators(controller.action(), command_index);
       const auto end = Clock::now();
       compute_us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
       tick += period;
@@ -182,14 +264,23 @@ int main(int argc, char** argv) {
     }
 
     std::cout << "robot_service: " << args.package << "\n  " << args.steps << " ticks at "
-              << args.rate_hz << " Hz (period "
-              << std::chrono::duration<double, std::micro>(period).count() << " us), batch "
-              << args.batch << (manifest.recurrent ? ", recurrent session (bound)" : "") << "\n";
+              << rate_hz << " Hz (period "
+              << std::chrono::duration<double, std::micro>(period).count() << " us"
+              << (contract && !args.rate_hz ? ", the contract's control_dt" : "") << "), batch "
+              << args.batch
+              << (manifest.recurrent ? (controller.binding() ? ", recurrent session (bound)"
+                                                             : ", recurrent session")
+                                     : "")
+              << "\n";
     print_stats("compute", compute_us);
     print_stats("wake-up", wake_late_us);
-    std::cout << "  missed deadlines " << missed << " of " << args.steps << "\n"
-              << "  last command " << manifest.outputs.front().key << "[0] = "
-              << std::setprecision(4) << command << "\n";
+    std::cout << "  missed deadlines " << missed << " of " << args.steps << "\n";
+    if (const tdaot::Session* session = controller.session()) {
+      std::cout << "  interventions: nonfinite " << session->interventions().nonfinite
+                << ", rate_limited " << session->interventions().rate_limited << "\n";
+    }
+    std::cout << "  last command " << command_name << " = " << std::setprecision(4) << command
+              << "\n";
     return 0;
   } catch (const tdaot::Error& e) {
     std::cerr << "robot_service: " << e.what() << "\n";

@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace tdaot {
 
@@ -35,6 +36,15 @@ class PackageError : public Error {
 class IntegrityError : public PackageError {
  public:
   using PackageError::PackageError;
+};
+
+// With PolicyOptions::trusted_keys set: the package carries no valid signature by any of those
+// keys (unsigned, signed only by other keys, or its manifest changed after signing), or a
+// trusted key cannot be used (a missing or garbage file, a private key, not Ed25519; the
+// message names it). An IntegrityError: the package is not one its owners vouched for.
+class SignatureError : public IntegrityError {
+ public:
+  using IntegrityError::IntegrityError;
 };
 
 // The package holds no tdaot manifest, or the manifest is malformed or of an unknown schema.
@@ -118,6 +128,19 @@ class DeviceError : public InputError {
 class LayoutError : public InputError {
  public:
   using InputError::InputError;
+};
+
+// A service disagrees with the package's deployment contract (tdaot/contract.h): it asked for a
+// signal the contract lacks, or its element names are not the policy's.
+class ContractError : public Error {
+ public:
+  ContractError(std::string key, const std::string& message)
+      : Error(message), key_(std::move(key)) {}
+  // The manifest key of the signal at fault.
+  const std::string& key() const noexcept { return key_; }
+
+ private:
+  std::string key_;
 };
 
 // The compiled model itself failed while running validated inputs.

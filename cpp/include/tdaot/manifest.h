@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tdaot/contract.h"
+
 namespace tdaot {
 
 // The AOTInductor metadata key under which the manifest JSON is stored.
@@ -29,9 +31,14 @@ inline constexpr int kManifestSchemaVersion = 2;
 inline constexpr std::array<std::string_view, 5> kBookkeepingRecords{
     "archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id"};
 
+// The archive file (under the top folder) holding a package's signatures, a JSON list of
+// {key_id, alg, signature} over its manifest bytes (README, Security model). Signing adds or
+// replaces it without changing any other entry, so the manifest cannot list it.
+inline constexpr std::string_view kSignatureEntry = "tdaot.sig";
+
 // Whether the archive file `name` (without the archive's top folder) is left out of a
-// manifest's "files": the bookkeeping records above and AOTInductor's metadata JSONs
-// ("data/aotinductor/<model>/*_metadata.json"), which carry the manifest itself.
+// manifest's "files": the bookkeeping records above, the signature entry and AOTInductor's
+// metadata JSONs ("data/aotinductor/<model>/*_metadata.json"), which carry the manifest itself.
 bool digest_exempt(std::string_view name);
 
 // Whether Manifest::from_json requires the file digests. Every package's manifest is sealed
@@ -113,6 +120,8 @@ struct Manifest {
   // Policy refuses to load the package unless every one is registered (the optional top-level
   // "custom_ops" field; empty for packages that call only torch's own operators).
   std::vector<std::string> custom_ops;
+  // The robot deployment contract (tdaot/contract.h; the optional top-level "contract").
+  std::optional<Contract> contract;
   // The sha256 (64 lowercase hex digits) of every file in the package, by its name inside the
   // archive without the archive's top folder ("data/aotinductor/model/<hash>.wrapper.so").
   // Not listed: the AOTInductor metadata JSONs that carry this manifest (a file cannot hold
@@ -153,6 +162,10 @@ struct Manifest {
 // Throws PackageError when the file is missing or not a package, ManifestError
 // when it holds no valid manifest.
 Manifest read_manifest(const std::string& package_path);
+
+// The manifest JSON exactly as the package stores it: the bytes its signatures sign (tdaot.sign
+// signs them; PolicyOptions::trusted_keys verifies them). Read with read_manifest's checks.
+std::string read_manifest_bytes(const std::string& package_path);
 
 // The manifest's dtype names, in the schema's order.
 std::vector<std::string> dtype_names();

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -67,6 +68,14 @@ struct PolicyOptions {
   // refused with IntegrityError before anything in it is read. Empty accepts any package whose
   // files match the digests in its own manifest (always checked).
   std::string expected_sha256;
+  // Public keys whose signatures this service trusts, each a PEM text ("-----BEGIN PUBLIC
+  // KEY-----...") or the path of a PEM file (tdaot keygen writes public.pem). When set, a package
+  // without a valid Ed25519 signature of its manifest by one of them is refused with
+  // SignatureError right after its manifest is read: before the host checks, before any op
+  // library or model is loaded and before anything is extracted. A key that cannot be used (a
+  // missing or garbage file, a private key, not Ed25519) is a SignatureError naming it. Empty:
+  // signatures are not looked at (the file digests and expected_sha256 still apply).
+  std::vector<std::string> trusted_keys;
   // Where the package's files are extracted for loading: a private directory (mode 0700,
   // "tdaot-XXXXXX") is created under it and removed again once the model is loaded (for
   // CUDA packages, whose kernels load lazily, when the Policy is destroyed). Empty: $TMPDIR,
@@ -82,8 +91,9 @@ class Policy {
   // Loads the package at `package_path`. The file is read once; its sha256 is compared with
   // options.expected_sha256 when set, and every file inside it with the digest its manifest
   // records, before its library is loaded. Throws PackageError (IntegrityError for a digest
-  // mismatch, ManifestError, HostMismatchError, MissingOperatorError for an unregistered
-  // custom operator), tdaot::Error for invalid options, ExecutionError when a warm-up run fails.
+  // mismatch, SignatureError for a missing or bad signature with trusted_keys set,
+  // ManifestError, HostMismatchError, MissingOperatorError for an unregistered custom operator),
+  // tdaot::Error for invalid options, ExecutionError when a warm-up run fails.
   explicit Policy(const std::string& package_path, const PolicyOptions& options = {});
   ~Policy();
   Policy(Policy&&) noexcept;
@@ -93,6 +103,8 @@ class Policy {
 
   // The manifest read from the package.
   const Manifest& manifest() const;
+  // The deployment contract the package was built with (tdaot/contract.h), or nullopt.
+  const std::optional<Contract>& contract() const;
   // The path the package was loaded from.
   const std::string& path() const;
   // The sha256 of the package file as loaded (64 lowercase hex digits), for logs and pinning.
@@ -140,9 +152,11 @@ class Policy {
 };
 
 // Checks a package without loading it: the file's sha256 against `expected_sha256` (when not
-// empty), its zip structure and manifest, and every file against the digest its manifest
-// records. Returns the package's sha256; throws what the Policy constructor throws for these.
-std::string verify_package(const std::string& package_path, const std::string& expected_sha256 = "");
+// empty), its zip structure and manifest, its signature when `trusted_keys` is not empty (see
+// PolicyOptions::trusted_keys), and every file against the digest its manifest records. Returns
+// the package's sha256; throws what the Policy constructor throws for these.
+std::string verify_package(const std::string& package_path, const std::string& expected_sha256 = "",
+                           const std::vector<std::string>& trusted_keys = {});
 
 // The exact bytes a signature over the weight file at `weights_path` covers: its format, the
 // package sha256 it was made for, the sha256 of its weights and of all its tensors (names,

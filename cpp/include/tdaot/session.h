@@ -1,4 +1,5 @@
-// tdaot::Session: steps a recurrent policy, carrying its state between steps.
+// tdaot::Session: steps a policy inside a safety envelope, carrying a recurrent policy's state
+// between steps.
 //
 // A recurrent package's manifest pairs outputs with inputs (torchrl's convention: output
 // "next.hidden" feeds input "hidden" at the next step) and may name a bool "is_init" input.
@@ -15,8 +16,17 @@
 //   rows reset() marked. Both are validated like every input; a refused step changes nothing.
 // step_positional() takes only inputs(); use reset(mask) there.
 //
-// Steady state allocates nothing of the session's own: the state tensors are preallocated and
-// each step copies the state outputs into them.
+// The safety envelope (every package, recurrent or not): when any floating input or output
+// element of a step is NaN or infinite, the step returns the previous step's outputs instead
+// (before the first step: each output's contract offset clipped to [low, high], 0 for outputs
+// without a contract signal), does not update the state and counts a `nonfinite` intervention.
+// An output whose contract signal has max_delta moves at most that far per element from the
+// previous step's output (counted as `rate_limited`); the first step after creation or a
+// reset() of a row is not rate limited. reset() forgets the previous outputs. Counts are steps.
+//
+// Steady state allocates nothing of the session's own: the state tensors and the previous
+// outputs are preallocated, each step copies the state outputs into them, and on CPU the
+// envelope reads and writes tensor memory directly.
 //
 // Thread-safety: a session is a single-threaded object (one per control loop or environment
 // batch). Calling step() or reset() while another call on the same session is running throws
@@ -34,10 +44,16 @@
 
 namespace tdaot {
 
+// What a session's safety envelope did, counted in steps since the session was created.
+struct Interventions {
+  int64_t nonfinite = 0;     // steps with a NaN or infinite input or output element
+  int64_t rate_limited = 0;  // steps where some output element was held to its max_delta
+};
+
 class Session {
  public:
-  // A session over the recurrent `policy` for `batch` rows. Throws tdaot::Error when the
-  // package is not recurrent, BatchSizeError when `batch` is outside its batch range.
+  // A session over `policy` for `batch` rows. Throws BatchSizeError when `batch` is outside
+  // the package's batch range.
   Session(const Policy& policy, int64_t batch);
   ~Session();
   Session(Session&&) noexcept;
@@ -58,7 +74,8 @@ class Session {
   // The same with the non-state inputs in inputs() order; outputs in manifest order.
   std::vector<at::Tensor> step_positional(const std::vector<at::Tensor>& inputs);
 
-  // Zeroes the state of every row and marks every row as is_init for the next step.
+  // Zeroes the state of every row, marks every row as is_init for the next step and forgets
+  // the previous outputs (the next step is not rate limited).
   void reset();
   // The same for the rows where `mask` (bool [batch], on the policy's device) is true.
   void reset(const at::Tensor& mask);
@@ -66,6 +83,9 @@ class Session {
   // The state the next step will see, keyed by state input key. The tensors are the session's
   // own storage: reading is fine, writing changes what the next step sees.
   TensorMap state() const;
+
+  // The safety envelope's interventions so far (reset() does not clear them).
+  const Interventions& interventions() const;
 
  private:
   struct Impl;

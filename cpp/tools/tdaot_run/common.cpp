@@ -24,11 +24,18 @@ void add_sha256(CLI::App* command, std::string& expected_sha256) {
                       "(PolicyOptions::expected_sha256)");
 }
 
+void add_public_keys(CLI::App* command, std::vector<std::string>& trusted_keys) {
+  command->add_option("--public-key", trusted_keys,
+                      "refuse any package without a valid signature by this Ed25519 public key "
+                      "(PEM file; repeatable: any one; PolicyOptions::trusted_keys)");
+}
+
 PolicyOptions LoadFlags::policy_options() const {
   PolicyOptions options;
   options.op_libraries = op_libraries;
   options.expected_sha256 = expected_sha256;
   options.temp_dir = temp_dir;
+  options.trusted_keys = trusted_keys;
   return options;
 }
 
@@ -37,6 +44,7 @@ void add_load_options(CLI::App* command, LoadFlags& flags) {
                       "shared library registering custom operators the package calls "
                       "(repeatable; PolicyOptions::op_libraries)");
   add_sha256(command, flags.expected_sha256);
+  add_public_keys(command, flags.trusted_keys);
   command->add_option("--temp-dir", flags.temp_dir,
                       "where the package is extracted while loading (default $TMPDIR or /tmp; "
                       "PolicyOptions::temp_dir)");

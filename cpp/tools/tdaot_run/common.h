@@ -53,10 +53,14 @@ CLI::App* add_command(CLI::App& app, const char* name, const char* description,
 // --sha256 HEX: PolicyOptions::expected_sha256 (verify_package's pin).
 void add_sha256(CLI::App* command, std::string& expected_sha256);
 
-// The flags every loading command shares (--op-lib, --sha256, --temp-dir).
+// --public-key PUB.pem (repeatable): PolicyOptions::trusted_keys.
+void add_public_keys(CLI::App* command, std::vector<std::string>& trusted_keys);
+
+// The flags every loading command shares (--op-lib, --sha256, --public-key, --temp-dir).
 struct LoadFlags {
   std::vector<std::string> op_libraries;
   std::string expected_sha256;
+  std::vector<std::string> trusted_keys;
   std::string temp_dir;
 
   PolicyOptions policy_options() const;

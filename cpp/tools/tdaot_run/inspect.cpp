@@ -1,6 +1,6 @@
 // tdaot-run inspect PKG [--json]: the package's manifest as a table, or as JSON. The table
-// lists the package's models (name, the batches each serves, tuning) when the manifest does;
-// the JSON is the manifest itself, its "models" included.
+// lists the package's models (name, the batches each serves, tuning) when the manifest does,
+// and its deployment contract when it has one; the JSON is the manifest itself.
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
@@ -84,6 +84,9 @@ ExitCode inspect(const InspectOptions& options) {
         state + (m.recurrent->is_init.empty() ? "" : "; is_init " + m.recurrent->is_init));
   }
   print_models(m.models);
+  if (m.contract) {
+    std::cout << "contract (map and clip applied inside the package)\n" << m.contract->describe();
+  }
   print_specs("inputs", m.inputs);
   print_specs("outputs", m.outputs);
   return kSuccess;

@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 from torch import nn
 
@@ -17,8 +18,9 @@ from tdaot.builder.messages import describe_module, module_class_name
 from tdaot.errors import BuildError
 
 
-def check_eager_run(wrapper, tensors, out_keys, interaction_type: str) -> None:
-    """Run once eagerly so a missing out-key or a broken policy fails with a plain message."""
+def check_eager_run(wrapper, tensors, out_keys, interaction_type: str) -> TensorDictBase:
+    """Run once eagerly so a missing out-key or a broken policy fails with a plain message;
+    returns the module's output."""
     name = describe_module(wrapper.module)
     try:
         td = wrapper.module(wrapper.make_tensordict(tensors))
@@ -42,6 +44,7 @@ def check_eager_run(wrapper, tensors, out_keys, interaction_type: str) -> None:
                 + _interaction_hint(wrapper, tensors, interaction_type)
                 + " Or leave the key out with out_keys."
             )
+    return td
 
 
 def _interaction_hint(wrapper, tensors, interaction_type: str) -> str:

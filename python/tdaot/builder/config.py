@@ -17,6 +17,7 @@
     parity = true                    # check against the eager module after the build
     kernel_threads = 1               # OpenMP threads in the kernels; 0: decided at run time
     tuning = "throughput"            # or "latency" (batch-1 control loops; see tdaot.tuning)
+    sign_key = "keys/private.pem"    # sign each package (relative to the config file)
 
 The build option keys (and their checks) are BuildOptions' fields (tdaot.builder.options),
 ``cpu_target`` given as the list ``cpu_targets``; the other keys say which artifact and where.
@@ -144,6 +145,8 @@ def _parse_entry(merged: dict, entry: dict, base_dir: Path, where: str) -> list[
                 values[key] = convert(merged[key]) if convert else merged[key]
             except Invalid as err:
                 raise ConfigError(f"{where}: {err.config_message(key, merged[key])}") from None
+    if isinstance(values.get("sign_key"), str) and not os.path.isabs(values["sign_key"]):
+        values["sign_key"] = str(base_dir / values["sign_key"])  # like factory: beside the config
     targets = merged["cpu_targets"]
     if not isinstance(targets, list) or not targets:
         fail("cpu_targets", f"expected a non-empty list, got {targets!r}")

@@ -23,6 +23,7 @@ from tdaot import keys as keyutil
 from tdaot.builder import checks, rewrites
 from tdaot.builder.messages import describe_module, export_message, first_line, module_class_name
 from tdaot.builder.options import BatchSpec, BuildOptions
+from tdaot.contract import Contract
 from tdaot.errors import BuildError, ExportError, StaticBatchWarning
 from tdaot.manifest import BatchRange, Recurrent, StatePair, TensorSpec, dtype_name
 
@@ -55,6 +56,7 @@ class PositionalPolicy(nn.Module):
         batch_shape: torch.Size,
         nested_batch_shapes: dict[tuple[str, ...], torch.Size],
         own_outputs: bool = False,
+        contract: Contract | None = None,
     ) -> None:
         super().__init__()
         self.own_outputs = own_outputs
@@ -65,6 +67,10 @@ class PositionalPolicy(nn.Module):
         # whose batch is longer than the root's (e.g. an agent dim).
         self._trailing_batch = tuple(batch_shape[1:])
         self._nested_trailing = {k: tuple(v[1:]) for k, v in nested_batch_shapes.items()}
+        # The contract's affine map and clip, compiled in: raw inputs in, the policy's view of
+        # them to the module; the module's raw outputs in, the caller's values out.
+        self.in_signals = [contract and contract.inputs.get(keyutil.to_manifest(k)) for k in self.in_keys]
+        self.out_signals = [contract and contract.outputs.get(keyutil.to_manifest(k)) for k in self.out_keys]
 
     def make_tensordict(self, tensors: Sequence[torch.Tensor]) -> TensorDict:
         """The TensorDict the module expects, rebuilt from positional tensors."""
@@ -78,8 +84,10 @@ class PositionalPolicy(nn.Module):
         return td
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        tensors = tuple(s.apply(t) if s else t for s, t in zip(self.in_signals, tensors))
         out = self.module(self.make_tensordict(tensors))
         outputs = tuple(out.get(keyutil.td_key(k)) for k in self.out_keys)
+        outputs = tuple(s.apply(t) if s else t for s, t in zip(self.out_signals, outputs))
         return tuple(t.clone() for t in outputs) if self.own_outputs else outputs
 
 
@@ -127,10 +135,22 @@ def export_policy(
     interaction_type = options.interaction_type
 
     wrapper = PositionalPolicy(
-        module, in_keys, out_keys, example.batch_size, _nested_batch_shapes(example, in_keys), own_outputs
+        module,
+        in_keys,
+        out_keys,
+        example.batch_size,
+        _nested_batch_shapes(example, in_keys),
+        own_outputs,
+        options.contract,
+    )
+    inputs = tuple(
+        TensorSpec(keyutil.to_manifest(k), dtype_name(t.dtype), tuple(t.shape[1:]))
+        for k, t in zip(in_keys, input_tensors)
     )
     with export_context(interaction_type):
-        checks.check_eager_run(wrapper, input_tensors, out_keys, interaction_type)
+        eager = checks.check_eager_run(wrapper, input_tensors, out_keys, interaction_type)
+        if options.contract is not None:
+            options.contract.check_specs(inputs, _eager_specs(eager, out_keys))
         # The user's module as it comes ran above (materialising its lazy modules, whose
         # weights a copy must share); what is traced from here on is the rewritten copy.
         wrapper.module, applied = rewrites.for_export(module)
@@ -145,10 +165,6 @@ def export_policy(
         checks.check_no_sampling(program, describe_module(module), interaction_type)
     checks.check_native_kernels(program, input_tensors[0].device.type)
 
-    inputs = tuple(
-        TensorSpec(keyutil.to_manifest(k), dtype_name(t.dtype), tuple(t.shape[1:]))
-        for k, t in zip(in_keys, input_tensors)
-    )
     outputs = _output_specs(program, out_keys, batch_range)
     return ExportedPolicy(
         program=program,
@@ -193,6 +209,15 @@ def resolve_batch(batch: BatchSpec, example_batch: int) -> BatchRange:
         return BatchRange(example_batch, example_batch)
     low, high = (batch, batch) if isinstance(batch, int) else batch
     return BatchRange(low, high)
+
+
+def _eager_specs(out: TensorDictBase, out_keys) -> list[TensorSpec]:
+    """The out keys' specs as the eager run gave them, for the contract's checks before export."""
+    values = [out.get(keyutil.td_key(k)) for k in out_keys]
+    return [
+        TensorSpec(keyutil.to_manifest(k), dtype_name(v.dtype), tuple(v.shape[1:]))
+        for k, v in zip(out_keys, values)
+    ]
 
 
 def _unique(items: list) -> list:

@@ -66,6 +66,7 @@ def build_one(
         result.cache_hit = artifact.cache_hit
         result.sha256 = artifact.sha256
         result.size_bytes = artifact.size_bytes
+        result.signed_by = artifact.signed_by
         if spec.parity and artifact.manifest.interaction_type != "random":
             from tdaot.testing import assert_parity  # the parity gate loads the runtime
 

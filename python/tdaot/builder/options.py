@@ -12,6 +12,7 @@ latency`` in a TOML config); the check and the words come from the field.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -19,9 +20,11 @@ from typing import Any, Union
 from tensordict.nn import InteractionType
 
 from tdaot import keys as keyutil
+from tdaot.builder.factories import load_factory
 from tdaot.builder.targets import CPU_TARGETS
 from tdaot.builder.tuning import DEFAULT_TUNING, TUNINGS
-from tdaot.errors import BuildError
+from tdaot.contract import Contract
+from tdaot.errors import BuildError, ContractError, FactoryError
 
 BatchSpec = Union[str, int, tuple[int, int]]
 
@@ -31,14 +34,19 @@ DEVICES = ("cpu", "cuda")
 
 class Invalid(ValueError):
     """A value an option refuses. Exactly one of: ``expected`` (what a valid value looks
-    like), ``choices`` (the valid values), ``problem`` (what is wrong, said after the value)."""
+    like), ``choices`` (the valid values), ``problem`` (what is wrong, said after the value),
+    ``detail`` (the whole story, for values too big to repeat: a contract)."""
 
-    def __init__(self, *, expected: str = "", choices: Sequence[str] = (), problem: str = "") -> None:
-        super().__init__(expected or problem or f"one of {choices}")
-        self.expected, self.choices, self.problem = expected, tuple(choices), problem
+    def __init__(
+        self, *, expected: str = "", choices: Sequence[str] = (), problem: str = "", detail: str = ""
+    ) -> None:
+        super().__init__(expected or problem or detail or f"one of {choices}")
+        self.expected, self.choices, self.problem, self.detail = expected, tuple(choices), problem, detail
 
     def python_message(self, name: str, value: Any) -> str:
         """The message as a Python caller reads it: ``name=value ...``."""
+        if self.detail:
+            return f"{name}: {self.detail}"
         if self.choices:
             return f"{name}={value!r} is not one of {', '.join(map(repr, self.choices))}"
         if self.problem:
@@ -47,6 +55,8 @@ class Invalid(ValueError):
 
     def config_message(self, key: str, value: Any) -> str:
         """The message as a config file's author reads it: ``field 'key': ...``."""
+        if self.detail:
+            return f"field {key!r}: {self.detail}"
         if self.choices:
             return f"field {key!r}: {value!r} is not one of {', '.join(self.choices)}"
         if self.problem:
@@ -129,6 +139,20 @@ def _check_specialize(value, options):
     return tuple(sorted(set(value)))
 
 
+def _check_sign_key(value, options):
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise Invalid(expected="expected the path of an Ed25519 private key (PEM, from tdaot keygen)")
+    if "-----BEGIN" in os.fspath(value):
+        # Not through Invalid, whose message quotes the value: the key must not reach a log.
+        raise BuildError(
+            "sign_key holds key material; give the path of the private key file instead, so the key "
+            "never appears in logs, reports or a process list"
+        )
+    return os.fspath(value)
+
+
 def _specialize_from_text(text: str) -> tuple[int, ...]:
     """The command line's sizes: "1,4" (or "" for none)."""
     try:
@@ -168,6 +192,33 @@ def _out_keys_from_config(value):
     if not isinstance(value, list) or not all(isinstance(k, str) and k for k in value):
         raise Invalid(expected="expected a list of keys like 'a.b'")
     return tuple(keyutil.from_manifest(k) for k in value)
+
+
+def _check_contract(value, options):
+    if value is not None and not isinstance(value, Contract):
+        raise Invalid(expected="expected a tdaot.Contract, or None")
+    return value
+
+
+def _contract_from_config(value) -> Contract:
+    try:
+        return Contract.from_dict(value, "contract")
+    except ContractError as err:
+        raise Invalid(detail=str(err)) from None
+
+
+def _contract_from_text(text: str) -> Contract:
+    """The command line's contract: a TOML or JSON file of its fields, or FILE.py:FUNCTION
+    (MODULE:FUNCTION) returning a tdaot.Contract."""
+    try:
+        if ":" not in text or text.endswith((".toml", ".json")):
+            return Contract.load(text)
+        contract = load_factory(text)()
+    except (ContractError, FactoryError) as err:
+        raise ValueError(str(err)) from None
+    if not isinstance(contract, Contract):
+        raise ValueError(f"{text!r} returned {type(contract).__name__}, not a tdaot.Contract")
+    return contract
 
 
 def option(
@@ -259,6 +310,23 @@ class BuildOptions:
         metavar="N[,N...]",
         from_text=_specialize_from_text,
         in_artifact=False,
+    )
+    contract: Contract | None = option(
+        None,
+        "the robot deployment contract compiled into the package (tdaot.Contract; on the command "
+        "line a TOML or JSON file of its fields, or FILE.py:FUNCTION returning one)",
+        _check_contract,
+        metavar="FILE|FILE.py:FUNCTION",
+        from_text=_contract_from_text,
+        from_config=_contract_from_config,
+    )
+    sign_key: str | None = option(
+        None,
+        "sign the package with this Ed25519 private key (a PEM file from tdaot keygen; relative to "
+        "the config file in a config); default: unsigned",
+        _check_sign_key,
+        metavar="KEY.pem",
+        in_artifact=False,  # the compiled package is the same; signing adds an entry afterwards
     )
     save_exported: bool = option(
         False,

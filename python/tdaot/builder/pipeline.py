@@ -45,6 +45,7 @@ class Artifact:
     compile_seconds: float  # or the cache copy's time on a hit
     cache_hit: bool = False
     exported_path: str | None = None  # the torch.export program, when saved
+    signed_by: str | None = None  # the id of the key that signed it (sign_key)
 
     @property
     def size_bytes(self) -> int:
@@ -71,7 +72,7 @@ def build(
     ``example.batch_size[0]`` is the batch dim. The build options are a
     :class:`~tdaot.BuildOptions`, or its fields as keywords (``batch``, ``out_keys``,
     ``interaction_type``, ``device``, ``cpu_target``, ``kernel_threads``, ``tuning``,
-    ``specialize``, ``save_exported``; keywords override ``options``); each is documented
+    ``specialize``, ``sign_key``, ``save_exported``; keywords override ``options``); each is documented
     there. ``factory`` is recorded in the manifest as the artifact's source (the CLI passes
     "file.py:function"). With a ``cache``, each model built before from the same program,
     manifest and options is copied instead of compiled. ``on_status`` hears "exporting",
@@ -81,6 +82,7 @@ def build(
     options = (options or BuildOptions()).replace(**option_values)
     report = on_status or (lambda status: None)
     path = check_output_path(os.fspath(path))
+    signing_key = _signing_key(options.sign_key, path)  # a bad key fails before the export
     if options.device == "cuda":
         if not torch.cuda.is_available():
             raise BuildError("device 'cuda' was asked for but torch sees no CUDA device on this host")
@@ -119,6 +121,11 @@ def build(
         torch.export.save(
             tune_program(exported.program, plan.tuning, plan.bound), exported_program_path(path)
         )
+    signed_by = None
+    if signing_key is not None:
+        from tdaot.signing import sign
+
+        signed_by = sign(path, signing_key)
     return Artifact(
         path=path,
         manifest=read_manifest(path),  # the package's own: sealed with the files' digests
@@ -126,6 +133,7 @@ def build(
         compile_seconds=time.perf_counter() - exported_at,
         cache_hit=cache_hit,
         exported_path=exported_program_path(path) if options.save_exported else None,
+        signed_by=signed_by,
     )
 
 
@@ -160,7 +168,17 @@ def _manifest(exported: ExportedPolicy, policy, options: BuildOptions, factory: 
         source=Source(module_class=module_class_name(policy), factory=factory),
         recurrent=exported.recurrent,
         custom_ops=exported.custom_ops,
+        contract=options.contract,
     )
+
+
+def _signing_key(sign_key: str | None, path: str):
+    """The private key to sign with (tdaot.signing imports cryptography: only when asked)."""
+    if sign_key is None:
+        return None
+    from tdaot.signing import load_private_key
+
+    return load_private_key(sign_key, what=path)
 
 
 def exported_program_path(package_path: str | os.PathLike) -> str:

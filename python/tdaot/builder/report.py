@@ -32,6 +32,7 @@ class BuildResult:
     cache_hit: bool = False
     sha256: str | None = None
     size_bytes: int | None = None
+    signed_by: str | None = None  # the id of the key that signed the package (sign_key)
     parity: list[dict[str, Any]] | None = None  # per key and batch: max abs / rel error
     reproducible: bool | None = None  # None: not checked
     differing_entries: list[str] = field(default_factory=list)

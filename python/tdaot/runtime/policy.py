@@ -14,6 +14,9 @@ from tdaot.runtime.binding import NativeBinding
 from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, td_keys
 from tdaot.runtime.session import NativeSession
 
+# Public keys: PEM texts (str or bytes) or paths of PEM files; one key alone is fine too.
+TrustedKeys = str | bytes | os.PathLike | Sequence[str | bytes | os.PathLike]
+
 
 class NativePolicy:
     """A loaded package. Call it with a TensorDict (or keyword tensors) to get a TensorDict.
@@ -36,6 +39,7 @@ class NativePolicy:
         temp_dir: str | os.PathLike | None = None,
         max_package_bytes: int = 4 << 30,
         model_name: str | None = None,
+        trusted_keys: TrustedKeys = (),
     ) -> None:
         self._policy = _C.Policy(
             os.fspath(path),
@@ -47,11 +51,14 @@ class NativePolicy:
             temp_dir=os.fspath(temp_dir) if temp_dir is not None else "",
             max_package_bytes=max_package_bytes,
             model_name=model_name or "",
+            trusted_keys=trusted_key_texts(trusted_keys),
         )
         self.path = self._policy.path
         #: sha256 of the package file as loaded (what ``expected_sha256`` pins).
         self.sha256 = self._policy.sha256
         self.manifest = Manifest.from_json(self._policy.manifest_json, self.path)
+        #: The deployment contract the package was built with (tdaot.Contract), or None.
+        self.contract = self.manifest.contract
         self._in_keys = td_keys(self.manifest.input_keys)
         self._out_keys = td_keys(self.manifest.output_keys)
 
@@ -73,8 +80,8 @@ class NativePolicy:
         return NativeBinding(self, batch)
 
     def session(self, batch: int) -> NativeSession:
-        """A session for a recurrent package (its manifest has a ``recurrent`` section):
-        it owns the state for ``batch`` rows and carries it from step to step."""
+        """A session of ``batch`` rows: steps the policy inside the safety envelope (see
+        NativeSession) and, for a recurrent package, carries its state from step to step."""
         return NativeSession(self, batch)
 
     @property
@@ -119,6 +126,7 @@ def load(
     temp_dir: str | os.PathLike | None = None,
     max_package_bytes: int = 4 << 30,
     model_name: str | None = None,
+    trusted_keys: TrustedKeys = (),
 ) -> NativePolicy:
     """Loads a tdaot package into the native runner.
 
@@ -139,6 +147,12 @@ def load(
     Packages (and the unpacked sizes their entries declare) above ``max_package_bytes`` are
     refused, since the file is read into memory to be checked.
 
+    ``trusted_keys`` (Ed25519 public keys, each a PEM text or the path of a PEM file, e.g. the
+    ``public.pem`` of ``tdaot keygen``): the package must carry a valid signature of its
+    manifest by one of them (``tdaot.sign``), checked right after the manifest is read and
+    before anything is extracted or loaded; otherwise :class:`tdaot.SignatureError`. Without
+    them signatures are not looked at.
+
     A package may hold several models (``manifest.models``: by default a dynamic-batch
     throughput model and a batch-1 latency model); all are loaded and each call runs on the
     model serving its batch size. ``model_name`` loads that model only (calls at batch sizes it
@@ -154,12 +168,23 @@ def load(
         temp_dir=temp_dir,
         max_package_bytes=max_package_bytes,
         model_name=model_name,
+        trusted_keys=trusted_keys,
     )
 
 
-def verify(path: str | os.PathLike, expected_sha256: str | None = None) -> str:
+def verify(
+    path: str | os.PathLike, expected_sha256: str | None = None, *, trusted_keys: TrustedKeys = ()
+) -> str:
     """Checks a package as :func:`load` does, without loading it: its zip structure, its
-    manifest, every file against the manifest's sha256 digests and, with ``expected_sha256``,
-    the whole file. Returns the package's sha256; raises :class:`tdaot.PackageError`
-    (:class:`tdaot.IntegrityError` for a digest mismatch)."""
-    return _C.verify_package(os.fspath(path), expected_sha256 or "")
+    manifest, its signature with ``trusted_keys``, every file against the manifest's sha256
+    digests and, with ``expected_sha256``, the whole file. Returns the package's sha256; raises
+    :class:`tdaot.PackageError` (:class:`tdaot.IntegrityError` for a digest mismatch,
+    :class:`tdaot.SignatureError` for a missing or bad signature)."""
+    return _C.verify_package(os.fspath(path), expected_sha256 or "", trusted_key_texts(trusted_keys))
+
+
+def trusted_key_texts(keys: TrustedKeys) -> list[str]:
+    """Each trusted key as the runtime takes it: a PEM text or a path (one key alone is fine)."""
+    if isinstance(keys, (str, bytes, os.PathLike)):
+        keys = [keys]
+    return [key.decode() if isinstance(key, bytes) else os.fspath(key) for key in keys]

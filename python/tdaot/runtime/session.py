@@ -1,4 +1,5 @@
-"""Sessions: a recurrent policy stepped natively, its state carried by tdaot::Session."""
+"""Sessions: a policy stepped natively inside a safety envelope, a recurrent policy's state
+carried from step to step (tdaot::Session)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,20 @@ if TYPE_CHECKING:
 
 
 class NativeSession:
-    """Steps a recurrent policy (tdaot::Session): ``step`` needs only the non-state inputs,
-    fills in the state (zero at creation) and ``is_init`` (true for rows reset since the
-    last step, so all rows at the first step), and keeps the state outputs for the next
-    step. A step may also carry them, as a torchrl rollout TensorDict does: a state entry
-    replaces the carried state, and ``is_init`` (one flag per row) resets its true rows
-    like ``reset(mask)`` (state zeroed, the model sees is_init); neither is ever ignored.
-    Other entries of a TensorDict that are not inputs are ignored.
+    """Steps a policy (tdaot::Session). For a recurrent policy, ``step`` needs only the
+    non-state inputs, fills in the state (zero at creation) and ``is_init`` (true for rows reset
+    since the last step, so all rows at the first step), and keeps the state outputs for the
+    next step. A step may also carry them, as a torchrl rollout TensorDict does: a state entry
+    replaces the carried state, and ``is_init`` (one flag per row) resets its true rows like
+    ``reset(mask)`` (state zeroed, the model sees is_init); neither is ever ignored. Other
+    entries of a TensorDict that are not inputs are ignored.
+
+    The safety envelope (every package): a step with a NaN or infinite input or output
+    element returns the previous step's outputs (before the first step: each output's contract
+    offset clipped to [low, high], 0 without a signal) and leaves the state as it was; an output
+    whose contract signal has ``max_delta`` moves at most that far per element from the previous
+    step's output. The first step after creation or a reset (of a row) is not rate limited.
+    :attr:`interventions` counts the steps each happened on.
 
     A session is single-threaded: using one from two threads at once raises
     :class:`tdaot.TdaotError`. Sessions of one policy are independent.
@@ -49,6 +57,12 @@ class NativeSession:
         """The state the next step sees, keyed by state input key (the session's own tensors)."""
         return dict(self._session.state)
 
+    @property
+    def interventions(self) -> dict[str, int]:
+        """Steps the safety envelope changed, by kind: ``nonfinite`` (the previous outputs were
+        returned) and ``rate_limited`` (an output was held to its max_delta). Since creation."""
+        return dict(self._session.interventions)
+
     def step(self, inputs: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDict:
         """Runs one step; returns every output (the state outputs included) as a TensorDict."""
         return as_tensordict(
@@ -56,7 +70,8 @@ class NativeSession:
         )
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
-        """Zeroes the state and marks is_init: for every row, or where the bool [batch] mask is true."""
+        """Zeroes the state, marks is_init and forgets the previous outputs (the next step is not
+        rate limited): for every row, or where the bool [batch] mask is true."""
         self._session.reset(mask)
 
     def __repr__(self) -> str:

@@ -1,0 +1,126 @@
+// tdaot::Contract: name order checks and the text form. Parsing and writing it are part of the
+// manifest (manifest_contract.cpp).
+#include "tdaot/contract.h"
+
+#include <algorithm>
+#include <sstream>
+#include <unordered_map>
+
+#include "tdaot/errors.h"
+
+namespace tdaot {
+namespace {
+
+std::string quoted(const std::string& text) { return "'" + text + "'"; }
+
+// "0.25", or "[0, 0.9, -1.8, ...]" (the first few of a per-element list).
+std::string values_text(const SignalValues& values) {
+  std::ostringstream out;
+  if (!values.per_element) {
+    out << values.values[0];
+    return out.str();
+  }
+  constexpr size_t kShown = 4;
+  out << "[";
+  for (size_t i = 0; i < values.values.size() && i < kShown; ++i) {
+    out << (i ? ", " : "") << values.values[i];
+  }
+  out << (values.values.size() > kShown ? ", ...]" : "]");
+  return out.str();
+}
+
+void describe_signals(std::ostringstream& out, const char* title,
+                      const std::map<std::string, Signal>& signals) {
+  for (const auto& [key, signal] : signals) {
+    out << "  " << title << " " << key << " [" << signal.names.size() << "]: ";
+    for (size_t i = 0; i < signal.names.size(); ++i) {
+      if (i == 6) {
+        out << ", ...";
+        break;
+      }
+      out << (i ? ", " : "") << signal.names[i];
+    }
+    out << "\n    scale " << values_text(signal.scale) << ", offset " << values_text(signal.offset);
+    const std::pair<const char*, const SignalValues*> optional[] = {
+        {"low", &signal.low}, {"high", &signal.high}, {"max_delta", &signal.max_delta}};
+    for (const auto& [name, values] : optional) {
+      if (values->present()) out << ", " << name << " " << values_text(*values);
+    }
+    out << "\n";
+  }
+}
+
+}  // namespace
+
+double Signal::rest(size_t i) const {
+  double value = offset[i];
+  if (low.present()) value = std::max(value, low[i]);
+  if (high.present()) value = std::min(value, high[i]);
+  return value;
+}
+
+const Signal* Contract::signal(const std::string& key) const {
+  for (const auto* signals : {&inputs, &outputs}) {
+    auto it = signals->find(key);
+    if (it != signals->end()) return &it->second;
+  }
+  return nullptr;
+}
+
+std::vector<int64_t> Contract::order(const std::string& key,
+                                     const std::vector<std::string>& names) const {
+  const Signal* found = signal(key);
+  if (found == nullptr) {
+    std::string known;
+    for (const auto* signals : {&inputs, &outputs}) {
+      for (const auto& entry : *signals) known += (known.empty() ? "" : ", ") + entry.first;
+    }
+    throw ContractError(key, "the contract has no signal " + quoted(key) + " (it has: " +
+                                 (known.empty() ? "none" : known) + ")");
+  }
+  return order_names(key, found->names, names);
+}
+
+std::vector<int64_t> order_names(const std::string& key, const std::vector<std::string>& policy,
+                                 const std::vector<std::string>& names) {
+  std::unordered_map<std::string, int64_t> index;
+  for (size_t i = 0; i < policy.size(); ++i) index.emplace(policy[i], static_cast<int64_t>(i));
+  std::vector<int64_t> result;
+  std::vector<bool> seen(policy.size(), false);
+  std::string extra;
+  for (const std::string& name : names) {
+    auto it = index.find(name);
+    if (it == index.end()) {
+      if (extra.empty()) extra = name;
+      continue;
+    }
+    if (seen[it->second]) {
+      throw ContractError(key, "the names given for " + quoted(key) + " list " + quoted(name) +
+                                   " twice");
+    }
+    seen[it->second] = true;
+    result.push_back(it->second);
+  }
+  const auto missing = std::find(seen.begin(), seen.end(), false);
+  if (missing == seen.end() && extra.empty()) return result;
+  std::string problem;
+  if (missing != seen.end()) {
+    problem = "missing " + quoted(policy[static_cast<size_t>(missing - seen.begin())]);
+  }
+  if (!extra.empty()) problem += (problem.empty() ? "" : ", ") + ("extra " + quoted(extra));
+  throw ContractError(key, "the names given for " + quoted(key) + " (" +
+                               std::to_string(names.size()) + ") are not the policy's (" +
+                               std::to_string(policy.size()) + "): " + problem +
+                               " (the first of each)");
+}
+
+std::string Contract::describe() const {
+  std::ostringstream out;
+  out << "  control_dt " << control_dt << " s (" << 1.0 / control_dt << " Hz)\n";
+  describe_signals(out, "input", inputs);
+  describe_signals(out, "output", outputs);
+  for (const auto& [name, value] : metadata) out << "  " << name << ": " << value << "\n";
+  return out.str();
+}
+
+}  // namespace tdaot

@@ -1,0 +1,318 @@
+"""The robot deployment contract: the facts a service and a policy must agree on, carried in the
+package (the manifest's ``contract``, covered by its digest) rather than kept beside it by hand::
+
+    tdaot.Contract(
+        control_dt=0.02,                                    # seconds per step, > 0
+        inputs={"observation": tdaot.Signal(names=OBS_NAMES, scale=OBS_SCALE, low=-100.0, high=100.0)},
+        outputs={"action": tdaot.Signal(names=JOINTS, scale=0.25, offset=DEFAULT_POS,
+                                         low=LOWER, high=UPPER, max_delta=0.1)},
+        metadata={"robot": "go2", "policy": "flat-walk-v3"},
+    )
+
+A :class:`Signal` describes one key whose per-sample shape is ``[n]``: the name of each element
+and ``value = clip(raw * scale + offset, low, high)``. For an input, ``raw`` is what the caller
+passes and ``value`` what the policy sees; for an output, ``raw`` is what the policy computes and
+``value`` what the caller gets. ``scale``, ``offset``, ``low``, ``high`` and ``max_delta`` are each
+one number or ``n`` numbers; without ``low``/``high`` nothing is clipped. The map and the clip
+are compiled into the package (every run path applies them); ``max_delta``, the most an output
+element moves per step, is applied by a :class:`tdaot.NativeSession`.
+
+Every mistake is a :class:`tdaot.ContractError` naming the key and the field, raised when the
+Contract is made or, for what depends on the policy (keys, shapes), by ``tdaot.build``. The C++
+manifest parser (cpp/src/manifest_contract.cpp) checks the same rules when a package is read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import torch
+
+from tdaot import _C
+from tdaot import keys as keyutil
+from tdaot.errors import ContractError, KeyNameError
+
+Values = Union[float, tuple[float, ...]]
+_VALUE_FIELDS = ("scale", "offset", "low", "high", "max_delta")
+_SIGNAL_FIELDS = ("names", *_VALUE_FIELDS)
+
+
+def _plain(value: Any) -> Any:
+    """Numbers as floats and sequences (lists, tensors, arrays) as tuples; anything else as
+    given, for the Contract to refuse with the key in its message."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(
+            float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One key of per-sample shape [n]: ``names`` (n unique strings, the policy's order) and
+    ``value = clip(raw * scale + offset, low, high)``; ``max_delta`` limits an output's move per
+    session step. Each number is one float or n floats; ``low``, ``high``, ``max_delta`` are
+    optional."""
+
+    names: tuple[str, ...]
+    scale: Values = 1.0
+    offset: Values = 0.0
+    low: Values | None = None
+    high: Values | None = None
+    max_delta: Values | None = None
+
+    def __post_init__(self) -> None:
+        names = self.names
+        if not isinstance(names, str) and isinstance(names, Sequence):
+            object.__setattr__(self, "names", tuple(names))
+        for name in _VALUE_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _plain(value))
+
+    def value(self, name: str, index: int) -> float | None:
+        """Field ``name`` for element ``index`` (None when absent)."""
+        values = getattr(self, name)
+        return values[index] if isinstance(values, tuple) else values
+
+    def apply(self, raw: torch.Tensor) -> torch.Tensor:
+        """``clip(raw * scale + offset, low, high)`` on a [..., n] tensor (as compiled in)."""
+
+        def constant(values: Values) -> torch.Tensor:
+            return torch.tensor(values, dtype=raw.dtype, device=raw.device)
+
+        value = raw
+        if self.scale != 1.0:
+            value = value * constant(self.scale)
+        if self.offset != 0.0:
+            value = value + constant(self.offset)
+        if self.low is not None or self.high is not None:
+            low = None if self.low is None else constant(self.low)
+            high = None if self.high is None else constant(self.high)
+            value = torch.clamp(value, min=low, max=high)
+        return value
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in _SIGNAL_FIELDS if getattr(self, name) is not None}
+        return {name: list(v) if isinstance(v, tuple) else v for name, v in data.items()}
+
+
+@dataclass(frozen=True)
+class Contract:
+    """The deployment contract of a package: ``control_dt`` (seconds per step, > 0), the
+    :class:`Signal` of some input and output keys (manifest keys "a.b" or tuples), and free-form
+    string ``metadata``. Pass it to ``tdaot.build(..., contract=...)``; a loaded package's is
+    ``native.contract``."""
+
+    control_dt: float
+    # Dicts: compared, never hashed (BuildOptions, which holds a Contract, stays hashable).
+    inputs: Mapping[str, Signal] = field(default_factory=dict, hash=False)
+    outputs: Mapping[str, Signal] = field(default_factory=dict, hash=False)
+    metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        dt = self.control_dt
+        if isinstance(dt, bool) or not isinstance(dt, (int, float)) or not math.isfinite(dt) or dt <= 0:
+            raise ContractError(f"contract field 'control_dt': expected seconds per step > 0, got {dt!r}")
+        object.__setattr__(self, "control_dt", float(dt))
+        for section in ("inputs", "outputs"):
+            object.__setattr__(self, section, _signals(section, getattr(self, section)))
+        metadata = self.metadata
+        if not isinstance(metadata, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
+        ):
+            raise ContractError(
+                f"contract field 'metadata': expected a mapping of strings to strings, got {metadata!r}"
+            )
+        object.__setattr__(self, "metadata", dict(metadata))
+
+    def signal(self, key: keyutil.NestedKey) -> Signal | None:
+        """The signal of ``key``: an input's, else an output's; None when the contract has none."""
+        key = _manifest_key(key, "contract")
+        return self.inputs.get(key) or self.outputs.get(key)
+
+    def order(self, key: keyutil.NestedKey, names: Sequence[str]) -> list[int]:
+        """For a service's own element names of ``key``: ``result[i]`` is the policy's index of
+        ``names[i]``, so ``action[:, result]`` is the policy's output in the service's order and
+        ``obs[:, result] = service_obs`` puts the service's values in the policy's order. Raises
+        ContractError when the contract has no signal ``key`` or ``names`` is not a permutation of
+        the policy's (naming the first missing and the first extra name)."""
+        signal = self.signal(key)
+        manifest_key = _manifest_key(key, "contract")
+        if signal is None:
+            known = ", ".join([*self.inputs, *self.outputs]) or "none"
+            raise ContractError(
+                f"the contract has no signal {manifest_key!r} (it has: {known})", manifest_key
+            )
+        return list(_C.order_names(manifest_key, list(signal.names), [str(n) for n in names]))
+
+    def check_specs(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        """Checks the contract against a policy's manifest specs (TensorSpec: key, dtype,
+        shape): every key one of them, floating, of per-sample shape [n] with n names."""
+        for section, specs in (("inputs", inputs), ("outputs", outputs)):
+            by_key = {spec.key: spec for spec in specs}
+            for key, signal in getattr(self, section).items():
+                where = f"contract {section[:-1]} {key!r}"
+                spec = by_key.get(key)
+                if spec is None:
+                    raise ContractError(
+                        f"{where}: not one of the policy's {section} ({', '.join(by_key)})", key
+                    )
+                if not spec.dtype.startswith(("float", "bfloat")):
+                    raise ContractError(
+                        f"{where}: is {spec.dtype}; a signal scales and clips floating-point values", key
+                    )
+                if len(spec.shape) != 1:
+                    raise ContractError(
+                        f"{where}: has per-sample shape {list(spec.shape)}; a signal describes a "
+                        "one-dimensional [n] key",
+                        key,
+                    )
+                if spec.shape[0] != len(signal.names):
+                    raise ContractError(
+                        f"{where}: field 'names' has {len(signal.names)} names, but the policy's "
+                        f"{key!r} has {spec.shape[0]} elements",
+                        key,
+                    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "control_dt": self.control_dt,
+            "inputs": {key: signal.to_dict() for key, signal in self.inputs.items()},
+            "outputs": {key: signal.to_dict() for key, signal in self.outputs.items()},
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, origin: str = "contract") -> Contract:
+        """The Contract of a dict as :meth:`to_dict` writes it (a manifest's, a TOML table)."""
+        if not isinstance(data, Mapping):
+            raise ContractError(f"{origin}: expected a table of contract fields, got {data!r}")
+        unknown = sorted(set(data) - {"control_dt", "inputs", "outputs", "metadata"})
+        if unknown:
+            raise ContractError(
+                f"{origin}: unknown field {unknown[0]!r} (known: control_dt inputs outputs metadata)"
+            )
+        if "control_dt" not in data:
+            raise ContractError(f"{origin}: field 'control_dt' is missing")
+        sections = {}
+        for section in ("inputs", "outputs"):
+            entries = data.get(section) or {}
+            if not isinstance(entries, Mapping):
+                raise ContractError(
+                    f"{origin}: field {section!r}: expected a table of signals by key, got {entries!r}"
+                )
+            sections[section] = {
+                key: _signal_from_dict(f"{origin} {section[:-1]} {key!r}", value)
+                for key, value in entries.items()
+            }
+        return cls(data["control_dt"], metadata=data.get("metadata") or {}, **sections)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Contract:
+        """The contract in a TOML file (JSON when the name ends in .json) of its fields."""
+        path = os.fspath(path)
+        kind = "JSON" if path.endswith(".json") else "TOML"
+        try:
+            with open(path, "rb") as file:
+                data = json.load(file) if kind == "JSON" else tomllib.load(file)
+        except OSError as err:
+            raise ContractError(f"cannot read contract file {path!r}: {err.strerror}") from None
+        except ValueError as err:  # JSONDecodeError and TOMLDecodeError both are
+            raise ContractError(f"contract file {path!r} is not valid {kind}: {err}") from None
+        return cls.from_dict(data, f"contract file {path!r}")
+
+    def describe(self) -> list[str]:
+        """The contract as indented lines (tdaot inspect)."""
+        lines = [f"  control_dt        {self.control_dt:g} s ({1 / self.control_dt:g} Hz)"]
+        for section in ("inputs", "outputs"):
+            for key, signal in getattr(self, section).items():
+                shown = ", ".join(signal.names[:6]) + (", ..." if len(signal.names) > 6 else "")
+                lines.append(f"  {section[:-1]:<6} {key} [{len(signal.names)}]: {shown}")
+                parts = [
+                    f"{name} {_short(getattr(signal, name))}"
+                    for name in _VALUE_FIELDS
+                    if getattr(signal, name) is not None
+                ]
+                lines.append("    " + ", ".join(parts))
+        lines += [f"  {name}: {value}" for name, value in self.metadata.items()]
+        return lines
+
+
+def _short(values: Values) -> str:
+    if not isinstance(values, tuple):
+        return f"{values:g}"
+    return "[" + ", ".join(f"{v:g}" for v in values[:4]) + (", ...]" if len(values) > 4 else "]")
+
+
+def _manifest_key(key: Any, where: str) -> str:
+    try:
+        return keyutil.to_manifest(key)
+    except KeyNameError as err:
+        raise ContractError(f"{where}: {err}") from None
+
+
+def _signal_from_dict(where: str, data: Any) -> Signal:
+    if not isinstance(data, Mapping):
+        raise ContractError(f"{where}: expected a table of signal fields, got {data!r}")
+    unknown = sorted(set(data) - set(_SIGNAL_FIELDS))
+    if unknown:
+        raise ContractError(f"{where}: unknown field {unknown[0]!r} (known: {' '.join(_SIGNAL_FIELDS)})")
+    if "names" not in data:
+        raise ContractError(f"{where}: field 'names' is missing")
+    return Signal(**data)
+
+
+def _signals(section: str, signals: Any) -> dict[str, Signal]:
+    if not isinstance(signals, Mapping):
+        raise ContractError(
+            f"contract field {section!r}: expected a mapping of keys to Signals, got {signals!r}"
+        )
+    checked = {}
+    for key, signal in signals.items():
+        key = _manifest_key(key, f"contract {section}")
+        where = f"contract {section[:-1]} {key!r}"
+        if not isinstance(signal, Signal):
+            raise ContractError(f"{where}: expected a tdaot.Signal, got {type(signal).__name__}", key)
+        _check_signal(where, key, signal)
+        checked[key] = signal
+    return checked
+
+
+def _check_signal(where: str, key: str, signal: Signal) -> None:
+    def fail(name: str, problem: str):
+        raise ContractError(f"{where}: field {name!r}: {problem}", key)
+
+    names = signal.names
+    if not isinstance(names, tuple) or not names or not all(isinstance(n, str) and n for n in names):
+        fail("names", f"expected one or more non-empty strings, got {names!r}")
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        fail("names", f"{twice!r} appears twice")
+    for name in _VALUE_FIELDS:
+        values = getattr(signal, name)
+        if values is None:
+            if name in ("scale", "offset"):
+                fail(name, "expected a number or one per name, got None")
+            continue
+        items = values if isinstance(values, tuple) else (values,)
+        if isinstance(values, tuple) and len(values) != len(names):
+            fail(name, f"has {len(values)} values, expected {len(names)} (one per name) or one number")
+        if not all(isinstance(v, float) and math.isfinite(v) for v in items):
+            fail(name, f"expected finite numbers, got {values!r}")
+    for index, element in enumerate(names):
+        low, high, delta = (signal.value(n, index) for n in ("low", "high", "max_delta"))
+        if low is not None and high is not None and low > high:
+            fail("low", f"low {low} > high {high} for {element!r}")
+        if delta is not None and delta <= 0:
+            fail("max_delta", f"max_delta {delta} for {element!r} is not > 0")

@@ -57,6 +57,9 @@ void translate(std::exception_ptr error) {
     raise_python("ContractError", e.what(), &e.key());
   } catch (const tdaot::ExecutionError& e) {
     raise_python("ExecutionError", e.what());
+  } catch (const tdaot::WeightsError& e) {
+    py::object cls = py::module_::import("tdaot.errors").attr("WeightsError");
+    PyErr_SetObject(cls.ptr(), cls(e.what(), e.path(), e.tensor()).ptr());
   } catch (const tdaot::Error& e) {
     raise_python("TdaotError", e.what());
   }
@@ -122,7 +125,29 @@ PYBIND11_MODULE(_C, m) {
             py::gil_scoped_release unlocked;
             return p.bind(batch);
           },
-          py::arg("batch"), "Preallocated inputs and outputs for `batch` rows (tdaot::Binding).");
+          py::arg("batch"), "Preallocated inputs and outputs for `batch` rows (tdaot::Binding).")
+      .def(
+          "swap_weights",
+          [](const tdaot::Policy& p, const std::string& path) {
+            py::gil_scoped_release unlocked;
+            p.swap_weights(path);
+          },
+          py::arg("path"), "Checks a weight file, then makes it live between calls.")
+      .def(
+          "rollback_weights",
+          [](const tdaot::Policy& p) {
+            py::gil_scoped_release unlocked;
+            p.rollback_weights();
+          },
+          "Makes the weights live before the last swap live again.")
+      .def_property_readonly("weights_sha256", &tdaot::Policy::weights_sha256);
+
+  m.def(
+      "weights_signing_payload",
+      [](const std::string& path) {
+        return py::bytes(tdaot::weights_signing_payload(path));
+      },
+      py::arg("path"), "The bytes a signature over a weight file covers, as the runtime reads it.");
 
   // The tensors a binding hands out share its memory: writing them from Python writes the
   // binding's inputs. run() and reset() release the GIL; a second thread using the same binding

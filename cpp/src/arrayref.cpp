@@ -30,6 +30,7 @@ std::unique_ptr<ArrayrefLibrary> ArrayrefLibrary::open(const std::string& path) 
     return nullptr;  // closes the library again
   }
   find(library->last_error, "AOTInductorGetLastError");
+  find(library->update_constants, "AOTInductorModelUpdateConstantsMapV2");
   return library;
 }
 
@@ -59,7 +60,8 @@ InstancePool::InstancePool(const ArrayrefLibrary& library, int count) : library_
     for (AOTInductorModelHandle handle : all_) library_.destroy(handle);
     throw;
   }
-  free_ = all_;
+  generations_.assign(all_.size(), 0);
+  for (size_t i = 0; i < all_.size(); ++i) free_.push_back(i);
 }
 
 InstancePool::~InstancePool() {
@@ -71,14 +73,14 @@ InstancePool::Lease::Lease(const InstancePool& pool) : pool_(pool) {
   pool.returned_.wait(lock, [&] { return !pool.free_.empty(); });
   // The longest-free one, so sequential calls cycle through every instance (and warm-up
   // reaches each); the capacity stays, so returning one never allocates.
-  handle_ = pool.free_.front();
+  index_ = pool.free_.front();
   pool.free_.erase(pool.free_.begin());
 }
 
 InstancePool::Lease::~Lease() {
   {
     std::lock_guard<std::mutex> lock(pool_.mutex_);
-    pool_.free_.push_back(handle_);
+    pool_.free_.push_back(index_);
   }
   pool_.returned_.notify_one();
 }

@@ -15,6 +15,7 @@
 #include <torch/csrc/inductor/aoti_runtime/interface.h>
 
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +38,8 @@ class ArrayrefLibrary {
   decltype(&AOTInductorModelDelete) destroy = nullptr;
   decltype(&AOTInductorModelGetNumOutputs) num_outputs = nullptr;
   decltype(&AOTInductorModelRunMinimalArrayrefInterfaceV2) run = nullptr;
+  // Replaces an instance's constants (weights.h); null when the library lacks it.
+  decltype(&AOTInductorModelUpdateConstantsMapV2) update_constants = nullptr;
   // The message of the calling thread's last failed call; null when the library lacks it.
   decltype(&AOTInductorGetLastError) last_error = nullptr;
 
@@ -59,28 +62,30 @@ class InstancePool {
   InstancePool(const InstancePool&) = delete;
   InstancePool& operator=(const InstancePool&) = delete;
 
-  // A free instance, returned to the pool when the lease ends.
+  // A free instance, returned to the pool when the lease ends. Its holder alone may replace
+  // the instance or its constants (weights.h), recording the weights generation it now has.
   class Lease {
    public:
     explicit Lease(const InstancePool& pool);
     ~Lease();
     Lease(const Lease&) = delete;
     Lease& operator=(const Lease&) = delete;
-    AOTInductorModelHandle handle() const { return handle_; }
+    AOTInductorModelHandle& handle() const { return pool_.all_[index_]; }
+    uint64_t& generation() const { return pool_.generations_[index_]; }
 
    private:
     const InstancePool& pool_;
-    AOTInductorModelHandle handle_;
+    size_t index_;
   };
-
-  const std::vector<AOTInductorModelHandle>& instances() const { return all_; }
 
  private:
   const ArrayrefLibrary& library_;
-  std::vector<AOTInductorModelHandle> all_;
+  // Per instance; each slot is touched only by the holder of its lease (or the destructor).
+  mutable std::vector<AOTInductorModelHandle> all_;
+  mutable std::vector<uint64_t> generations_;
   mutable std::mutex mutex_;
   mutable std::condition_variable returned_;
-  mutable std::vector<AOTInductorModelHandle> free_;
+  mutable std::vector<size_t> free_;  // indices into all_
 };
 
 // The dtype code AOTInductor's C interface uses for a manifest dtype.

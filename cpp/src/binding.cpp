@@ -63,6 +63,7 @@ struct Binding::Impl {
   // The allocation-free path: this binding's model instance and the descriptors of its buffers.
   const detail::ArrayrefLibrary* library = nullptr;
   AOTInductorModelHandle handle = nullptr;
+  uint64_t weights_generation = 0;  // of the constants `handle` has (weights.h)
   std::vector<AOTInductorArrayRefTensor> in;
   std::vector<AOTInductorArrayRefTensor> out;  // filled by each call: the library's own arrays
   std::vector<void*> output_data;              // the owned outputs' memory, as bound
@@ -165,6 +166,7 @@ void Binding::Impl::run() {
 }
 
 void Binding::Impl::run_arrayref() {
+  model->weights->refresh(*library, handle, weights_generation);  // after a swap only
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].data_ptr() != in[i].data) {
       throw Error("input '" + manifest.inputs[i].key +

@@ -74,8 +74,7 @@ std::string load_failure(const detail::ExtractedModel& files, const Manifest& ma
 // AOTInductor's runner for the device the package was compiled for, on the extracted library.
 std::unique_ptr<torch::inductor::AOTIModelContainerRunner> create_runner(
     const detail::ExtractedModel& files, const detail::Metadata& metadata,
-    const Manifest& manifest, const PolicyOptions& options, c10::Device device,
-    const std::string& path) {
+    const Manifest& manifest, size_t num_runners, c10::Device device, const std::string& path) {
   const auto key = metadata.find("AOTI_DEVICE_KEY");
   auto& registry = torch::inductor::getAOTIModelRunnerRegistry();
   const auto create = registry.find(key->second);
@@ -84,8 +83,8 @@ std::unique_ptr<torch::inductor::AOTIModelContainerRunner> create_runner(
                                       "' runner, which this torch does not provide");
   }
   try {
-    auto runner = create->second(files.library, static_cast<size_t>(options.num_runners),
-                                 device.str(), files.directory, /*run_single_threaded=*/false);
+    auto runner = create->second(files.library, num_runners, device.str(), files.directory,
+                                 /*run_single_threaded=*/false);
     if (!files.weights_blob.empty()) runner->update_constant_buffer_from_blob(files.weights_blob);
     return runner;
   } catch (const std::exception& e) {
@@ -157,11 +156,22 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& opts)
       } catch (const Error& e) {
         throw PackageError(path, load_failure(extracted, manifest, path, e.what()));
       }
+      // A runner on the same library, only to read the model's constant table.
+      const auto probe = create_runner(extracted, model_metadata, manifest, 1, device, path);
+      model.weights = std::make_unique<detail::ModelWeights>(*probe);
+      if (model.arrayref->update_constants == nullptr) {
+        model.weights->set_unswappable("its library lacks AOTInductorModelUpdateConstantsMapV2");
+      }
     } else {
-      model.runner = create_runner(extracted, model_metadata, manifest, options, device, path);
+      model.runner = create_runner(extracted, model_metadata, manifest,
+                                   static_cast<size_t>(options.num_runners), device, path);
+      model.weights = std::make_unique<detail::ModelWeights>(*model.runner);
     }
     models.push_back(std::move(model));
   }
+  const auto built_with = metadata.find(detail::kWeightsMetadataKey);
+  live_weights = std::make_unique<detail::LiveWeights>(
+      built_with == metadata.end() ? std::string() : built_with->second);
   warm_up();
   // CPU kernels are all in the libraries, which stay mapped: the files are no longer needed, so
   // nothing is left behind even if the process is killed later. CUDA kernels load lazily.
@@ -236,6 +246,7 @@ std::vector<at::Tensor> Policy::Impl::execute_arrayref(
     outputs.push_back(at::empty(detail::batched_shape(batch, spec.shape), at::dtype(spec.dtype)));
   }
   const detail::InstancePool::Lease instance(*model.instances);
+  model.weights->refresh(*model.arrayref, instance.handle(), instance.generation());
   {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;  // for any ATen call it makes
     if (model.arrayref->run(instance.handle(), static_cast<int32_t>(in.size()), in.data(),

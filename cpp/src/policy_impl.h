@@ -12,6 +12,7 @@
 #include "package.h"
 #include "tdaot/policy.h"
 #include "validation.h"
+#include "weights.h"
 
 namespace tdaot {
 
@@ -28,6 +29,8 @@ struct Policy::Impl {
     // num_runners model instances and blocks while none is free. Non-const only because
     // AOTIModelContainerRunner::run is not.
     std::unique_ptr<torch::inductor::AOTIModelContainerRunner> runner;
+    // Its swappable constants (weights.h).
+    std::unique_ptr<detail::ModelWeights> weights;
   };
 
   Impl(std::string package_path, const PolicyOptions& options);
@@ -60,6 +63,11 @@ struct Policy::Impl {
   // The extracted files, while the runners need them (see PolicyOptions::temp_dir).
   std::optional<detail::Extraction> files;
   std::vector<Model> models;  // the loaded models, in manifest order
+  // Which weights are live (Policy::swap_weights); behind a pointer, as Impl is shared const.
+  std::unique_ptr<detail::LiveWeights> live_weights;
+
+  // The loaded models as LiveWeights::swap and rollback take them.
+  std::vector<detail::LiveWeights::Target> weight_targets() const;
 
  private:
   Impl(const detail::Package& package, const PolicyOptions& options);

@@ -47,6 +47,12 @@ class Policy:
     def run_positional(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]: ...
     def bind(self, batch: int) -> Binding:
         """Preallocated inputs and outputs for `batch` rows (tdaot::Binding)."""
+    def swap_weights(self, path: str) -> None:
+        """Checks a weight file, then makes it live between calls."""
+    def rollback_weights(self) -> None:
+        """Makes the weights live before the last swap live again."""
+    @property
+    def weights_sha256(self) -> str: ...
 
 class Binding:
     """Inputs and outputs preallocated for one batch size, run in place (tdaot::Binding)."""
@@ -93,6 +99,9 @@ def verify_package(path: str, expected_sha256: str = "", trusted_keys: list[str]
 
 def read_manifest_bytes(path: str) -> bytes:
     """The manifest JSON exactly as the package stores it: what a signature signs."""
+
+def weights_signing_payload(path: str) -> bytes:
+    """The bytes a signature over a weight file covers, as the runtime reads it."""
 
 def read_manifest_json(path: str) -> str:
     """The manifest of a package, read without loading it and validated, as normalised JSON."""

@@ -33,6 +33,7 @@ _LAZY = {
     "Artifact": ("tdaot.builder", "Artifact"),
     "BuildOptions": ("tdaot.builder", "BuildOptions"),
     "build": ("tdaot.builder", "build"),
+    "export_weights": ("tdaot.builder.weights", "export_weights"),
     "sign": ("tdaot.signing", "sign"),
     "testing": ("tdaot.testing", None),
 }
@@ -70,6 +71,7 @@ __all__ = [
     "TensorSpec",
     "__version__",
     "build",  # noqa: F405 - imported on first use (__getattr__)
+    "export_weights",  # noqa: F405 - imported on first use (__getattr__)
     "load",
     "read_manifest",
     "sign",  # noqa: F405 - imported on first use (__getattr__)

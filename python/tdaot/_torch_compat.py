@@ -271,6 +271,28 @@ def write_archive(path: str, records: dict[str, bytes]) -> None:
             writer.write_bytes(name, data)
 
 
+def compiled_constants(records: dict[str, bytes]) -> dict[str, torch.Tensor]:
+    """Every constant of the one CPU model in ``records`` (of a package aoti_compile_and_package
+    made) by AOTInductor's internal name, packed ones included: loaded through torch's
+    container runner, which lists them by original name, mapped back. Raises RuntimeError
+    when two constants share an original name (they could not be told apart)."""
+    import tempfile
+
+    (library,) = [data for name, data in records.items() if name.endswith(".wrapper.so")]
+    with tempfile.TemporaryDirectory(prefix="tdaot-") as directory:
+        path = f"{directory}/model.so"
+        with open(path, "wb") as file:
+            file.write(library)
+        runner = torch._C._aoti.AOTIModelContainerRunnerCpu(path, 1)
+        names = runner.get_constant_names_to_original_fqns()
+        values = runner.extract_constants_map(False)
+        if len(set(names.values())) != len(names) or not set(names.values()) <= set(values):
+            raise RuntimeError(
+                f"constants that cannot be told apart by original name: {sorted(names.items())}"
+            )
+        return {name: values[fqn].clone() for name, fqn in names.items()}
+
+
 # --- torch.export's messages ---------------------------------------------------------------
 
 

@@ -113,6 +113,18 @@ class ExecutionError(TdaotError):
     """The compiled model failed while running validated inputs."""
 
 
+class WeightsError(TdaotError):
+    """A weight file was refused (by ``tdaot.export_weights`` or ``swap_weights``): unreadable,
+    truncated, its digest wrong, made for another package or architecture, or a tensor
+    missing, of another shape or dtype, or not finite. ``path`` is the file, ``tensor`` the
+    tensor at fault (or ""). A refused swap leaves the live weights serving."""
+
+    def __init__(self, message: str, path: str = "", tensor: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.tensor = tensor
+
+
 # --- building a package (Python only) ------------------------------------------------
 class BuildError(TdaotError):
     """The policy, its example or the build options cannot make an artifact."""
@@ -193,4 +205,5 @@ __all__ = [
     "TdaotError",
     "UnknownKeyError",
     "UsageError",
+    "WeightsError",
 ]

@@ -7,6 +7,8 @@ legged.pt2 with the deployment contract of examples/policies.py:legged_contract 
 For the signature tests (no compile): two key pairs, keys/ and other_keys/ (`tdaot keygen`),
 tutorial_signed.pt2 (a copy of tutorial.pt2 signed with keys/private.pem by `tdaot sign`) and
 message.sig.json, signatures of the bytes "tdaot signature test message" by keys/private.pem.
+Then tutorial_v2.tdw, the weight file of a retrained tutorial policy for tutorial.pt2
+(tdaot.export_weights), for the weight swap tests.
 
 Usage: build_test_packages.py OUTDIR.
 """
@@ -48,7 +50,26 @@ def main(outdir: str) -> int:
         ]
         if subprocess.run(command, cwd=ROOT).returncode != 0:
             return 1
-    return sign_packages(out)
+    if sign_packages(out) != 0:
+        return 1
+    return write_weight_file(out)
+
+
+def write_weight_file(out: Path) -> int:
+    """tutorial_v2.tdw: the tutorial policy with every weight changed, for tutorial.pt2."""
+    import torch
+
+    import tdaot
+
+    sys.path.insert(0, str(ROOT))
+    from examples.policies import tutorial_policy
+
+    policy, _ = tutorial_policy()
+    with torch.no_grad():
+        for parameter in policy.parameters():
+            parameter.mul_(-1.5).add_(0.25)
+    tdaot.export_weights(policy, out / "tutorial.pt2", out / "tutorial_v2.tdw")
+    return 0
 
 
 def sign_packages(out: Path) -> int:

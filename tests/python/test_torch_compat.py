@@ -218,3 +218,20 @@ def test_proxy_executor_call_is_what_inductor_generates():
         {"m.wrapper.cpp": b"x = " + compat.PROXY_EXECUTOR_CALL.encode() + b"(e)"}
     )
     assert not compat.calls_proxy_executor({"m.wrapper.cpp": b"nothing", "m.kernel.cpp": b"nothing"})
+
+
+def test_compiled_constants_are_every_constant_by_internal_name(tutorial):
+    """The tutorial package's batch-1 latency model: its weights and biases (kept as constants)
+    and the GEMM template's packed weights, by the names its wrapper declares."""
+    records = compat.read_archive(tutorial[2].path)
+    b1 = {
+        name.replace("/b1/", "/model/"): data for name, data in records.items() if "/aotinductor/b1/" in name
+    }
+    constants = compat.compiled_constants(b1)
+    (wrapper,) = [data.decode() for name, data in b1.items() if name.endswith(".wrapper.cpp")]
+    declared = set(re.findall(r'constants_info_\[\d+\]\.name = "([^"]+)"', wrapper))
+    assert declared and set(constants) == declared, _changed(
+        "compiled_constants",
+        f"the container runner lists {sorted(constants)}, the wrapper {sorted(declared)}",
+    )
+    assert all(isinstance(value, torch.Tensor) for value in constants.values())

@@ -149,4 +149,21 @@ class ExecutionError : public Error {
   using Error::Error;
 };
 
+// A weight file (tdaot.export_weights) was refused by Policy::swap_weights: unreadable,
+// truncated, its digest wrong, made for another package, or a tensor missing, of another
+// shape or dtype, or not finite. The weights that were live keep serving.
+class WeightsError : public Error {
+ public:
+  WeightsError(std::string path, std::string tensor, const std::string& message)
+      : Error(message), path_(std::move(path)), tensor_(std::move(tensor)) {}
+  // The weight file at fault.
+  const std::string& path() const noexcept { return path_; }
+  // The tensor at fault ("model/<model>/<constant>" or "weights/<name>"), or empty.
+  const std::string& tensor() const noexcept { return tensor_; }
+
+ private:
+  std::string path_;
+  std::string tensor_;
+};
+
 }  // namespace tdaot

@@ -123,6 +123,24 @@ class Policy {
   // accept `batch`.
   Binding bind(int64_t batch) const;
 
+  // Hot weight swap (README "Weight swap"). Reads the weight file at `weights_path`
+  // (tdaot.export_weights) and checks all of it first: its digests, that it was made for this
+  // package (its sha256), every constant of every loaded model present with its name, shape and
+  // dtype, every value finite. Then loads it beside the live weights while calls go on, and
+  // makes it live between calls: a call in flight finishes on the old weights, every call that
+  // starts after swap_weights returns runs on the new ones (run, run_positional, sessions and
+  // bindings alike), never a mix. Throws WeightsError naming the file and tensor; the live
+  // weights then keep serving unchanged. Safe to call while other threads run the policy;
+  // swaps and rollbacks are serialised.
+  void swap_weights(const std::string& weights_path) const;
+  // The sha256 of the live weights (tdaot.export_weights's digest of the policy's parameters
+  // and buffers); for a package as loaded, of the weights it was built with ("" for a package
+  // built before weight swap existed).
+  std::string weights_sha256() const;
+  // Makes the weights live before the last swap (or rollback) live again. Throws WeightsError
+  // when there are none (nothing swapped yet).
+  void rollback_weights() const;
+
  private:
   struct Impl;  // defined in src/policy_impl.h
   friend class Session;
@@ -139,5 +157,12 @@ class Policy {
 // the package's sha256; throws what the Policy constructor throws for these.
 std::string verify_package(const std::string& package_path, const std::string& expected_sha256 = "",
                            const std::vector<std::string>& trusted_keys = {});
+
+// The exact bytes a signature over the weight file at `weights_path` covers: its format, the
+// package sha256 it was made for, the sha256 of its weights and of all its tensors (names,
+// dtypes, shapes, bytes); never its "tdaot.signatures" metadata entry. The file is read and
+// its digests checked first (WeightsError). tdaot.builder.weights_format.signing_payload is
+// the Python twin.
+std::string weights_signing_payload(const std::string& weights_path);
 
 }  // namespace tdaot

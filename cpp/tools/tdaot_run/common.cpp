@@ -4,7 +4,10 @@
 #include <ATen/Functions.h>
 
 #include <algorithm>
+#include <iomanip>
+#include <iostream>
 #include <limits>
+#include <sstream>
 
 namespace tdaot::tool {
 
@@ -89,6 +92,41 @@ int key_width(const std::vector<TensorSpec>& specs) {
   size_t width = 0;
   for (const auto& spec : specs) width = std::max(width, spec.key.size());
   return static_cast<int>(width);
+}
+
+namespace {
+
+// "[0.12, -3.4, ...]": the first `limit` values of a tensor, flattened.
+std::string first_values(const at::Tensor& tensor, int64_t limit = 8) {
+  const at::Tensor flat = tensor.detach().to(at::kCPU).flatten();
+  const int64_t n = std::min<int64_t>(limit, flat.numel());
+  const bool integral = c10::isIntegralType(flat.scalar_type(), /*includeBool=*/true);
+  const at::Tensor head = flat.slice(0, 0, n).to(integral ? at::kLong : at::kDouble);
+  std::ostringstream out;
+  out << "[";
+  for (int64_t i = 0; i < n; ++i) {
+    if (i > 0) out << ", ";
+    if (integral) {
+      out << head[i].item<int64_t>();
+    } else {
+      out << head[i].item<double>();
+    }
+  }
+  if (flat.numel() > n) out << ", ...";
+  out << "]";
+  return out.str();
+}
+
+}  // namespace
+
+void print_outputs(const Manifest& manifest, const std::vector<at::Tensor>& outputs) {
+  const int width = key_width(manifest.outputs);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    std::cout << "  " << std::left << std::setw(width) << manifest.outputs[i].key << "  "
+              << std::setw(8) << dtype_name(outputs[i].scalar_type()) << "  " << std::setw(12)
+              << format_shape(outputs[i].sizes().vec()) << "  " << first_values(outputs[i])
+              << "\n";
+  }
 }
 
 }  // namespace tdaot::tool

@@ -44,6 +44,7 @@ Command add_verify(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_soak(CLI::App& app);
+Command add_swap(CLI::App& app);
 
 // A subcommand taking the path of a package as its positional argument.
 CLI::App* add_command(CLI::App& app, const char* name, const char* description,
@@ -84,5 +85,8 @@ std::vector<at::Tensor> make_inputs(const Manifest& manifest, int64_t batch, boo
 
 // The width of the longest key of `specs`, to align tables.
 int key_width(const std::vector<TensorSpec>& specs);
+
+// One line per output (manifest order): key, dtype, shape and its first values.
+void print_outputs(const Manifest& manifest, const std::vector<at::Tensor>& outputs);
 
 }  // namespace tdaot::tool

@@ -9,6 +9,7 @@
 //   tdaot-run soak PKG [--calls N] [--batch B] [--samples S] [--warmup-calls W]
 //                      [--max-growth-kib K] [--session] [--seed S] [--json] [--op-lib LIB]...
 //                                                                                 (soak.cpp)
+//   tdaot-run swap PKG WEIGHTS [--batch B] [--seed S] [--op-lib LIB]...           (swap.cpp)
 //
 // --op-lib loads a shared library registering custom operators the package calls (the
 // manifest's custom_ops, shown by inspect) before the package; repeat it for several.
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Inspect, run and benchmark tdaot packages (.pt2).", "tdaot-run"};
   app.require_subcommand(1);
   const Command commands[] = {add_inspect(app), add_verify(app), add_run(app), add_bench(app),
-                              add_soak(app)};
+                              add_soak(app), add_swap(app)};
 
   try {
     app.parse(argc, argv);

@@ -9,11 +9,9 @@
 
 #include <algorithm>
 #include <fstream>
-#include <iomanip>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common.h"
 
@@ -99,27 +97,6 @@ TensorMap read_inputs_file(const std::string& path, const Manifest& manifest) {
   return inputs;
 }
 
-// "[0.12, -3.4, ...]": the first `limit` values of a tensor, flattened.
-std::string first_values(const at::Tensor& tensor, int64_t limit = 8) {
-  const at::Tensor flat = tensor.detach().to(at::kCPU).flatten();
-  const int64_t n = std::min<int64_t>(limit, flat.numel());
-  const bool integral = c10::isIntegralType(flat.scalar_type(), /*includeBool=*/true);
-  const at::Tensor head = flat.slice(0, 0, n).to(integral ? at::kLong : at::kDouble);
-  std::ostringstream out;
-  out << "[";
-  for (int64_t i = 0; i < n; ++i) {
-    if (i > 0) out << ", ";
-    if (integral) {
-      out << head[i].item<int64_t>();
-    } else {
-      out << head[i].item<double>();
-    }
-  }
-  if (flat.numel() > n) out << ", ...";
-  out << "]";
-  return out.str();
-}
-
 ExitCode run_once(const RunOptions& options) {
   const Policy policy(options.package, options.load.policy_options());
   const Manifest& m = policy.manifest();
@@ -138,13 +115,7 @@ ExitCode run_once(const RunOptions& options) {
                             : std::string("zeros");
   }
   std::cout << "ran " << options.package << " with batch " << batch << " of " << source << "\n";
-  const int width = key_width(m.outputs);
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    std::cout << "  " << std::left << std::setw(width) << m.outputs[i].key << "  " << std::setw(8)
-              << dtype_name(outputs[i].scalar_type()) << "  " << std::setw(12)
-              << format_shape(outputs[i].sizes().vec()) << "  " << first_values(outputs[i])
-              << "\n";
-  }
+  print_outputs(m, outputs);
   return kSuccess;
 }
 

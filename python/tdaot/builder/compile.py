@@ -16,6 +16,7 @@ from tdaot.builder.options import BuildOptions
 from tdaot.builder.package import check_output_path, write_package
 from tdaot.builder.targets import CPU_TARGETS, compiling_for, inductor_options
 from tdaot.builder.tuning import ModelPlan, compiling_with, model_options, plan_models, tune_program
+from tdaot.builder.weights_format import program_record
 from tdaot.errors import CompileError
 from tdaot.manifest import METADATA_KEY, BatchRange, Manifest, ModelSpec
 
@@ -43,6 +44,9 @@ def inductor_configs(manifest: Manifest, options: BuildOptions, plan: ModelPlan)
         **compile_options(options.kernel_threads),
         **model_options(plan),
         **inductor_options(CPU_TARGETS[manifest.cpu_target]),
+        # Every weight stays a constant of the model, never a literal in its code (inductor
+        # inlines small ones, biases included), so that a weight swap reaches all of them.
+        "always_keep_tensor_constants": True,
     }
 
 
@@ -57,13 +61,20 @@ def compile_model(
     package at ``staging`` (its model named "model"; tdaot.builder.package.write_package
     names it). The plan's rewrites are applied here."""
     target = CPU_TARGETS[manifest.cpu_target]
+    # What tdaot.export_weights checks a new policy against, of the program as exported.
+    record = program_record(
+        program,
+        kernel_threads=options.kernel_threads,
+        export={"batch": options.batch, "out_keys": options.out_keys},
+        plan=plan.describe(),
+    )
     try:
         program = tune_program(program, plan.tuning, plan.bound)
         with warnings.catch_warnings(), compiling_for(target), compiling_with(plan.tuning, plan.bound):
             # torch 2.13's own packaging code trips its pytree deprecation; not the user's concern.
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec", category=FutureWarning)
             configs = inductor_configs(manifest, options, plan)
-            configs["aot_inductor.metadata"] = {METADATA_KEY: manifest.to_json()}
+            configs["aot_inductor.metadata"] = {METADATA_KEY: manifest.to_json(), **record}
             _torch_compat.aoti_compile_and_package(program, staging, configs)
     except Exception as err:  # noqa: BLE001 - reported with the inductor error's first line
         first = next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)

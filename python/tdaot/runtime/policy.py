@@ -89,6 +89,26 @@ class NativePolicy:
         """All AOTInductor metadata of the package, the manifest JSON included."""
         return dict(self._policy.metadata)
 
+    def swap_weights(self, path: str | os.PathLike) -> None:
+        """Makes the weights of the weight file ``path`` (:func:`tdaot.export_weights`) live,
+        between calls: a call in flight finishes on the old weights, every later call (any
+        path, bindings and sessions included) runs on the new ones, never a mix. Everything
+        is checked first (digests, made for this package, every tensor's name, shape and
+        dtype, all values finite): :class:`tdaot.WeightsError` names the file and tensor,
+        and the old weights keep serving."""
+        self._policy.swap_weights(os.fspath(path))
+
+    def rollback_weights(self) -> None:
+        """Makes the weights live before the last swap (or rollback) live again;
+        :class:`tdaot.WeightsError` when nothing was swapped."""
+        self._policy.rollback_weights()
+
+    @property
+    def weights_sha256(self) -> str:
+        """sha256 of the live weights (as :func:`tdaot.export_weights` returns it); for the
+        package as loaded, of the weights it was built with."""
+        return self._policy.weights_sha256
+
     def __repr__(self) -> str:
         ins = ", ".join(self.manifest.input_keys)
         outs = ", ".join(self.manifest.output_keys)

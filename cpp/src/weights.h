@@ -1,0 +1,105 @@
+// Internal: hot weight swap (Policy::swap_weights / rollback_weights / weights_sha256).
+//
+// Every model of a package keeps two sets of constants and swaps between calls:
+// - a model run through AOTInductor's runner: its container's active and inactive constant
+//   buffers. A swap fills the inactive one (update_constant_buffer) while calls go on, then
+//   swap_constant_buffer, which waits for the calls in flight (the container's reader/writer
+//   lock: a call runs on one buffer from start to end);
+// - an arrayref model (arrayref.h): each model instance holds the constants it was last given.
+//   A swap publishes a new constant set and bumps a generation; an instance is brought up to
+//   date when a call takes it (InstancePool lease, Binding::run) and never during a call, so a
+//   call in flight finishes on the old set. In steady state that check is one atomic load.
+// The previous set stays for rollback_weights, which exchanges live and previous.
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "arrayref.h"
+
+namespace tdaot::detail {
+
+struct WeightFile;
+
+// The package metadata key (each model's AOTInductor metadata) holding the sha256 of the
+// weights it was built with, as canonical_digest computes it (weights_file.h).
+inline constexpr const char* kWeightsMetadataKey = "tdaot.weights_sha256";
+
+// One set of constants of one arrayref model, by AOTInductor's internal names.
+struct ConstantSet {
+  std::vector<std::string> names;
+  std::vector<at::Tensor> tensors;
+};
+
+// The swappable constants of one loaded model.
+class ModelWeights {
+ public:
+  // Reads the model's constant table from `runner` (the model's own runner, or one made from
+  // the arrayref library only for this). A model whose table cannot be read (its constants'
+  // original names collide) is marked unswappable, with the reason.
+  explicit ModelWeights(const torch::inductor::AOTIModelContainerRunner& runner);
+
+  // Every constant the model takes: internal name -> (dtype, shape) of its live value.
+  struct Constant {
+    c10::ScalarType dtype;
+    std::vector<int64_t> shape;
+  };
+  const std::map<std::string, Constant>& table() const { return table_; }
+  // Why this model cannot swap, or empty.
+  const std::string& unswappable() const { return unswappable_; }
+  void set_unswappable(std::string why) { unswappable_ = std::move(why); }
+
+  // Arrayref models: brings `handle` (an instance of `library`, given generation `seen`) to
+  // the live constant set (a new instance when that is the library's own). Allocates only
+  // after a swap or rollback.
+  void refresh(const ArrayrefLibrary& library, AOTInductorModelHandle& handle,
+               uint64_t& seen) const;
+  // Arrayref models: makes `set` live, keeping the live one as previous.
+  void publish(std::shared_ptr<const ConstantSet> set);
+  // Arrayref models: exchanges live and previous.
+  void exchange();
+
+ private:
+  std::map<std::string, Constant> table_;
+  std::string unswappable_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<const ConstantSet> live_;  // null: the constants embedded in the library
+  std::shared_ptr<const ConstantSet> previous_;
+  std::atomic<uint64_t> generation_{0};
+};
+
+// The policy-wide part: which weights are live, serialised swaps and rollbacks.
+class LiveWeights {
+ public:
+  explicit LiveWeights(std::string initial_sha256) : live_(std::move(initial_sha256)) {}
+  std::string sha256() const;
+
+  // The models of a package, as swap() and rollback() need them.
+  struct Target {
+    std::string name;
+    ModelWeights* weights;
+    torch::inductor::AOTIModelContainerRunner* runner;  // null for an arrayref model
+  };
+  // Checks `file` against every target (all before anything changes) and makes it live.
+  void swap(const WeightFile& file, const std::string& package_sha256,
+            const std::vector<std::string>& package_models, const std::vector<Target>& targets,
+            c10::Device device);
+  // Makes the previous weights live again (and the live ones previous).
+  void rollback(const std::vector<Target>& targets, const std::string& package_path);
+
+ private:
+  mutable std::mutex mutex_;
+  std::string live_;
+  std::string previous_;
+  bool has_previous_ = false;
+};
+
+}  // namespace tdaot::detail

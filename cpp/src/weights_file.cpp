@@ -1,0 +1,172 @@
+// Reading and checking a tdaot weight file (weights_file.h).
+#include "weights_file.h"
+
+#include <ATen/Functions.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "digest.h"
+#include "tdaot/errors.h"
+
+namespace tdaot::detail {
+namespace {
+
+constexpr std::pair<const char*, c10::ScalarType> kDtypes[] = {
+    {"F32", c10::ScalarType::Float},   {"F64", c10::ScalarType::Double},
+    {"F16", c10::ScalarType::Half},    {"BF16", c10::ScalarType::BFloat16},
+    {"I64", c10::ScalarType::Long},    {"I32", c10::ScalarType::Int},
+    {"I16", c10::ScalarType::Short},   {"I8", c10::ScalarType::Char},
+    {"U8", c10::ScalarType::Byte},     {"BOOL", c10::ScalarType::Bool},
+};
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) refuse_weights(path, "", "cannot be opened");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) refuse_weights(path, "", "could not be read");
+  return bytes;
+}
+
+std::string metadata_entry(const WeightFile& file, const std::string& key) {
+  const auto it = file.metadata.find(key);
+  if (it == file.metadata.end()) {
+    refuse_weights(file.path, "", "is not a tdaot weight file: its metadata lacks '" + key +
+                              "' (make weight files with tdaot.export_weights)");
+  }
+  return it->second;
+}
+
+at::Tensor parse_tensor(const std::string& path, const std::string& name,
+                        const nlohmann::json& entry, const std::string& bytes, size_t data_start) {
+  if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+      !entry.contains("data_offsets")) {
+    refuse_weights(path, name, "has a malformed header entry");
+  }
+  const auto code = entry["dtype"].get<std::string>();
+  const auto* found = std::find_if(std::begin(kDtypes), std::end(kDtypes),
+                                   [&](const auto& d) { return code == d.first; });
+  if (found == std::end(kDtypes)) {
+    refuse_weights(path, name, "has dtype '" + code + "', which tdaot does not use");
+  }
+  std::vector<int64_t> shape;
+  for (const auto& size : entry["shape"]) {
+    const auto value = size.get<int64_t>();
+    if (value < 0) refuse_weights(path, name, "has a negative size in its shape");
+    shape.push_back(value);
+  }
+  const auto offsets = entry["data_offsets"].get<std::vector<uint64_t>>();
+  const uint64_t available = bytes.size() - data_start;
+  if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > available) {
+    refuse_weights(path, name, "lies outside the file (truncated?)");
+  }
+  at::Tensor tensor = at::empty(shape, at::dtype(found->second));
+  if (static_cast<uint64_t>(tensor.nbytes()) != offsets[1] - offsets[0]) {
+    refuse_weights(path, name, "holds " + std::to_string(offsets[1] - offsets[0]) +
+                           " bytes, but its dtype and shape need " +
+                           std::to_string(tensor.nbytes()));
+  }
+  std::memcpy(tensor.data_ptr(), bytes.data() + data_start + offsets[0], tensor.nbytes());
+  return tensor;
+}
+
+}  // namespace
+
+void refuse_weights(const std::string& path, const std::string& tensor,
+                    const std::string& problem) {
+  const std::string where = tensor.empty() ? "" : ": tensor '" + tensor + "'";
+  throw WeightsError(path, tensor, "weight file '" + path + "'" + where + " " + problem);
+}
+
+std::string safetensors_dtype(c10::ScalarType dtype) {
+  for (const auto& [code, type] : kDtypes) {
+    if (type == dtype) return code;
+  }
+  throw Error(std::string("dtype ") + c10::toString(dtype) + " has no safetensors code");
+}
+
+std::string canonical_digest(const std::map<std::string, at::Tensor>& tensors) {
+  std::string payload;
+  for (const auto& [name, tensor] : tensors) {  // std::map: bytewise name order
+    std::string shape;
+    for (int64_t i = 0; i < tensor.dim(); ++i) {
+      shape += (i ? "," : "") + std::to_string(tensor.size(i));
+    }
+    payload += name + "\n" + safetensors_dtype(tensor.scalar_type()) + "\n" + shape + "\n" +
+               std::to_string(tensor.nbytes()) + "\n";
+    const at::Tensor contiguous = tensor.contiguous();
+    payload.append(static_cast<const char*>(contiguous.data_ptr()), contiguous.nbytes());
+  }
+  return sha256_hex(payload);
+}
+
+std::string weights_signing_payload(const WeightFile& file) {
+  return std::string(kWeightsFormat) + "\nbase_sha256 " + file.base_sha256 + "\nweights_sha256 " +
+         file.weights_sha256 + "\ncontent_sha256 " + file.content_sha256 + "\n";
+}
+
+WeightFile read_weight_file(const std::string& path) {
+  WeightFile file;
+  file.path = path;
+  const std::string bytes = read_all(path);
+  uint64_t header_size = 0;
+  if (bytes.size() < 8) {
+    refuse_weights(path, "", "is too short to be a safetensors file (truncated?)");
+  }
+  for (int i = 7; i >= 0; --i) {  // little-endian
+    header_size = (header_size << 8) | static_cast<unsigned char>(bytes[i]);
+  }
+  if (header_size > bytes.size() - 8) {
+    refuse_weights(path, "", "has a header longer than the file (truncated?)");
+  }
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.substr(8, header_size));
+  } catch (const nlohmann::json::exception& e) {
+    refuse_weights(path, "", std::string("has a header that is not JSON: ") + e.what());
+  }
+  if (!header.is_object()) refuse_weights(path, "", "has a header that is not a JSON object");
+  try {
+    for (const auto& [name, entry] : header.items()) {
+      if (name == "__metadata__") {
+        for (const auto& [key, value] : entry.items()) {
+          file.metadata[key] = value.get<std::string>();
+        }
+        continue;
+      }
+      file.tensors[name] = parse_tensor(path, name, entry, bytes, 8 + header_size);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    refuse_weights(path, "", std::string("has a malformed header: ") + e.what());
+  }
+  const std::string format = metadata_entry(file, "tdaot.format");
+  if (format != kWeightsFormat) {
+    refuse_weights(path, "",
+                   "has format '" + format + "'; this runtime reads '" + kWeightsFormat + "'");
+  }
+  file.base_sha256 = metadata_entry(file, "tdaot.base_sha256");
+  file.weights_sha256 = metadata_entry(file, "tdaot.weights_sha256");
+  file.content_sha256 = metadata_entry(file, "tdaot.content_sha256");
+  const std::string content = canonical_digest(file.tensors);
+  if (content != file.content_sha256) {
+    refuse_weights(path, "", "does not match its digest: its tensors hash to " + content +
+                         ", its header records " + file.content_sha256 + " (corrupted or edited)");
+  }
+  std::map<std::string, at::Tensor> weights;
+  for (const auto& [name, tensor] : file.tensors) {
+    if (name.rfind("weights/", 0) == 0) weights.emplace(name.substr(8), tensor);
+    if (at::isFloatingType(tensor.scalar_type()) && !at::isfinite(tensor).all().item<bool>()) {
+      refuse_weights(path, name, "holds values that are not finite (NaN or infinity)");
+    }
+  }
+  if (canonical_digest(weights) != file.weights_sha256) {
+    refuse_weights(path, "", "does not match its weights digest " + file.weights_sha256);
+  }
+  return file;
+}
+
+}  // namespace tdaot::detail

@@ -1,0 +1,54 @@
+// Internal: a tdaot weight file (tdaot.export_weights), read and checked as a whole.
+//
+// The format is safetensors: 8 bytes little-endian header length, a JSON header (each tensor's
+// dtype, shape and byte range; "__metadata__" strings), then the tensor bytes. tdaot's entries:
+//   weights/<name>          the policy's parameters and buffers by name (torch.export's names)
+//   model/<model>/<const>   every constant model <model> of the package needs, by AOTInductor's
+//                           internal name (packed ones included), as compiled for this package
+// and metadata "tdaot.format" (kWeightsFormat), "tdaot.base_sha256" (the package file it was
+// made for), "tdaot.weights_sha256" (canonical_digest of the weights/ entries, names without
+// the prefix), "tdaot.content_sha256" (canonical_digest of every entry) and, reserved for
+// signatures, "tdaot.signatures": never part of what is digested or signed
+// (weights_signing_payload). python/tdaot/builder/weights_format.py is the Python twin.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tdaot::detail {
+
+inline constexpr const char* kWeightsFormat = "tdaot-weights/1";
+
+struct WeightFile {
+  std::string path;
+  std::string base_sha256;
+  std::string weights_sha256;
+  std::string content_sha256;
+  std::map<std::string, std::string> metadata;  // every "__metadata__" entry
+  std::map<std::string, at::Tensor> tensors;    // by full name, CPU, owning their memory
+};
+
+// Reads and checks `path`: safetensors structure (header, byte ranges inside the file),
+// tdaot's metadata, both digests, every value finite. Throws WeightsError naming the file and
+// the tensor at fault.
+WeightFile read_weight_file(const std::string& path);
+
+// sha256 over the tensors in name order: for each, "<name>\n<dtype>\n<d0,d1,...>\n<nbytes>\n"
+// then its bytes (dtype as safetensors spells it: F32, I64, BOOL, ...).
+std::string canonical_digest(const std::map<std::string, at::Tensor>& tensors);
+
+// The exact bytes a signature over the weight file covers (everything but its signatures).
+std::string weights_signing_payload(const WeightFile& file);
+
+// Throws WeightsError: "weight file '<path>': tensor '<tensor>' <problem>" (no tensor part
+// when `tensor` is empty).
+[[noreturn]] void refuse_weights(const std::string& path, const std::string& tensor,
+                                 const std::string& problem);
+
+// The safetensors dtype code of `dtype` ("F32"); throws tdaot::Error for others.
+std::string safetensors_dtype(c10::ScalarType dtype);
+
+}  // namespace tdaot::detail

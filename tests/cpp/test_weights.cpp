@@ -1,0 +1,163 @@
+// Hot weight swap (Policy::swap_weights, rollback_weights, weights_sha256) on tutorial.pt2 with
+// tutorial_v2.tdw (build_test_packages.py): every run path follows a swap, rollback restores
+// the old outputs exactly, concurrent calls see the old or the new weights only, and a refused
+// file names itself and its tensor while the old weights keep serving.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tdaot/binding.h"
+#include "tdaot/errors.h"
+#include "tdaot/policy.h"
+#include "test_support.h"
+
+namespace tdaot {
+namespace {
+
+using test::catch_error;
+using test::Contains;
+
+std::string tutorial() { return test::package_path("tutorial.pt2"); }
+std::string weights() { return test::package_path("tutorial_v2.tdw"); }
+
+std::vector<at::Tensor> observation(int64_t batch) {
+  return {at::linspace(-1.0, 1.0, batch * 3).reshape({batch, 3})};
+}
+
+bool equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!at::equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+std::vector<at::Tensor> run_bound(Binding& binding) {
+  binding.inputs()[0].copy_(observation(binding.batch())[0]);
+  binding.run();
+  std::vector<at::Tensor> outputs;
+  for (const at::Tensor& output : binding.outputs()) outputs.push_back(output.clone());
+  return outputs;
+}
+
+TEST(WeightSwap, EveryRunPathFollowsASwapAndRollbackRestoresTheOldOutputs) {
+  const Policy policy(tutorial());
+  Binding bound = policy.bind(1);  // the latency model's own instance, bound before the swap
+  ASSERT_TRUE(bound.allocation_free());
+  const std::string built_with = policy.weights_sha256();
+  EXPECT_EQ(built_with.size(), 64u);
+  const auto old1 = policy.run_positional(observation(1));
+  const auto old8 = policy.run_positional(observation(8));
+  EXPECT_TRUE(equal(run_bound(bound), old1));
+
+  policy.swap_weights(weights());
+  EXPECT_NE(policy.weights_sha256(), built_with);
+  const auto new1 = policy.run_positional(observation(1));
+  const auto new8 = policy.run_positional(observation(8));
+  EXPECT_FALSE(at::allclose(new1[0], old1[0]));
+  EXPECT_FALSE(at::allclose(new8[0], old8[0]));
+  EXPECT_TRUE(equal(run_bound(bound), new1));
+  Binding fresh = policy.bind(1);  // bound after the swap
+  EXPECT_TRUE(equal(run_bound(fresh), new1));
+  // The batch-1 rows of the throughput model agree with the latency model's new weights.
+  EXPECT_TRUE(at::allclose(policy.run_positional(observation(1))[0], new1[0]));
+
+  policy.rollback_weights();
+  EXPECT_EQ(policy.weights_sha256(), built_with);
+  EXPECT_TRUE(equal(policy.run_positional(observation(1)), old1));
+  EXPECT_TRUE(equal(policy.run_positional(observation(8)), old8));
+  EXPECT_TRUE(equal(run_bound(bound), old1));
+  EXPECT_TRUE(equal(run_bound(fresh), old1));
+}
+
+TEST(WeightSwap, CallsDuringSwapsSeeTheOldOrTheNewWeightsOnly) {
+  PolicyOptions options;
+  options.num_runners = 2;
+  const Policy policy(tutorial(), options);
+  const auto old1 = policy.run_positional(observation(1));
+  const auto old8 = policy.run_positional(observation(8));
+  policy.swap_weights(weights());
+  const auto new1 = policy.run_positional(observation(1));
+  const auto new8 = policy.run_positional(observation(8));
+  policy.rollback_weights();
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0};
+  std::atomic<int> calls{0};
+  const auto check = [&](const std::vector<at::Tensor>& got, int64_t batch) {
+    const bool ok = batch == 1 ? equal(got, old1) || equal(got, new1)
+                               : equal(got, old8) || equal(got, new8);
+    if (!ok) ++wrong;
+    ++calls;
+  };
+  std::vector<std::thread> threads;
+  for (int64_t batch : {1, 8, 1}) {
+    threads.emplace_back([&, batch] {
+      while (!stop) check(policy.run_positional(observation(batch)), batch);
+    });
+  }
+  threads.emplace_back([&] {
+    Binding binding = policy.bind(1);
+    while (!stop) check(run_bound(binding), 1);
+  });
+  for (int i = 0; i < 200; ++i) {
+    if (i % 2 == 0) {
+      policy.swap_weights(weights());
+    } else {
+      policy.rollback_weights();
+    }
+  }
+  stop = true;
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(wrong.load(), 0) << "of " << calls.load() << " calls";
+  EXPECT_GT(calls.load(), 0);
+}
+
+TEST(WeightSwap, ARefusedFileNamesItselfAndTheOldWeightsKeepServing) {
+  const Policy policy(tutorial());
+  const auto before = policy.run_positional(observation(1));
+  test::TempDir dir;
+  std::ifstream in(weights(), std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string bytes = buffer.str();
+  const std::string truncated = dir.file("truncated.tdw");
+  test::write_file(truncated, bytes.substr(0, bytes.size() / 2));
+  const std::string flipped = dir.file("flipped.tdw");
+  std::string changed = bytes;
+  changed.back() = static_cast<char>(changed.back() ^ 1);
+  test::write_file(flipped, changed);
+  const std::string other_package = test::package_path("tutorial_b14.pt2");
+
+  for (const auto& [path, message] : std::vector<std::pair<std::string, std::string>>{
+           {truncated, "(truncated?)"},
+           {flipped, "does not match its digest"},
+           {dir.file("missing.tdw"), "cannot be opened"}}) {
+    const auto error = catch_error<WeightsError>([&] { policy.swap_weights(path); });
+    ASSERT_TRUE(error);
+    EXPECT_TRUE(Contains(error->what(), "weight file '" + path + "'"));
+    EXPECT_TRUE(Contains(error->what(), message));
+    EXPECT_EQ(error->path(), path);
+    EXPECT_TRUE(equal(policy.run_positional(observation(1)), before));
+  }
+  const Policy other(other_package);
+  const auto error = catch_error<WeightsError>([&] { other.swap_weights(weights()); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(), "was made for the package of sha256 " + policy.sha256()));
+}
+
+TEST(WeightSwap, RollbackWithoutASwapIsRefused) {
+  const Policy policy(tutorial());
+  const auto error = catch_error<WeightsError>([&] { policy.rollback_weights(); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(), "no previous weights"));
+}
+
+}  // namespace
+}  // namespace tdaot

@@ -48,10 +48,23 @@ def retrained(tutorial):
 
 
 @pytest.fixture(scope="session")
-def weight_file(tutorial, retrained, artifacts_dir):
-    """(path, digest) of the retrained policy's weight file for the tutorial package."""
+def keys(tmp_path_factory):
+    """Two Ed25519 key pairs: private/public and other_private/other_public."""
+    from tdaot.signing import keygen
+
+    root = tmp_path_factory.mktemp("weight-keys")
+    (private, public), (other_private, other_public) = keygen(root / "a"), keygen(root / "b")
+    return SimpleNamespace(
+        private=private, public=public, other_private=other_private, other_public=other_public
+    )
+
+
+@pytest.fixture(scope="session")
+def weight_file(tutorial, retrained, artifacts_dir, keys):
+    """(path, digest) of the retrained policy's weight file for the tutorial package, signed
+    with keys.private as it is exported (a package without trusted keys ignores that)."""
     path = artifacts_dir / "tutorial-v2.tdw"
-    digest = tdaot.export_weights(retrained, tutorial[2].path, path)
+    digest = tdaot.export_weights(retrained, tutorial[2].path, path, sign_key=keys.private)
     return str(path), digest
 
 
@@ -288,17 +301,6 @@ def test_the_signed_bytes_are_the_same_in_python_and_cpp_and_exclude_signatures(
 
 # --- signed weight files ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def keys(tmp_path_factory):
-    from tdaot.signing import keygen
-
-    root = tmp_path_factory.mktemp("weight-keys")
-    (private, public), (other_private, other_public) = keygen(root / "a"), keygen(root / "b")
-    return SimpleNamespace(
-        private=private, public=public, other_private=other_private, other_public=other_public
-    )
-
-
-@pytest.fixture(scope="module")
 def signed_package(tutorial, keys, tmp_path_factory):
     """A copy of the tutorial package signed with keys.private (weight files name its sha256)."""
     path = tmp_path_factory.mktemp("signed") / "signed.pt2"
@@ -308,11 +310,12 @@ def signed_package(tutorial, keys, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def signed_weights(retrained, signed_package, keys, tmp_path_factory):
-    """(path, digest): the retrained policy's weights for the signed package, signed as exported."""
-    path = tmp_path_factory.mktemp("signed-weights") / "v2.tdw"
-    digest = tdaot.export_weights(retrained, signed_package, path, sign_key=keys.private)
-    return str(path), digest
+def signed_weights(weight_file, signed_package, keys, tmp_path_factory):
+    """(path, digest): weight_file's tensors made for the signed package, signed with keys.private
+    (no compile: a weight file made for a package records that package's sha256)."""
+    path = _for_signed(signed_package, weight_file, tmp_path_factory.mktemp("signed-weights"), "v2.tdw")
+    tdaot.sign(path, keys.private)
+    return path, weight_file[1]
 
 
 @pytest.fixture
@@ -350,6 +353,11 @@ def test_signing_a_weight_file_changes_only_its_signatures(signed_package, weigh
         assert info["signed_by"] == key_id(public.with_name("private.pem"))
         assert info["weights_sha256"] == weight_file[1]
         assert info["base_sha256"] == tdaot.verify(signed_package)
+
+
+def test_export_weights_signs_with_sign_key(weight_file, keys):
+    info = tdaot.verify_weights(weight_file[0], trusted_keys=[keys.public])
+    assert info["signed_by"] == key_id(keys.private) and info["weights_sha256"] == weight_file[1]
 
 
 def test_signed_weights_swap_in_with_trusted_keys(trusting, signed_weights, retrained, keys):

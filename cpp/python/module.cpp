@@ -158,13 +158,14 @@ PYBIND11_MODULE(_C, m) {
         }
         py::dict result;
         result["base_sha256"] = info.base_sha256;
+        result["base_manifest_sha256"] = info.base_manifest_sha256;
         result["weights_sha256"] = info.weights_sha256;
         result["signed_by"] = info.signed_by;
         return result;
       },
       py::arg("path"), py::arg("trusted_keys") = std::vector<std::string>{},
       "Checks a weight file as swap_weights does before changing anything (and its signature, "
-      "with trusted_keys); returns {base_sha256, weights_sha256, signed_by}.");
+      "with trusted_keys); returns {base_sha256, base_manifest_sha256, weights_sha256, signed_by}.");
   m.def(
       "file_kind",
       [](const std::string& path) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "digest.h"
 #include "host.h"
 #include "ops.h"
 #include "policy_impl.h"
@@ -133,6 +134,7 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& opts)
     : path(package.path()),
       options(opts),
       sha256(package.sha256()),
+      manifest_sha256(detail::sha256_hex(package.manifest_bytes())),
       metadata(package.metadata()),
       manifest(package.manifest()),
       // Packages built for another host are refused before their library is even extracted.

@@ -56,6 +56,8 @@ struct Policy::Impl {
   std::string path;
   PolicyOptions options;
   std::string sha256;  // of the package file
+  // Of its manifest bytes: the package's identity for weight files, unchanged by signing.
+  std::string manifest_sha256;
   detail::Metadata metadata;
   Manifest manifest;
   // The device inputs must be on: cpu, or cuda with the index the model was loaded on.

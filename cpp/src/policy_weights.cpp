@@ -24,7 +24,7 @@ void Policy::swap_weights(const std::string& weights_path) const {
   if (!self.trusted_keys.empty()) detail::verify_weights_signature(file, self.trusted_keys);
   std::vector<std::string> names;
   for (const ModelSpec& model : self.manifest.models) names.push_back(model.name);
-  self.live_weights->swap(file, self.sha256, names, self.weight_targets(), self.device);
+  self.live_weights->swap(file, self.manifest_sha256, names, self.weight_targets(), self.device);
 }
 
 void Policy::rollback_weights() const {
@@ -58,7 +58,7 @@ FileKind file_kind(const std::string& path) {
 WeightFileInfo verify_weights(const std::string& weights_path,
                               const std::vector<std::string>& trusted_keys) {
   const detail::WeightFile file = detail::read_weight_file(weights_path);
-  WeightFileInfo info{file.base_sha256, file.weights_sha256, ""};
+  WeightFileInfo info{file.base_sha256, file.base_manifest_sha256, file.weights_sha256, ""};
   if (!trusted_keys.empty()) {
     info.signed_by = detail::verify_weights_signature(
         file, detail::load_public_keys(trusted_keys, weights_path));

@@ -144,13 +144,15 @@ std::string LiveWeights::sha256() const {
   return live_;
 }
 
-void LiveWeights::swap(const WeightFile& file, const std::string& package_sha256,
+void LiveWeights::swap(const WeightFile& file, const std::string& manifest_sha256,
                        const std::vector<std::string>& package_models,
                        const std::vector<Target>& targets, c10::Device device) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (file.base_sha256 != package_sha256) {
-    refuse_weights(file.path, "", "was made for the package of sha256 " + file.base_sha256 +
-                              ", not for this one (sha256 " + package_sha256 + ")");
+  if (file.base_manifest_sha256 != manifest_sha256) {
+    refuse_weights(file.path, "",
+                   "was made for the package of sha256 " + file.base_sha256 +
+                       " (manifest sha256 " + file.base_manifest_sha256 +
+                       "), not for this one (manifest sha256 " + manifest_sha256 + ")");
   }
   check_entries(file, package_models);
   std::vector<std::map<std::string, at::Tensor>> per_model;

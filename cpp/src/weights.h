@@ -89,7 +89,9 @@ class LiveWeights {
     torch::inductor::AOTIModelContainerRunner* runner;  // null for an arrayref model
   };
   // Checks `file` against every target (all before anything changes) and makes it live.
-  void swap(const WeightFile& file, const std::string& package_sha256,
+  // `manifest_sha256` identifies the package: the sha256 of its manifest bytes, which signing
+  // the package leaves as they are (its file sha256 changes).
+  void swap(const WeightFile& file, const std::string& manifest_sha256,
             const std::vector<std::string>& package_models, const std::vector<Target>& targets,
             c10::Device device);
   // Makes the previous weights live again (and the live ones previous).

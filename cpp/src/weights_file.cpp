@@ -106,7 +106,8 @@ std::string canonical_digest(const std::map<std::string, at::Tensor>& tensors) {
 }
 
 std::string weights_signing_payload(const WeightFile& file) {
-  return std::string(kWeightsFormat) + "\nbase_sha256 " + file.base_sha256 + "\nweights_sha256 " +
+  return std::string(kWeightsFormat) + "\nbase_sha256 " + file.base_sha256 +
+         "\nbase_manifest_sha256 " + file.base_manifest_sha256 + "\nweights_sha256 " +
          file.weights_sha256 + "\ncontent_sha256 " + file.content_sha256 + "\n";
 }
 
@@ -159,6 +160,7 @@ WeightFile read_weight_file(const std::string& path) {
                    "has format '" + format + "'; this runtime reads '" + kWeightsFormat + "'");
   }
   file.base_sha256 = metadata_entry(file, "tdaot.base_sha256");
+  file.base_manifest_sha256 = metadata_entry(file, "tdaot.base_manifest_sha256");
   file.weights_sha256 = metadata_entry(file, "tdaot.weights_sha256");
   file.content_sha256 = metadata_entry(file, "tdaot.content_sha256");
   const std::string content = canonical_digest(file.tensors);

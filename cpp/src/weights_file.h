@@ -6,7 +6,8 @@
 //   model/<model>/<const>   every constant model <model> of the package needs, by AOTInductor's
 //                           internal name (packed ones included), as compiled for this package
 // and metadata "tdaot.format" (kWeightsFormat), "tdaot.base_sha256" (the package file it was
-// made for), "tdaot.weights_sha256" (canonical_digest of the weights/ entries, names without
+// made for), "tdaot.base_manifest_sha256" (that package's manifest bytes: what a swap checks,
+// since signing the package changes its file but not its manifest), "tdaot.weights_sha256" (canonical_digest of the weights/ entries, names without
 // the prefix), "tdaot.content_sha256" (canonical_digest of every entry) and, reserved for
 // signatures, "tdaot.signatures": never part of what is digested or signed
 // (weights_signing_payload). python/tdaot/builder/weights_format.py is the Python twin.
@@ -29,6 +30,7 @@ inline constexpr const char* kWeightsSignaturesKey = "tdaot.signatures";
 struct WeightFile {
   std::string path;
   std::string base_sha256;
+  std::string base_manifest_sha256;
   std::string weights_sha256;
   std::string content_sha256;
   std::map<std::string, std::string> metadata;  // every "__metadata__" entry

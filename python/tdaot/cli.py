@@ -215,7 +215,8 @@ def _verify(args) -> int:
         info = verify_weights(args.package, trusted_keys=args.public_key)
         print(
             f"{args.package}: weight file, its tensors match their digests{signed}\n"
-            f"for package sha256 {info['base_sha256']}\nweights sha256 {info['weights_sha256']}"
+            f"for package sha256 {info['base_sha256']} (manifest sha256 {info['base_manifest_sha256']})\n"
+            f"weights sha256 {info['weights_sha256']}"
         )
         return 0
     digest = verify(args.package, args.sha256, trusted_keys=args.public_key)

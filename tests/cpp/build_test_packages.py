@@ -83,7 +83,7 @@ def write_signed_weight_files(out: Path) -> int:
     import safetensors.torch
     import torch
 
-    from tdaot.builder.pipeline import file_sha256
+    from tdaot.builder.weights import package_identity
     from tdaot.builder.weights_format import read_signatures, write_signatures, write_weight_file
 
     def write(name: str, tensors: dict) -> Path:
@@ -93,7 +93,7 @@ def write_signed_weight_files(out: Path) -> int:
             if key.startswith("model/"):
                 _, model, constant = key.split("/", 2)
                 models.setdefault(model, {})[constant] = value
-        write_weight_file(out / name, weights, models, file_sha256(out / "tutorial_signed.pt2"))
+        write_weight_file(out / name, weights, models, *package_identity(out / "tutorial_signed.pt2"))
         return out / name
 
     tensors = safetensors.torch.load_file(out / "tutorial_v2.tdw")

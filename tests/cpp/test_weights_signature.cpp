@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "digest.h"
 #include "signature.h"
+#include "tdaot/manifest.h"
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"
 #include "test_support.h"
@@ -52,6 +54,7 @@ TEST(WeightSignature, SignedWeightsSwapInWithTrustedKeys) {
   const WeightFileInfo info = verify_weights(signed_weights(), {public_key()});
   EXPECT_EQ(info.signed_by, key_id(public_key()));
   EXPECT_EQ(info.base_sha256, policy.sha256());
+  EXPECT_EQ(info.base_manifest_sha256, detail::sha256_hex(read_manifest_bytes(signed_package())));
   EXPECT_EQ(policy.weights_sha256(), info.weights_sha256);
   // The same tensors as tutorial_v2.tdw: the same outputs as that swap on the unsigned package.
   const Policy unsigned_policy(test::package_path("tutorial.pt2"));
@@ -136,6 +139,17 @@ TEST(WeightSignature, FileKindIsToldByContent) {
   ASSERT_TRUE(error);
   EXPECT_TRUE(Contains(error->what(), "is neither a tdaot package (.pt2: a zip archive) nor a "
                                       "tdaot weight file (.tdw: safetensors"));
+}
+
+TEST(WeightSignature, WeightsMadeBeforeThePackageWasSignedStillFit) {
+  // tutorial_v2.tdw was made for tutorial.pt2; tutorial_signed.pt2 is that package signed: another
+  // file sha256, the same manifest, which is what a swap matches.
+  const std::string weights = test::package_path("tutorial_v2.tdw");
+  const Policy policy(signed_package());
+  const WeightFileInfo info = verify_weights(weights);
+  ASSERT_NE(info.base_sha256, policy.sha256());
+  policy.swap_weights(weights);
+  EXPECT_EQ(policy.weights_sha256(), info.weights_sha256);
 }
 
 }  // namespace

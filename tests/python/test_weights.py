@@ -19,6 +19,7 @@ from tensordict import TensorDict
 import tdaot
 from tdaot import _C, _torch_compat
 from tdaot.builder.export import export_policy
+from tdaot.builder.weights import package_identity
 from tdaot.builder.weights_format import (
     RECORD_KEY,
     SIGNATURES_KEY,
@@ -180,8 +181,9 @@ def _tensors(path):
     return safetensors.torch.load_file(path)
 
 
-def _rewrite(tmp_path, weight_file, change, base_sha256=None, name="bad.tdw"):
-    """A weight file like ``weight_file`` with ``change(tensors)`` applied, digests recomputed."""
+def _rewrite(tmp_path, weight_file, change, base=None, name="bad.tdw"):
+    """A weight file like ``weight_file`` with ``change(tensors)`` applied, digests recomputed,
+    made for ``base`` ((file sha256, manifest sha256)) or for weight_file's package."""
     tensors = _tensors(weight_file[0])
     change(tensors)
     weights = {k[len("weights/") :]: v for k, v in tensors.items() if k.startswith("weights/")}
@@ -190,9 +192,10 @@ def _rewrite(tmp_path, weight_file, change, base_sha256=None, name="bad.tdw"):
         if key.startswith("model/"):
             _, model, constant = key.split("/", 2)
             models.setdefault(model, {})[constant] = value
-    base = base_sha256 or safetensors.safe_open(weight_file[0], "pt").metadata()["tdaot.base_sha256"]
+    metadata = safetensors.safe_open(weight_file[0], "pt").metadata()
+    base = base or (metadata["tdaot.base_sha256"], metadata["tdaot.base_manifest_sha256"])
     path = tmp_path / name
-    write_weight_file(path, weights, models, base)
+    write_weight_file(path, weights, models, *base)
     return str(path)
 
 
@@ -242,12 +245,12 @@ def test_refused_files_leave_the_old_weights_serving(native, weight_file, tmp_pa
     flipped = tmp_path / "flipped.tdw"
     flipped.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
     nan = _rewrite(tmp_path, weight_file, _nan, name="nan.tdw")
-    other = _rewrite(tmp_path, weight_file, lambda t: None, base_sha256="0" * 64, name="other.tdw")
+    other = _rewrite(tmp_path, weight_file, lambda t: None, base=("0" * 64, "1" * 64), name="other.tdw")
     cases = [
         (str(truncated), "truncated"),
         (str(flipped), "does not match its digest"),
         (nan, "not finite"),
-        (other, "was made for the package of sha256 0000"),
+        (other, r"was made for the package of sha256 0{64} \(manifest sha256 1{64}\), not for this one"),
     ]
     for path, message in cases:
         with pytest.raises(tdaot.WeightsError, match=message) as caught:
@@ -302,7 +305,8 @@ def test_the_signed_bytes_are_the_same_in_python_and_cpp_and_exclude_signatures(
 # --- signed weight files ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def signed_package(tutorial, keys, tmp_path_factory):
-    """A copy of the tutorial package signed with keys.private (weight files name its sha256)."""
+    """A copy of the tutorial package signed with keys.private (same manifest, another file
+    sha256)."""
     path = tmp_path_factory.mktemp("signed") / "signed.pt2"
     shutil.copyfile(tutorial[2].path, path)
     tdaot.sign(path, keys.private)
@@ -312,7 +316,7 @@ def signed_package(tutorial, keys, tmp_path_factory):
 @pytest.fixture(scope="module")
 def signed_weights(weight_file, signed_package, keys, tmp_path_factory):
     """(path, digest): weight_file's tensors made for the signed package, signed with keys.private
-    (no compile: a weight file made for a package records that package's sha256)."""
+    (no compile: a weight file made for a package records that package's sha256s)."""
     path = _for_signed(signed_package, weight_file, tmp_path_factory.mktemp("signed-weights"), "v2.tdw")
     tdaot.sign(path, keys.private)
     return path, weight_file[1]
@@ -326,8 +330,7 @@ def trusting(signed_package, keys):
 
 def _for_signed(signed_package, weight_file, tmp_path, name):
     """An unsigned weight file of ``weight_file``'s tensors made for the signed package."""
-    base = tdaot.verify(signed_package)
-    return _rewrite(tmp_path, weight_file, lambda t: None, base_sha256=base, name=name)
+    return _rewrite(tmp_path, weight_file, lambda t: None, base=package_identity(signed_package), name=name)
 
 
 def _metadata(path) -> dict[str, str]:
@@ -477,3 +480,20 @@ def test_sign_and_verify_commands_take_weight_files(signed_package, weight_file,
     assert f"weights sha256 {weight_file[1]}" in out
     assert main(["verify", path, "--sha256", "0" * 64]) == 2
     assert f"--sha256 pins packages; '{path}' is a weight file" in capsys.readouterr().err
+
+
+def test_weights_made_before_the_package_was_signed_still_fit(signed_package, weight_file, keys, tmp_path):
+    """weight_file was exported for the unsigned tutorial package; signing that package (once,
+    then again by a second key) changes its file sha256, not its manifest: the swap matches
+    the manifest's sha256."""
+    package = tmp_path / "cosigned.pt2"
+    shutil.copyfile(signed_package, package)
+    for signed_by_now in (keys.private, keys.other_private):
+        tdaot.sign(package, signed_by_now)
+        native = tdaot.load(package, trusted_keys=[keys.public])
+        info = tdaot.verify_weights(weight_file[0])
+        file_sha256, manifest_sha256 = package_identity(package)
+        assert info["base_sha256"] != file_sha256 and info["base_manifest_sha256"] == manifest_sha256
+        native.swap_weights(weight_file[0])
+        assert native.weights_sha256 == weight_file[1]
+

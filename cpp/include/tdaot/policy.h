@@ -126,7 +126,8 @@ class Policy {
   // Hot weight swap (README "Weight swap"). Reads the weight file at `weights_path`
   // (tdaot.export_weights) and checks all of it first: its digests, its signature when the
   // policy was loaded with PolicyOptions::trusted_keys (a valid one by any of those keys, as
-  // loaded then), that it was made for this package (its sha256), every constant of every
+  // loaded then), that it was made for this package (its manifest's sha256, which signing the
+  // package does not change), every constant of every
   // loaded model present with its name, shape and dtype, every value finite. Then loads it
   // beside the live weights while calls go on, and makes it live between calls: a call in
   // flight finishes on the old weights, every call that starts after swap_weights returns runs
@@ -173,6 +174,9 @@ FileKind file_kind(const std::string& path);
 // What verify_weights found in a weight file.
 struct WeightFileInfo {
   std::string base_sha256;     // the sha256 of the package file it was made for
+  // The sha256 of that package's manifest bytes: what swap_weights matches, so the file also
+  // fits the package after the package is signed (again).
+  std::string base_manifest_sha256;
   std::string weights_sha256;  // its weights' digest (Policy::weights_sha256 once it is live)
   std::string signed_by;       // the id of the trusted key whose signature verified, or ""
 };
@@ -185,8 +189,8 @@ WeightFileInfo verify_weights(const std::string& weights_path,
                               const std::vector<std::string>& trusted_keys = {});
 
 // The exact bytes a signature over the weight file at `weights_path` covers: its format, the
-// package sha256 it was made for, the sha256 of its weights and of all its tensors (names,
-// dtypes, shapes, bytes); never its "tdaot.signatures" metadata entry. The file is read and
+// package sha256 and manifest sha256 it was made for, the sha256 of its weights and of all
+// its tensors (names, dtypes, shapes, bytes); never its "tdaot.signatures" metadata entry. The file is read and
 // its digests checked first (WeightsError). tdaot.builder.weights_format.signing_payload is
 // the Python twin.
 std::string weights_signing_payload(const std::string& weights_path);

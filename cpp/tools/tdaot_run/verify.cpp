@@ -42,7 +42,8 @@ ExitCode verify_weight_file(const VerifyOptions& options) {
   const WeightFileInfo info = verify_weights(options.path, options.trusted_keys);
   std::cout << options.path << ": weight file, its tensors match their digests"
             << signed_note(options) << "\n"
-            << "for package sha256 " << info.base_sha256 << "\n"
+            << "for package sha256 " << info.base_sha256 << " (manifest sha256 "
+            << info.base_manifest_sha256 << ")\n"
             << "weights sha256 " << info.weights_sha256 << "\n";
   return kSuccess;
 }

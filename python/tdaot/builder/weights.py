@@ -10,6 +10,7 @@ target, and the runtime only copies them in.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -18,7 +19,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModuleBase
 
-from tdaot import _torch_compat
+from tdaot import _C, _torch_compat
 from tdaot import keys as keyutil
 from tdaot.builder.compile import compile_model
 from tdaot.builder.export import export_policy
@@ -92,7 +93,7 @@ def export_weights(
     for name, value in weights.items():
         if value.is_floating_point() and not torch.isfinite(value).all():
             raise WeightsError(f"weight {name!r} of the policy holds values that are not finite", out, name)
-    digest = write_weight_file(out, weights, models, file_sha256(base))
+    digest = write_weight_file(out, weights, models, *package_identity(base))
     if signing_key is not None:
         from tdaot.signing import sign
 
@@ -164,3 +165,11 @@ def _zeros_example(manifest: Manifest) -> TensorDict:
         for spec in manifest.inputs
     }
     return TensorDict(values, batch_size=[batch])
+
+
+def package_identity(package: str | os.PathLike) -> tuple[str, str]:
+    """(sha256 of the package file, sha256 of its manifest bytes), as a weight file records its
+    base package. A swap matches the manifest's: it holds every file's digest, and signing the
+    package (again) changes the file but not the manifest."""
+    manifest = _C.read_manifest_bytes(os.fspath(package))
+    return file_sha256(package), hashlib.sha256(manifest).hexdigest()

@@ -4,7 +4,9 @@ cpp/src/weights_file.cpp; both follow this description).
 Entries: ``weights/<name>`` (the policy's parameters and buffers by torch.export's names) and
 ``model/<model>/<constant>`` (every constant one model of the base package takes, by
 AOTInductor's internal name, packed ones included). Metadata: ``tdaot.format``,
-``tdaot.base_sha256`` (the package file it was made for), ``tdaot.weights_sha256``
+``tdaot.base_sha256`` (the package file it was made for), ``tdaot.base_manifest_sha256`` (that
+package's manifest bytes: what a swap matches, since signing a package changes its file but not
+its manifest), ``tdaot.weights_sha256``
 (:func:`canonical_digest` of the ``weights/`` entries, names without the prefix),
 ``tdaot.content_sha256`` (of every entry) and, reserved for signatures, ``tdaot.signatures``,
 which nothing digested or signed includes (:func:`signing_payload`).
@@ -90,9 +92,11 @@ def write_weight_file(
     weights: Mapping[str, torch.Tensor],
     models: Mapping[str, Mapping[str, torch.Tensor]],
     base_sha256: str,
+    base_manifest_sha256: str,
 ) -> str:
     """Writes a weight file of ``weights`` (by name) and each model's constants (by internal
-    name) made for the package of sha256 ``base_sha256``; returns the weights' digest. Checks
+    name) made for the package of sha256 ``base_sha256`` whose manifest bytes have sha256
+    ``base_manifest_sha256`` (tdaot.builder.weights.package_identity); returns the weights' digest. Checks
     nothing about the values (tdaot.export_weights does)."""
     tensors = {f"weights/{name}": value for name, value in weights.items()}
     for model, constants in models.items():
@@ -102,6 +106,7 @@ def write_weight_file(
     metadata = {
         "tdaot.format": FORMAT,
         "tdaot.base_sha256": base_sha256,
+        "tdaot.base_manifest_sha256": base_manifest_sha256,
         "tdaot.weights_sha256": weights_sha256,
         "tdaot.content_sha256": canonical_digest(tensors),
     }
@@ -135,6 +140,7 @@ def signing_payload(path: str | os.PathLike) -> bytes:
         raise WeightsError(f"weight file {os.fspath(path)!r} does not match its digest", os.fspath(path))
     return (
         f"{FORMAT}\nbase_sha256 {metadata['tdaot.base_sha256']}\n"
+        f"base_manifest_sha256 {metadata['tdaot.base_manifest_sha256']}\n"
         f"weights_sha256 {metadata['tdaot.weights_sha256']}\n"
         f"content_sha256 {metadata['tdaot.content_sha256']}\n"
     ).encode()

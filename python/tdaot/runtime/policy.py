@@ -191,7 +191,9 @@ def verify_weights(path: str | os.PathLike, *, trusted_keys: TrustedKeys = ()) -
     changes anything, without a package: its structure, digests and values
     (:class:`tdaot.WeightsError`) and, with ``trusted_keys``, a valid signature by one of them
     (:class:`tdaot.SignatureError`). Returns ``{"base_sha256": the package it was made for,
-    "weights_sha256": its weights' digest, "signed_by": the id of the key that verified or ""}``."""
+    "base_manifest_sha256": that package's manifest sha256 (what a swap matches; signing the
+    package does not change it), "weights_sha256": its weights' digest, "signed_by": the id of
+    the key that verified or ""}``."""
     return _C.verify_weights(os.fspath(path), trusted_key_texts(trusted_keys))
 
 

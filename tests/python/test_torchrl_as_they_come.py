@@ -4,7 +4,7 @@ LSTMModule single steps, multi-agent networks with their TensorDictParams, Obser
 and the actor-critic families. Recurrent packages also run 50-step native Session rollouts
 with rows reset through is_init, against eager stepping that carries the state.
 
-Five AOTInductor compiles, each package built once per module (``built``).
+Five AOTInductor compiles, each package built once per run (``built``, through conftest).
 """
 
 from __future__ import annotations

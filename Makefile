@@ -78,7 +78,11 @@ install: cpp
 	$(CMAKE) --install $(BUILD) --prefix $(PREFIX)
 
 # test-cpp includes the installed-package consumer build (robot_service, see tests/cpp).
-test: lint test-python test-cpp
+# The two suites run side by side: each is mostly one process at a time (an AOTInductor compile,
+# a test), so on two cores the pair takes little longer than the Python suite alone.
+# --output-sync: each suite's output comes whole when it ends, not interleaved with the other's.
+test: lint setup cpp
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-python test-cpp
 
 lint: $(VENV)/.deps-stamp
 	$(VENV)/bin/ruff check python tests examples benchmarks

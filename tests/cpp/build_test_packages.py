@@ -1,9 +1,12 @@
-"""Builds the packages the C++ tests load (a ctest fixture), through the `tdaot build` CLI with
-batch 1..64 and the default tuning ("auto": a throughput model plus a batch-1 latency model):
-tutorial, nested and recurrent.pt2, custom_op.pt2 calling
-tdaot_test::scale_clamp (its library comes from $TDAOT_TEST_OPS_LIB), tutorial_b14.pt2 with
-latency models for batches 1 and 4, tutorial_throughput.pt2 with the throughput model alone, and
-legged.pt2 with the deployment contract of examples/policies.py:legged_contract (--contract).
+"""Builds the packages the C++ tests load (a ctest fixture) with batch 1..64 and the default
+tuning ("auto": a throughput model plus a batch-1 latency model): tutorial, nested and
+recurrent.pt2, custom_op.pt2 calling tdaot_test::scale_clamp (its library comes from
+$TDAOT_TEST_OPS_LIB), tutorial_b14.pt2 with latency models for batches 1 and 4,
+tutorial_throughput.pt2 with the throughput model alone, and legged.pt2 with the deployment
+contract of examples/policies.py:legged_contract.
+All in this one process through one artifact cache (a fresh one per run), as `tdaot build`
+would with the same factory and options: the tutorial variants' models that tutorial.pt2 already
+has (its throughput and batch-1 models) are copied, not compiled again, so 11 compiles, not 14.
 For the signature tests (no compile): two key pairs, keys/ and other_keys/ (`tdaot keygen`),
 tutorial_signed.pt2 (a copy of tutorial.pt2 signed with keys/private.pem by `tdaot sign`) and
 message.sig.json, signatures of the bytes "tdaot signature test message" by keys/private.pem.
@@ -21,43 +24,57 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICIES = ROOT / "examples" / "policies.py"
+# name -> (factory, build options besides batch 1..64); the contract is named, and loaded here.
 PACKAGES = {
-    "tutorial": (f"{POLICIES}:tutorial_policy",),
-    "nested": (f"{POLICIES}:nested_policy",),
-    "recurrent": (f"{POLICIES}:recurrent_policy",),
-    "custom_op": (f"{ROOT / 'tests' / 'ops' / 'scale_clamp.py'}:scale_clamp_policy",),
-    "tutorial_b14": (f"{POLICIES}:tutorial_policy", "--specialize", "1,4"),
-    "tutorial_throughput": (f"{POLICIES}:tutorial_policy", "--tuning", "throughput"),
-    "legged": (f"{POLICIES}:legged_policy", "--contract", f"{POLICIES}:legged_contract"),
+    "tutorial": (f"{POLICIES}:tutorial_policy", {}),
+    "nested": (f"{POLICIES}:nested_policy", {}),
+    "recurrent": (f"{POLICIES}:recurrent_policy", {}),
+    "custom_op": (f"{ROOT / 'tests' / 'ops' / 'scale_clamp.py'}:scale_clamp_policy", {}),
+    "tutorial_b14": (f"{POLICIES}:tutorial_policy", {"specialize": (1, 4)}),
+    "tutorial_throughput": (f"{POLICIES}:tutorial_policy", {"tuning": "throughput"}),
+    "legged": (f"{POLICIES}:legged_policy", {"contract": f"{POLICIES}:legged_contract"}),
 }
 
 
 def main(outdir: str) -> int:
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
-    for name, (factory, *options) in PACKAGES.items():
-        command = [
-            sys.executable,
-            "-m",
-            "tdaot",
-            "build",
-            factory,
-            "-o",
-            str(out / f"{name}.pt2"),
-            "--batch",
-            "1:64",
-            *options,
-        ]
-        if subprocess.run(command, cwd=ROOT).returncode != 0:
-            return 1
+    if build_packages(out) != 0:
+        return 1
     if sign_packages(out) != 0:
         return 1
     write_weight_file(out)
     return write_signed_weight_files(out)
+
+
+def build_packages(out: Path) -> int:
+    import tdaot
+    from tdaot.builder.cache import ArtifactCache
+    from tdaot.builder.factories import call_factory, load_factory
+
+    with tempfile.TemporaryDirectory(prefix="tdaot-test-packages-") as scratch:
+        cache = ArtifactCache(scratch)
+        for name, (factory, options) in PACKAGES.items():
+            if "contract" in options:
+                options = {**options, "contract": load_factory(options["contract"])()}
+            module, example = call_factory(factory)
+            statuses: list[str] = []
+            try:
+                artifact = tdaot.build(
+                    module, example, out / f"{name}.pt2", factory=factory, cache=cache,
+                    on_status=statuses.append, batch=(1, 64), **options,
+                )  # fmt: skip
+            except tdaot.TdaotError as err:
+                print(f"build_test_packages: {name}: {type(err).__name__}: {err}", file=sys.stderr)
+                return 1
+            compiled = [status for status in statuses if status.startswith("compiling")]
+            print(f"built {artifact.path} in {artifact.compile_seconds:.1f} s: {compiled or 'cached'}")
+    return 0
 
 
 def write_weight_file(out: Path) -> int:

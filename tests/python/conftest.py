@@ -4,6 +4,7 @@ suite compiles each example policy once and every test reuses the package."""
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from examples.policies import (  # noqa: E402
 )
 
 import tdaot  # noqa: E402
+from tdaot.builder.cache import ArtifactCache  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -27,35 +29,63 @@ def artifacts_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("artifacts")
 
 
-def _build_example(artifacts_dir: Path, make, name: str, **options):
-    """(policy, example, artifact) for an example factory, built once per session as NAME.pt2."""
-    policy, example = make()
-    artifact = tdaot.build(policy, example, artifacts_dir / f"{name}.pt2", **options)
-    return policy, example, artifact
+@pytest.fixture(scope="session")
+def build_package(artifacts_dir):
+    """build_package(name, factory, options, static_batch=None) -> (policy, example, artifact):
+    ``factory()``'s policy built with ``options`` as NAME.pt2, once per session (a second call
+    with the same name returns the first build; test modules prefix their names). With
+    ``static_batch`` None a StaticBatchWarning (the fallback to a static batch) fails the build;
+    else it is a regex the warning must match."""
+    built: dict[str, tuple] = {}
+
+    def get(name: str, factory, options: dict, static_batch: str | None = None):
+        if name not in built:
+            policy, example = factory()
+            path = artifacts_dir / f"{name}.pt2"
+            if static_batch is None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error", tdaot.StaticBatchWarning)
+                    artifact = tdaot.build(policy, example, path, **options)
+            else:
+                with pytest.warns(tdaot.StaticBatchWarning, match=static_batch):
+                    artifact = tdaot.build(policy, example, path, **options)
+            built[name] = (policy, example, artifact)
+        return built[name]
+
+    return get
 
 
 @pytest.fixture(scope="session")
-def tutorial(artifacts_dir):
+def tutorial(build_package):
     """The tensordict tutorial policy, dynamic batch."""
-    return _build_example(artifacts_dir, tutorial_policy, "tutorial", factory="tutorial_policy")
+    return build_package("tutorial", tutorial_policy, {"factory": "tutorial_policy"})
 
 
 @pytest.fixture(scope="session")
-def nested(artifacts_dir):
+def tutorial_b14(build_package, artifacts_dir):
+    """(policy, example, artifact, cache): the tutorial policy, batch 1..64, with latency models
+    for batches 1 and 4 (given as (4, 1)), built through ``cache`` (test_auto builds from it)."""
+    cache = ArtifactCache(artifacts_dir / "cache")
+    options = {"batch": (1, 64), "specialize": (4, 1), "cache": cache}
+    return (*build_package("tutorial_b14", tutorial_policy, options), cache)
+
+
+@pytest.fixture(scope="session")
+def nested(build_package):
     """The nested-key policy, dynamic batch."""
-    return _build_example(artifacts_dir, nested_policy, "nested")
+    return build_package("nested", nested_policy, {})
 
 
 @pytest.fixture(scope="session")
-def recurrent(artifacts_dir):
+def recurrent(build_package):
     """The recurrent example policy, dynamic batch."""
-    return _build_example(artifacts_dir, recurrent_policy, "recurrent")
+    return build_package("recurrent", recurrent_policy, {})
 
 
 @pytest.fixture(scope="session")
-def legged(artifacts_dir):
+def legged(build_package):
     """The 12-joint locomotion policy with its deployment contract, dynamic batch."""
-    return _build_example(artifacts_dir, legged_policy, "legged", contract=legged_contract())
+    return build_package("legged", legged_policy, {"contract": legged_contract()})
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,9 @@
 """tuning="auto", the default: a dynamic throughput model plus static latency models for the
 `specialize` batches, in one package; the options, the plan, the rewrites, the per-model cache.
 
-Two AOTInductor packages: the tutorial policy with specialize=(1, 4) through the cache, then
-again with specialize=(1, 2) (only b2 compiles), and the conv rewrite checked without compiling.
+The tutorial policy with specialize=(4, 1) through the cache (conftest's tutorial_b14, shared with
+test_dispatch), then again with specialize=(1, 2) (only b2 compiles), a one-model package, and
+the conv rewrite checked without compiling.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import torch.nn.functional as F
 from conftest import ROOT
 
 import tdaot
-from tdaot.builder.cache import ArtifactCache
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.rewrites import conv2d_as_gemm
 from tdaot.builder.tuning import BOUND_MAX_BATCH, ModelPlan, plan_models
@@ -39,18 +39,10 @@ def _libraries(path) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def auto_project(tmp_path_factory):
-    from examples.policies import tutorial_policy
-
-    root = tmp_path_factory.mktemp("auto")
-    policy, example = tutorial_policy()
-    cache = ArtifactCache(root / "cache")
-    statuses: list[str] = []
-    artifact = tdaot.build(
-        policy, example, root / "first.pt2", specialize=(4, 1), cache=cache, on_status=statuses.append
-    )
-    return {"root": root, "policy": policy, "example": example, "cache": cache, "artifact": artifact,
-            "statuses": statuses}  # fmt: skip
+def auto_project(tmp_path_factory, tutorial_b14):
+    policy, example, artifact, cache = tutorial_b14
+    return {"root": tmp_path_factory.mktemp("auto"), "policy": policy, "example": example, "cache": cache,
+            "artifact": artifact}  # fmt: skip
 
 
 def test_default_tuning_is_auto_with_batch_one_specialised():
@@ -128,7 +120,7 @@ def test_cli_and_config_take_specialize(monkeypatch, tmp_path, capsys):
 def test_package_lists_its_models_and_each_is_built_for_its_batch(auto_project):
     manifest = auto_project["artifact"].manifest
     assert _models(manifest) == [
-        ("model", 1, 1 << 20, "throughput"),
+        ("model", 1, 64, "throughput"),
         ("b1", 1, 1, "latency"),
         ("b4", 4, 4, "latency"),
     ]
@@ -164,7 +156,7 @@ def test_cache_is_per_model(auto_project):
     statuses = []
     again = tdaot.build(
         auto_project["policy"], auto_project["example"], auto_project["root"] / "second.pt2",
-        specialize=(1, 2), cache=auto_project["cache"], on_status=statuses.append,
+        batch=(1, 64), specialize=(1, 2), cache=auto_project["cache"], on_status=statuses.append,
     )  # fmt: skip
     assert "compiling b2" in statuses
     assert "compiling" not in statuses and "compiling b1" not in statuses  # model and b1 were cached
@@ -174,7 +166,7 @@ def test_cache_is_per_model(auto_project):
     assert first["b1"] == second["b1"] and first["model"] == second["model"]
     hit = tdaot.build(
         auto_project["policy"], auto_project["example"], auto_project["root"] / "third.pt2",
-        specialize=(1, 2), cache=auto_project["cache"],
+        batch=(1, 64), specialize=(1, 2), cache=auto_project["cache"],
     )  # fmt: skip
     assert hit.cache_hit and hit.sha256 == again.sha256
 

@@ -60,6 +60,7 @@ def project(tmp_path_factory):
         [defaults]
         output_dir = "dist"
         batch = [1, 64]
+        tuning = "throughput"  # one model per package: these tests are about the config builds
 
         [[artifact]]
         name = "tutorial"
@@ -141,6 +142,7 @@ def test_any_change_rebuilds_and_no_cache_forces_it(project, tmp_path):
         factory = "{POLICIES}:tutorial_policy"
         out_keys = ["loc"]
         batch = [1, 64]
+        tuning = "throughput"
         """,
     )
     report = tmp_path / "r.json"
@@ -165,6 +167,7 @@ def test_the_builder_signs_what_it_builds(project, tmp_path):
         output_dir = "signed"
         batch = [1, 64]
         sign_key = "keys/private.pem"  # relative to the config file
+        tuning = "throughput"  # as the project's: its cached artifact
 
         [[artifact]]
         name = "tutorial"

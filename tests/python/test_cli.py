@@ -66,6 +66,8 @@ def cli_package(tmp_path_factory):
             "1:8",
             "--out-key",
             "sample",
+            "--tuning",  # one model: what is checked here is the command line, not the tuning
+            "throughput",
         ],
         cwd=ROOT,
         capture_output=True,

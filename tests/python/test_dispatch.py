@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from examples.policies import tutorial_policy
 from tensordict import TensorDict
 
 import tdaot
 
 
 @pytest.fixture(scope="module")
-def specialised(artifacts_dir):
-    """The tutorial policy with latency models for batches 1 and 4."""
-    policy, example = tutorial_policy()
-    artifact = tdaot.build(
-        policy, example, artifacts_dir / "tutorial_b14.pt2", batch=(1, 64), specialize=(1, 4)
-    )
+def specialised(tutorial_b14):
+    """The tutorial policy with latency models for batches 1 and 4 (conftest)."""
+    policy, _, artifact, _ = tutorial_b14
     return policy, tdaot.load(artifact.path)
 
 

@@ -44,24 +44,6 @@ ARTIFACTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """built(name) -> (policy, example, artifact), compiling each artifact once."""
-    directory = tmp_path_factory.mktemp("policies")
-    cache = {}
-
-    def get(name: str):
-        if name not in cache:
-            factory, options = ARTIFACTS[name]
-            policy, example = factory()
-            with _static_batch_warning_expected(name):
-                artifact = tdaot.build(policy, example, directory / f"{name}.pt2", **options)
-            cache[name] = (policy, example, artifact)
-        return cache[name]
-
-    return get
-
-
 # Artifacts that fall back to a static batch, and why, said aloud.
 STATIC_BATCH = {
     # Inductor cannot lower torchrl's scan (hoptorch) with a symbolic batch.
@@ -69,18 +51,15 @@ STATIC_BATCH = {
 }
 
 
-def _static_batch_warning_expected(name: str):
-    if name in STATIC_BATCH:
-        return pytest.warns(tdaot.StaticBatchWarning, match=STATIC_BATCH[name])
-    return _Nothing()
+@pytest.fixture(scope="module")
+def built(build_package):
+    """built(name) -> (policy, example, artifact), compiling each artifact once (conftest)."""
 
+    def get(name: str):
+        factory, options = ARTIFACTS[name]
+        return build_package(f"policies-{name}", factory, options, STATIC_BATCH.get(name))
 
-class _Nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
+    return get
 
 
 def _keys_under(report, head: str) -> set[str]:

@@ -4,12 +4,10 @@ LSTMModule single steps, multi-agent networks with their TensorDictParams, Obser
 and the actor-critic families. Recurrent packages also run 50-step native Session rollouts
 with rows reset through is_init, against eager stepping that carries the state.
 
-Five AOTInductor compiles, each package built once per module (``built``).
+Five AOTInductor compiles, each package built once per run (``built``, through conftest).
 """
 
 from __future__ import annotations
-
-import warnings
 
 import pytest
 import torch
@@ -32,21 +30,17 @@ PACKAGES = {
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """built(name) -> (policy, example, artifact, parity report at BATCHES), built once each."""
-    directory = tmp_path_factory.mktemp("as_they_come")
-    cache = {}
+def built(build_package):
+    """built(name) -> (policy, example, artifact, parity report at BATCHES), built once each
+    (conftest), never with a static-batch fallback."""
+    reports = {}
 
     def get(name: str):
-        if name not in cache:
-            factory, options = PACKAGES[name]
-            policy, example = factory()
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", tdaot.StaticBatchWarning)  # never a static fallback
-                artifact = tdaot.build(policy, example, directory / f"{name}.pt2", **options)
-            report = assert_parity(policy, artifact, example, batch_sizes=BATCHES)
-            cache[name] = (policy, example, artifact, report)
-        return cache[name]
+        factory, options = PACKAGES[name]
+        policy, example, artifact = build_package(f"as_they_come-{name}", factory, options)
+        if name not in reports:
+            reports[name] = assert_parity(policy, artifact, example, batch_sizes=BATCHES)
+        return policy, example, artifact, reports[name]
 
     return get
 

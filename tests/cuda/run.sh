@@ -7,6 +7,7 @@
 #               graph) and the cuda-device case of test_bad_inputs.py; then the C++ Cuda* tests
 #               (tests/cpp/test_cuda.cpp) on packages built here for cuda.
 #   STEP=bench  benchmarks/cuda.py: batch 1, 64, 4096 on the GPU (benchmarks/results/).
+#   STEP=build  the build alone (BUILD_TARGETS, default _C tdaot_tests tdaot-run).
 #   STEP=suite  the whole CPU test suite (pytest and ctest) under this machine's torch: the check
 #               that tdaot builds and passes with torch 2.11.
 # Logs and results go to $OUT (the device tool brings back at most 8 files) or build/cuda-out.
@@ -85,7 +86,7 @@ build() {
   grep -E "^(CAFFE2_USE_CUDA|LIBZIP_|libzip_DIR|OPENSSL_CRYPTO_LIBRARY|GTest_DIR|nlohmann_json_DIR|CLI11_DIR)" \
     "$BUILD/CMakeCache.txt" | tee -a "$SUMMARY"
   cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" || return 1
-  cp "$BUILD"/_C*.so "$WORK/py/tdaot/"
+  if ls "$BUILD"/_C*.so >/dev/null 2>&1; then cp "$BUILD"/_C*.so "$WORK/py/tdaot/"; fi
 }
 
 setup_and_build() {
@@ -159,10 +160,11 @@ step_suite() {
 }
 
 case "$STEP" in
+  build) setup_and_build ${BUILD_TARGETS:-_C tdaot_tests tdaot-run} ;;
   test) step_test ;;
   bench) step_bench ;;
   suite) step_suite ;;
-  *) echo "STEP must be test, bench or suite, not '$STEP'" >&2; exit 2 ;;
+  *) echo "STEP must be build, test, bench or suite, not '$STEP'" >&2; exit 2 ;;
 esac
 rc=$?
 note "== STEP=$STEP exit $rc after $SECONDS s"

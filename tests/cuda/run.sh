@@ -61,7 +61,7 @@ setup_debs() {
   mkdir -p "$WORK/missing"
   for lib in "$LIB"/lib*.so.[0-9]*; do
     name=$(basename "$lib")
-    case "$name" in *.so.[0-9]|*.so.[0-9].[0-9]) ;; *) continue ;; esac  # sonames only
+    [ "$(objdump -p "$lib" 2>/dev/null | awk '/SONAME/ {print $2}')" = "$name" ] || continue
     ldconfig -p | grep -q "^[[:space:]]*$name " || ln -sf "$lib" "$WORK/missing/$name"
   done
   note "libraries taken from the bundle: $(ls "$WORK/missing" | tr '\n' ' ')"
@@ -79,11 +79,12 @@ build() {
   fi
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTDAOT_WERROR=ON \
     -DPython_EXECUTABLE="$(command -v "$PY")" -DTDAOT_BUILD_PYTHON=ON \
-    -DCMAKE_PREFIX_PATH="$PREFIX/usr" -DOPENSSL_ROOT_DIR="$PREFIX/usr" \
+    -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" -DCMAKE_PREFIX_PATH="$PREFIX/usr" \
+    -DOPENSSL_INCLUDE_DIR="$PREFIX/usr/include" -DOPENSSL_CRYPTO_LIBRARY="$LIB/libcrypto.so" \
     -DCMAKE_CXX_FLAGS="-isystem $PREFIX/usr/include/x86_64-linux-gnu" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$LIB" -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$LIB" \
     "${cuda[@]}" || return 1
-  grep -E "^(CAFFE2_USE_CUDA|LIBZIP_|libzip_DIR|OPENSSL_CRYPTO_LIBRARY|GTest_DIR|nlohmann_json_DIR|CLI11_DIR)" \
+  grep -E "^(CAFFE2_USE_CUDA|libzip_DIR|OPENSSL_CRYPTO_LIBRARY|GTest_DIR|nlohmann_json_DIR|CLI11_DIR|pybind11_DIR)" \
     "$BUILD/CMakeCache.txt" | tee -a "$SUMMARY"
   cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" || return 1
   if ls "$BUILD"/_C*.so >/dev/null 2>&1; then cp "$BUILD"/_C*.so "$WORK/py/tdaot/"; fi
@@ -136,7 +137,8 @@ step_bench() {
   cmake -S benchmarks/cpp -B "$WORK/bench" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DPython_EXECUTABLE="$(command -v "$PY")" -DCMAKE_PREFIX_PATH="$PREFIX/usr" \
     -DTorch_DIR="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch" \
-    -DOPENSSL_ROOT_DIR="$PREFIX/usr" -DCMAKE_CXX_FLAGS="-isystem $PREFIX/usr/include/x86_64-linux-gnu" \
+    -DOPENSSL_INCLUDE_DIR="$PREFIX/usr/include" -DOPENSSL_CRYPTO_LIBRARY="$LIB/libcrypto.so" \
+    -DCMAKE_CXX_FLAGS="-isystem $PREFIX/usr/include/x86_64-linux-gnu" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$LIB" >> "$LOGS/build.log" 2>&1 &&
   cmake --build "$WORK/bench" -j "$JOBS" --target tdaot-bench-server >> "$LOGS/build.log" 2>&1 ||
     { tail -30 "$LOGS/build.log"; note "FAILED: bench server build"; return 1; }

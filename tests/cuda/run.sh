@@ -99,12 +99,18 @@ setup_and_build() {
   note "built in $((SECONDS - start)) s"
 }
 
-pytest_run() {  # pytest_run LOG ARGS...: xdist where the machine has it
+pytest_run() {  # pytest_run LOG ARGS...: xdist where the machine has it (PYTEST_WORKERS=0: none)
   local log=$1; shift
   local parallel=()
-  "$PY" -c 'import xdist' 2>/dev/null && parallel=(-n "${PYTEST_WORKERS:-8}")
-  PYTHONUNBUFFERED=1 "$PY" -m pytest -p no:cacheprovider "${parallel[@]}" "$@" 2>&1 | tee "$LOGS/$log" | tail -25
-  local rc=${PIPESTATUS[0]}
+  if [ "${PYTEST_WORKERS:-12}" != 0 ] && "$PY" -c 'import xdist' 2>/dev/null; then
+    parallel=(-n "${PYTEST_WORKERS:-12}")
+  fi
+  # Each worker compiles with a few threads, not one per core each.
+  PYTHONUNBUFFERED=1 TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-2} \
+    timeout "${PYTEST_TIMEOUT:-420}" "$PY" -m pytest -p no:cacheprovider "${parallel[@]}" "$@" \
+    > "$LOGS/$log" 2>&1
+  local rc=$?
+  tail -25 "$LOGS/$log"
   note "pytest $*: exit $rc ($(grep -E '^=+ .*(passed|failed|error)' "$LOGS/$log" | tail -1))"
   return "$rc"
 }
@@ -119,16 +125,27 @@ cpp_packages() {
   "$PY" -m tdaot build $policies:recurrent_policy -o "$dir/cuda/recurrent.pt2" --batch 1:64 --device cuda
 }
 
+cpp_tests() {
+  TDAOT_TEST_PACKAGES=$WORK/packages TDAOT_TEST_CUDA_PACKAGES=$WORK/packages/cuda \
+    timeout 180 "$BUILD/tests/cpp/tdaot_tests" --gtest_filter='Cuda*' > "$LOGS/ctest.log" 2>&1
+  local rc=$?
+  tail -30 "$LOGS/ctest.log"
+  note "C++ Cuda* tests: exit $rc ($(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOGS/ctest.log" | tr '\n' ' '))"
+  return "$rc"
+}
+
+# The C++ side (packages, then the Cuda* tests) and the cuda-device cases of test_bad_inputs.py
+# (CPU fixture packages: one process, so each compiles once) run beside the xdist run of
+# test_cuda.py (each test compiles its own package).
 step_test() {
   setup_and_build _C tdaot_tests || return 1
   local rc=0
-  pytest_run pytest.log tests/python/test_cuda.py tests/python/test_bad_inputs.py -k "cuda" -rs || rc=1
-  cpp_packages > "$LOGS/cpp_packages.log" 2>&1 || { note "FAILED: building the C++ test packages"; return 1; }
-  TDAOT_TEST_PACKAGES=$WORK/packages TDAOT_TEST_CUDA_PACKAGES=$WORK/packages/cuda \
-    "$BUILD/tests/cpp/tdaot_tests" --gtest_filter='Cuda*' 2>&1 | tee "$LOGS/ctest.log" | tail -30
-  local cpp=${PIPESTATUS[0]}
-  note "C++ Cuda* tests: exit $cpp ($(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$LOGS/ctest.log" | tr '\n' ' '))"
-  [ "$cpp" = 0 ] || rc=1
+  ( cpp_packages > "$LOGS/cpp_packages.log" 2>&1 || { note "FAILED: building the C++ test packages"; exit 1; }
+    cpp_tests || exit 1
+    PYTEST_WORKERS=0 pytest_run pytest_bad_inputs.log tests/python/test_bad_inputs.py -k cuda -q ) &
+  local side=$!
+  pytest_run pytest.log tests/python/test_cuda.py -rs || rc=1
+  wait "$side" || rc=1
   return "$rc"
 }
 

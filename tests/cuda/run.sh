@@ -58,11 +58,13 @@ setup_debs() {
        tar -xf data.tar.* -C "$PREFIX") || return 1
     fi
   done
-  mkdir -p "$WORK/missing"
+  rm -rf "$WORK/missing" && mkdir -p "$WORK/missing"
+  local cache name
+  cache=$(ldconfig -p)
   for lib in "$LIB"/lib*.so.[0-9]*; do
     name=$(basename "$lib")
     [ "$(objdump -p "$lib" 2>/dev/null | awk '/SONAME/ {print $2}')" = "$name" ] || continue
-    ldconfig -p | grep -q "^[[:space:]]*$name " || ln -sf "$lib" "$WORK/missing/$name"
+    grep -q "^[[:space:]]*$name " <<< "$cache" || ln -sf "$lib" "$WORK/missing/$name"
   done
   note "libraries taken from the bundle: $(ls "$WORK/missing" | tr '\n' ' ')"
   export LD_LIBRARY_PATH=$WORK/missing${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -74,7 +76,9 @@ build() {
   local targets=("$@") nvcc cuda=()
   nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
   if [ -n "$nvcc" ]; then
-    cuda=(-DCUDAToolkit_ROOT="$(dirname "$(dirname "$nvcc")")" -DCMAKE_CUDA_COMPILER="$nvcc"
+    local root
+    root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+    cuda=(-DCUDAToolkit_ROOT="$root" -DCUDA_TOOLKIT_ROOT_DIR="$root" -DCMAKE_CUDA_COMPILER="$nvcc"
           -DCMAKE_CUDA_ARCHITECTURES=native)
   fi
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTDAOT_WERROR=ON \
@@ -83,7 +87,12 @@ build() {
     -DOPENSSL_INCLUDE_DIR="$PREFIX/usr/include" -DOPENSSL_CRYPTO_LIBRARY="$LIB/libcrypto.so" \
     -DCMAKE_CXX_FLAGS="-isystem $PREFIX/usr/include/x86_64-linux-gnu" \
     -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$LIB" -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$LIB" \
-    "${cuda[@]}" || return 1
+    "${cuda[@]}" | tee "$WORK/configure.log" || return 1
+  # Without CUDA found, torch's CMake config turns CUDA off quietly: the CUDA tests would skip.
+  if [ -z "${TDAOT_ALLOW_NO_CUDA:-}" ] && ! grep -q "tdaot: CUDA code paths on" "$WORK/configure.log"; then
+    echo "FAILED: the build has no CUDA (see above); TDAOT_ALLOW_NO_CUDA=1 to go on without"
+    return 1
+  fi
   grep -E "^(CAFFE2_USE_CUDA|libzip_DIR|OPENSSL_CRYPTO_LIBRARY|GTest_DIR|nlohmann_json_DIR|CLI11_DIR|pybind11_DIR)" \
     "$BUILD/CMakeCache.txt" | tee -a "$SUMMARY"
   cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" || return 1

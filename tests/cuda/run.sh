@@ -70,32 +70,41 @@ setup_debs() {
   export LD_LIBRARY_PATH=$WORK/missing${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 }
 
-# The runtime, tdaot._C, tdaot-run, the C++ tests and the custom-op test library, against the
-# machine's torch; CUDA's toolkit from its nvcc.
-build() {
-  local targets=("$@") nvcc cuda=()
+# The CMake arguments of every build here: the prefix's libraries, CUDA's toolkit from nvcc.
+cmake_args() {
+  local nvcc root
+  CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v "$PY")"
+    -DCMAKE_PREFIX_PATH="$PREFIX/usr"
+    -DOPENSSL_INCLUDE_DIR="$PREFIX/usr/include" -DOPENSSL_CRYPTO_LIBRARY="$LIB/libcrypto.so"
+    -DCMAKE_CXX_FLAGS="-isystem $PREFIX/usr/include/x86_64-linux-gnu"
+    -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$LIB" -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$LIB")
   nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null | head -1)
   if [ -n "$nvcc" ]; then
-    local root
     root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
-    cuda=(-DCUDAToolkit_ROOT="$root" -DCUDA_TOOLKIT_ROOT_DIR="$root" -DCMAKE_CUDA_COMPILER="$nvcc"
-          -DCMAKE_CUDA_ARCHITECTURES=native)
+    CMAKE_ARGS+=(-DCUDAToolkit_ROOT="$root" -DCUDA_TOOLKIT_ROOT_DIR="$root"
+                 -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=native)
   fi
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTDAOT_WERROR=ON \
-    -DPython_EXECUTABLE="$(command -v "$PY")" -DTDAOT_BUILD_PYTHON=ON \
-    -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" -DCMAKE_PREFIX_PATH="$PREFIX/usr" \
-    -DOPENSSL_INCLUDE_DIR="$PREFIX/usr/include" -DOPENSSL_CRYPTO_LIBRARY="$LIB/libcrypto.so" \
-    -DCMAKE_CXX_FLAGS="-isystem $PREFIX/usr/include/x86_64-linux-gnu" \
-    -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$LIB" -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$LIB" \
-    "${cuda[@]}" | tee "$WORK/configure.log" || return 1
-  # Without CUDA found, torch's CMake config turns CUDA off quietly: the CUDA tests would skip.
-  if [ -z "${TDAOT_ALLOW_NO_CUDA:-}" ] && ! grep -q "tdaot: CUDA code paths on" "$WORK/configure.log"; then
+}
+
+# configure SOURCE BUILD ARGS...: fails when torch's CMake config found no CUDA (it turns CUDA
+# off quietly, and every CUDA test would skip); TDAOT_ALLOW_NO_CUDA=1 goes on without.
+configure() {
+  local source=$1 build=$2; shift 2
+  cmake -S "$source" -B "$build" "${CMAKE_ARGS[@]}" "$@" | tee "$build.configure.log" || return 1
+  if [ -z "${TDAOT_ALLOW_NO_CUDA:-}" ] && ! grep -q "tdaot: CUDA code paths on" "$build.configure.log"; then
     echo "FAILED: the build has no CUDA (see above); TDAOT_ALLOW_NO_CUDA=1 to go on without"
     return 1
   fi
-  grep -E "^(CAFFE2_USE_CUDA|libzip_DIR|OPENSSL_CRYPTO_LIBRARY|GTest_DIR|nlohmann_json_DIR|CLI11_DIR|pybind11_DIR)" \
+}
+
+# The runtime and the targets asked for (tdaot._C, tdaot-run, the C++ tests), against the
+# machine's torch.
+build() {
+  configure . "$BUILD" -DTDAOT_WERROR=ON -DTDAOT_BUILD_PYTHON=ON \
+    -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" || return 1
+  grep -E "^(libzip_DIR|OPENSSL_CRYPTO_LIBRARY|GTest_DIR|nlohmann_json_DIR|CLI11_DIR|pybind11_DIR)" \
     "$BUILD/CMakeCache.txt" | tee -a "$SUMMARY"
-  cmake --build "$BUILD" -j "$JOBS" --target "${targets[@]}" || return 1
+  cmake --build "$BUILD" -j "$JOBS" --target "$@" || return 1
   if ls "$BUILD"/_C*.so >/dev/null 2>&1; then cp "$BUILD"/_C*.so "$WORK/py/tdaot/"; fi
 }
 
@@ -103,6 +112,7 @@ setup_and_build() {
   context
   setup_python || { note "FAILED: installing the wheels"; return 1; }
   setup_debs || { note "FAILED: unpacking the Debian packages"; return 1; }
+  cmake_args
   local start=$SECONDS
   build "$@" > "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; note "FAILED: build (build.log)"; return 1; }
   note "built in $((SECONDS - start)) s"
@@ -159,13 +169,10 @@ step_test() {
 }
 
 step_bench() {
-  setup_and_build _C tdaot-run || return 1
-  cmake -S benchmarks/cpp -B "$WORK/bench" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DPython_EXECUTABLE="$(command -v "$PY")" -DCMAKE_PREFIX_PATH="$PREFIX/usr" \
+  setup_and_build _C || return 1
+  configure benchmarks/cpp "$WORK/bench" \
     -DTorch_DIR="$("$PY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch" \
-    -DOPENSSL_INCLUDE_DIR="$PREFIX/usr/include" -DOPENSSL_CRYPTO_LIBRARY="$LIB/libcrypto.so" \
-    -DCMAKE_CXX_FLAGS="-isystem $PREFIX/usr/include/x86_64-linux-gnu" \
-    -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$LIB" >> "$LOGS/build.log" 2>&1 &&
+    >> "$LOGS/build.log" 2>&1 &&
   cmake --build "$WORK/bench" -j "$JOBS" --target tdaot-bench-server >> "$LOGS/build.log" 2>&1 ||
     { tail -30 "$LOGS/build.log"; note "FAILED: bench server build"; return 1; }
   PYTHONUNBUFFERED=1 "$PY" benchmarks/cuda.py --server "$WORK/bench/tdaot-bench-server" \

@@ -92,7 +92,7 @@ TEST(Cuda, CpuInputToCudaPackageIsRefused) {
 
 TEST(Cuda, CudaInputToCpuPackageIsRefused) {
   TDAOT_REQUIRE_CUDA_PACKAGE(cuda_path, "tutorial");
-  const Policy policy(test::package_path("tutorial"));  // the CPU build of the same policy
+  const Policy policy(test::package_path("tutorial.pt2"));  // the CPU build of the same policy
   std::vector<at::Tensor> inputs = random_inputs(policy.manifest(), 2, at::kCPU);
   inputs[0] = inputs[0].to(kCuda0);
   const std::string key = policy.manifest().inputs[0].key;
@@ -224,7 +224,7 @@ TEST(Cuda, GraphBindingCarriesRecurrentState) {
 
 // Needs no GPU: a CPU package refuses the option, naming the package and its device.
 TEST(CudaGraphBinding, RefusedForACpuPackage) {
-  const std::string path = test::package_path("tutorial");
+  const std::string path = test::package_path("tutorial.pt2");
   const Policy policy(path);
   BindOptions options;
   options.cuda_graph = true;

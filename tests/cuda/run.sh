@@ -185,11 +185,14 @@ step_bench() {
 step_suite() {
   setup_and_build _C tdaot-run tdaot_tests tdaot_zero_alloc_tests tdaot_manifest_corpus_tests \
     tdaot_stats_tests tdaot_test_ops || return 1
-  local rc=0
-  TDAOT_TEST_OPS_LIB=$(ls "$BUILD"/tests/ops/libtdaot_test_ops.so) \
-    pytest_run pytest.log -x -q -m "not slow" || rc=1
-  (cd "$BUILD" && ctest -j 8 --output-on-failure -E '^(install_package|installed_tdaot_run|robot_service\..*)$') \
-    > "$LOGS/ctest.log" 2>&1 || rc=1
+  local rc=0 side
+  # ctest (its fixture compiles its packages first) beside pytest.
+  (cd "$BUILD" && timeout "${CTEST_TIMEOUT:-360}" ctest -j 4 --output-on-failure \
+    -E '^(install_package|installed_tdaot_run|robot_service\..*)$') > "$LOGS/ctest.log" 2>&1 &
+  side=$!
+  TDAOT_TEST_OPS_LIB=$(ls "$BUILD"/tests/ops/libtdaot_test_ops.so) PYTEST_WORKERS=${PYTEST_WORKERS:-10} \
+    PYTEST_TIMEOUT=${PYTEST_TIMEOUT:-360} pytest_run pytest.log -q -m "not slow" || rc=1
+  wait "$side" || rc=1
   note "ctest: $(grep -E 'tests passed|tests failed' "$LOGS/ctest.log" | tail -1)"
   return "$rc"
 }

@@ -12,8 +12,6 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import torch
-
 from tdaot import _torch_compat
 from tdaot.errors import BuildError
 
@@ -46,6 +44,8 @@ def inductor_options(target: CpuTarget) -> dict:
     options = {}
     if target.march is not None:
         if not _torch_compat.inductor_has_option("cpp.march"):
+            import torch
+
             raise BuildError(
                 f"cpu_target {target.name!r} needs inductor's option cpp.march, which torch "
                 f"{torch.__version__} lacks (its kernels are built for the build host); build with "

@@ -152,6 +152,30 @@ PYBIND11_MODULE(_C, m) {
         return py::bytes(tdaot::weights_signing_payload(path));
       },
       py::arg("path"), "The bytes a signature over a weight file covers, as the runtime reads it.");
+  m.def(
+      "verify_weights",
+      [](const std::string& path, const std::vector<std::string>& trusted_keys) {
+        tdaot::WeightFileInfo info;
+        {
+          py::gil_scoped_release unlocked;
+          info = tdaot::verify_weights(path, trusted_keys);
+        }
+        py::dict result;
+        result["base_sha256"] = info.base_sha256;
+        result["weights_sha256"] = info.weights_sha256;
+        result["signed_by"] = info.signed_by;
+        return result;
+      },
+      py::arg("path"), py::arg("trusted_keys") = std::vector<std::string>{},
+      "Checks a weight file as swap_weights does before changing anything (and its signature, "
+      "with trusted_keys); returns {base_sha256, weights_sha256, signed_by}.");
+  m.def(
+      "file_kind",
+      [](const std::string& path) {
+        return tdaot::file_kind(path) == tdaot::FileKind::kPackage ? "package" : "weights";
+      },
+      py::arg("path"),
+      "'package' or 'weights', from the file's first bytes; PackageError for anything else.");
 
   // The tensors a binding hands out share its memory: writing them from Python writes the
   // binding's inputs. run() and reset() release the GIL; a second thread using the same binding

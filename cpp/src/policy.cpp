@@ -137,7 +137,9 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& opts)
       manifest(package.manifest()),
       // Packages built for another host are refused before their library is even extracted.
       device((detail::check_host(manifest, path), model_device(manifest, options, path))),
-      validator(manifest, device) {
+      validator(manifest, device),
+      // Kept loaded for swap_weights (the package was just verified with the same keys).
+      trusted_keys(detail::load_public_keys(options.trusted_keys, path)) {
   if (options.intra_op_threads > 0) at::set_num_threads(options.intra_op_threads);
   detail::load_op_libraries(options.op_libraries);
   detail::check_custom_ops(manifest, path);

@@ -10,6 +10,7 @@
 
 #include "arrayref.h"
 #include "package.h"
+#include "signature.h"
 #include "tdaot/policy.h"
 #include "validation.h"
 #include "weights.h"
@@ -63,6 +64,9 @@ struct Policy::Impl {
   // The extracted files, while the runners need them (see PolicyOptions::temp_dir).
   std::optional<detail::Extraction> files;
   std::vector<Model> models;  // the loaded models, in manifest order
+  // options.trusted_keys as loaded with the package: swap_weights checks weight files against
+  // these, whatever happens to the key files later.
+  std::vector<detail::PublicKey> trusted_keys;
   // Which weights are live (Policy::swap_weights); behind a pointer, as Impl is shared const.
   std::unique_ptr<detail::LiveWeights> live_weights;
 

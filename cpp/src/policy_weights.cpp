@@ -1,4 +1,8 @@
-// tdaot::Policy's hot weight swap: the public entry points over weights.h.
+// tdaot::Policy's hot weight swap: the public entry points over weights.h, and the checks of a
+// weight file that need no package (file_kind, verify_weights).
+#include <array>
+#include <fstream>
+
 #include "policy_impl.h"
 #include "weights_file.h"
 
@@ -15,6 +19,9 @@ std::vector<detail::LiveWeights::Target> Policy::Impl::weight_targets() const {
 void Policy::swap_weights(const std::string& weights_path) const {
   const Impl& self = impl();
   const detail::WeightFile file = detail::read_weight_file(weights_path);
+  // Before anything about the file is compared with the package: an unvouched file gets no
+  // further than its own digests.
+  if (!self.trusted_keys.empty()) detail::verify_weights_signature(file, self.trusted_keys);
   std::vector<std::string> names;
   for (const ModelSpec& model : self.manifest.models) names.push_back(model.name);
   self.live_weights->swap(file, self.sha256, names, self.weight_targets(), self.device);
@@ -29,6 +36,34 @@ std::string Policy::weights_sha256() const { return impl().live_weights->sha256(
 
 std::string weights_signing_payload(const std::string& weights_path) {
   return detail::weights_signing_payload(detail::read_weight_file(weights_path));
+}
+
+FileKind file_kind(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw PackageError(path, "'" + path + "' cannot be opened");
+  std::array<char, 9> head{};
+  in.read(head.data(), head.size());
+  const auto got = static_cast<size_t>(in.gcount());
+  // A zip archive starts with a local file header; safetensors with the 8-byte length of its
+  // JSON header, which opens with '{'.
+  if (got >= 4 && std::string(head.data(), 4) == std::string("PK\x03\x04", 4)) {
+    return FileKind::kPackage;
+  }
+  if (got == head.size() && head[8] == '{') return FileKind::kWeights;
+  throw PackageError(path, "'" + path +
+                               "' is neither a tdaot package (.pt2: a zip archive) nor a tdaot "
+                               "weight file (.tdw: safetensors, made by tdaot.export_weights)");
+}
+
+WeightFileInfo verify_weights(const std::string& weights_path,
+                              const std::vector<std::string>& trusted_keys) {
+  const detail::WeightFile file = detail::read_weight_file(weights_path);
+  WeightFileInfo info{file.base_sha256, file.weights_sha256, ""};
+  if (!trusted_keys.empty()) {
+    info.signed_by = detail::verify_weights_signature(
+        file, detail::load_public_keys(trusted_keys, weights_path));
+  }
+  return info;
 }
 
 }  // namespace tdaot

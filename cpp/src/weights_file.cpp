@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <utility>
 
 #include "digest.h"
@@ -107,6 +108,15 @@ std::string canonical_digest(const std::map<std::string, at::Tensor>& tensors) {
 std::string weights_signing_payload(const WeightFile& file) {
   return std::string(kWeightsFormat) + "\nbase_sha256 " + file.base_sha256 + "\nweights_sha256 " +
          file.weights_sha256 + "\ncontent_sha256 " + file.content_sha256 + "\n";
+}
+
+std::string verify_weights_signature(const WeightFile& file,
+                                     const std::vector<PublicKey>& trusted) {
+  const auto found = file.metadata.find(kWeightsSignaturesKey);
+  const std::optional<std::string> signatures =
+      found == file.metadata.end() ? std::nullopt : std::optional<std::string>(found->second);
+  return verify_signatures(weights_signing_payload(file), signatures, trusted,
+                           {file.path, "weight file '" + file.path + "'", "header"});
 }
 
 WeightFile read_weight_file(const std::string& path) {

@@ -18,9 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "signature.h"
+
 namespace tdaot::detail {
 
 inline constexpr const char* kWeightsFormat = "tdaot-weights/1";
+// The metadata entry holding the file's signatures (signature.h's JSON list, as a string).
+inline constexpr const char* kWeightsSignaturesKey = "tdaot.signatures";
 
 struct WeightFile {
   std::string path;
@@ -42,6 +46,13 @@ std::string canonical_digest(const std::map<std::string, at::Tensor>& tensors);
 
 // The exact bytes a signature over the weight file covers (everything but its signatures).
 std::string weights_signing_payload(const WeightFile& file);
+
+// Checks that the read and checked `file` carries a valid signature of its signing payload by
+// one of `trusted` (not empty); returns that key's id. Throws SignatureError naming the file
+// (verify_signatures): unsigned or its signature entry removed, signed only by other keys, or
+// its header changed after signing. A changed tensor under an unchanged header never gets
+// here: read_weight_file refuses it by its digest (WeightsError).
+std::string verify_weights_signature(const WeightFile& file, const std::vector<PublicKey>& trusted);
 
 // Throws WeightsError: "weight file '<path>': tensor '<tensor>' <problem>" (no tensor part
 // when `tensor` is empty).

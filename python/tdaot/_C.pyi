@@ -106,6 +106,13 @@ def read_manifest_bytes(path: str) -> bytes:
 def weights_signing_payload(path: str) -> bytes:
     """The bytes a signature over a weight file covers, as the runtime reads it."""
 
+def verify_weights(path: str, trusted_keys: list[str] = ...) -> dict[str, str]:
+    """Checks a weight file as swap_weights does before changing anything (and its signature,
+    with trusted_keys); returns {base_sha256, weights_sha256, signed_by}."""
+
+def file_kind(path: str) -> str:
+    """'package' or 'weights', from the file's first bytes; PackageError for anything else."""
+
 def read_manifest_json(path: str) -> str:
     """The manifest of a package, read without loading it and validated, as normalised JSON."""
 

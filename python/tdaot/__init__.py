@@ -26,7 +26,7 @@ from tdaot.manifest import (
     TensorSpec,
     read_manifest,
 )
-from tdaot.runtime import NativeBinding, NativePolicy, NativeSession, load, verify
+from tdaot.runtime import NativeBinding, NativePolicy, NativeSession, load, verify, verify_weights
 
 # Names imported on first use: (module, attribute), attribute None for the module itself.
 _LAZY = {
@@ -77,4 +77,5 @@ __all__ = [
     "sign",  # noqa: F405 - imported on first use (__getattr__)
     "testing",  # noqa: F405 - imported on first use (__getattr__)
     "verify",
+    "verify_weights",
 ]

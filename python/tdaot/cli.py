@@ -88,9 +88,11 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     v = commands.add_parser(
-        "verify", help="check a package's files against its manifest's sha256 digests (loads nothing)"
+        "verify",
+        help="check a package's files against its manifest's sha256 digests, or a weight file's "
+        "tensors against its digests (loads nothing)",
     )
-    v.add_argument("package")
+    v.add_argument("package", metavar="FILE", help="a .pt2 package or a .tdw weight file")
     v.add_argument("--sha256", help="also require the whole package to have this sha256 (pinning)")
     v.add_argument(
         "--public-key",
@@ -105,8 +107,10 @@ def _parser() -> argparse.ArgumentParser:
         "--out", required=True, metavar="DIR", help="directory for the key pair (created if needed)"
     )
 
-    s = commands.add_parser("sign", help="sign a package's manifest (adds its signature entry)")
-    s.add_argument("package")
+    s = commands.add_parser(
+        "sign", help="sign a package's manifest or a weight file's digests (adds its signature entry)"
+    )
+    s.add_argument("package", metavar="FILE", help="a .pt2 package or a .tdw weight file")
     s.add_argument("--key", required=True, metavar="KEY.pem", help="the Ed25519 private key (tdaot keygen)")
 
     r = commands.add_parser("report", help="work with build reports")
@@ -198,12 +202,25 @@ def _inspect(args) -> int:
 
 
 def _verify(args) -> int:
-    from tdaot.runtime import verify
+    from tdaot import _C
+    from tdaot.runtime import verify, verify_weights
 
+    signed = "; signed by a trusted key (--public-key)" if args.public_key else ""
+    if _C.file_kind(args.package) == "weights":
+        if args.sha256:
+            raise CliError(
+                f"--sha256 pins packages; {args.package!r} is a weight file (checked against its own "
+                "digests and, with --public-key, its signature)"
+            )
+        info = verify_weights(args.package, trusted_keys=args.public_key)
+        print(
+            f"{args.package}: weight file, its tensors match their digests{signed}\n"
+            f"for package sha256 {info['base_sha256']}\nweights sha256 {info['weights_sha256']}"
+        )
+        return 0
     digest = verify(args.package, args.sha256, trusted_keys=args.public_key)
     files = len(read_manifest(args.package).files)
     pinned = "; the package matches --sha256" if args.sha256 else ""
-    signed = "; signed by a trusted key (--public-key)" if args.public_key else ""
     print(f"{args.package}: {files} files match their sha256 digests{pinned}{signed}\nsha256 {digest}")
     return 0
 
@@ -219,11 +236,11 @@ def _keygen(args) -> int:
 
 
 def _sign(args) -> int:
-    from tdaot.runtime import verify
+    from tdaot.builder.pipeline import file_sha256
     from tdaot.signing import sign
 
     signer = sign(args.package, args.key)
-    print(f"signed {args.package} with key {signer}\nsha256 {verify(args.package)} (of the signed file)")
+    print(f"signed {args.package} with key {signer}\nsha256 {file_sha256(args.package)} (of the signed file)")
     return 0
 
 

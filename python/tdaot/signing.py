@@ -4,8 +4,10 @@ A signature entry is ``{"key_id": sha256 of the raw public key (hex), "alg": "ed
 "signature": base64}``; a signed file carries a JSON list of them, so several keys can sign it
 (:func:`sign_message` signs any bytes, for any file format). A package's signatures sign its
 manifest bytes (the manifest JSON exactly as the package stores it, which holds every file's
-sha256) and live in its ``tdaot.sig`` entry, which the manifest does not list: :func:`sign`
-adds or replaces one key's entry there and leaves every other entry as it was. Verifying is
+sha256) and live in its ``tdaot.sig`` entry, which the manifest does not list; a weight file's
+sign its signing payload (``tdaot.builder.weights_format.signing_payload``: its format, base
+package and digests) and live in its ``tdaot.signatures`` metadata entry, which that payload
+leaves out. :func:`sign` adds or replaces one key's signature there and changes nothing else. Verifying is
 the runtime's (C++, OpenSSL): ``tdaot.load(path, trusted_keys=[...])``, ``tdaot.verify``.
 """
 
@@ -145,27 +147,58 @@ def sign_message(message: bytes, key: Key) -> dict[str, str]:
 
 
 def sign(path: str | os.PathLike, key: Key) -> str:
-    """Signs the package at ``path`` with the private ``key`` (a PEM text or the path of a PEM
-    file) and returns the key's id. The package must verify (its files match its manifest);
-    a signature by the same key is replaced, others are kept. The package is rewritten
-    atomically and checked by the runtime with the key's public half before it replaces the
-    original; its file sha256 changes (pin the signed file)."""
+    """Signs the package or weight file at ``path`` (told apart by content: a .pt2 package or
+    a .tdw of :func:`tdaot.export_weights`) with the private ``key`` (a PEM text or the path of
+    a PEM file) and returns the key's id. The file must verify (a package's files match its
+    manifest; a weight file's tensors match its digests); a signature by the same key is
+    replaced, others are kept. The file is rewritten atomically and checked by the runtime with
+    the key's public half before it replaces the original; its file sha256 changes (pin the
+    signed file), what is signed does not. Anything else raises :class:`tdaot.PackageError`
+    naming ``path``."""
     path = os.fspath(path)
     private = load_private_key(key, what=path)
-    _C.verify_package(path)  # only what is intact gets signed
-    entry = sign_message(_C.read_manifest_bytes(path), private)
+    trusted = [public_pem(private)]
+    if _C.file_kind(path) == "package":
+        _C.verify_package(path)  # only what is intact gets signed
+        entry = sign_message(_C.read_manifest_bytes(path), private)
+        _replace_checked(
+            path,
+            lambda staged: _write_signed(path, staged, entry),
+            lambda staged: _C.verify_package(staged, "", trusted),  # as a service will check it
+        )
+        return entry["key_id"]
+    from tdaot.builder.weights_format import SIGNATURES_KEY, read_signatures, write_signatures
+
+    _C.verify_weights(path)
+    entry = sign_message(_C.weights_signing_payload(path), private)
+    existing = _existing_signatures(read_signatures(path), path, "weight file", SIGNATURES_KEY)
+    signatures = _with(existing, entry)
+    _replace_checked(
+        path,
+        lambda staged: write_signatures(path, staged, signatures),
+        lambda staged: _C.verify_weights(staged, trusted),
+    )
+    return entry["key_id"]
+
+
+def _replace_checked(path: str, write, check) -> None:
+    """Replaces ``path`` by what ``write(staged)`` writes beside it, once ``check(staged)`` passed."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, staged = tempfile.mkstemp(prefix=".tdaot-sign-", suffix=".pt2", dir=directory)
+    fd, staged = tempfile.mkstemp(prefix=".tdaot-sign-", suffix=os.path.splitext(path)[1], dir=directory)
     os.close(fd)
     try:
-        _write_signed(path, staged, entry)
+        write(staged)
         shutil.copymode(path, staged)
-        _C.verify_package(staged, "", [public_pem(private)])  # as a service will check it
+        check(staged)
         os.replace(staged, path)
     finally:
         if os.path.exists(staged):
             os.unlink(staged)
-    return entry["key_id"]
+
+
+def _with(signatures: list[dict], entry: dict[str, str]) -> list[dict]:
+    """``signatures`` with ``entry`` added, replacing any earlier one by the same key."""
+    return [s for s in signatures if s.get("key_id") != entry["key_id"]] + [entry]
 
 
 def _write_signed(source: str, target: str, entry: dict[str, str]) -> None:
@@ -176,23 +209,26 @@ def _write_signed(source: str, target: str, entry: dict[str, str]) -> None:
         signatures = []
         for info in infos:
             if info.filename == name:
-                signatures = _existing_signatures(src.read(info), source)
+                signatures = _existing_signatures(src.read(info), source, "package", SIGNATURE_ENTRY)
             else:
                 dst.writestr(info, src.read(info))
-        signatures = [s for s in signatures if s.get("key_id") != entry["key_id"]] + [entry]
+        signatures = _with(signatures, entry)
         info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))  # reproducible bytes
         info.external_attr = (stat.S_IFREG | 0o644) << 16
         dst.writestr(info, json.dumps(signatures, indent=1).encode())
 
 
-def _existing_signatures(data: bytes, path: str) -> list[dict]:
+def _existing_signatures(data: bytes | str | None, path: str, what: str, entry: str) -> list[dict]:
+    """The signatures already in ``what`` (``"package"``) ``path``'s ``entry`` (None: none)."""
+    if data is None:
+        return []
     try:
         signatures = json.loads(data)
     except ValueError as err:
         signatures = err
     if not isinstance(signatures, list) or not all(isinstance(s, dict) for s in signatures):
         raise SignatureError(
-            f"package '{path}' has a malformed {SIGNATURE_ENTRY} entry (expected a JSON list of "
+            f"{what} '{path}' has a malformed {entry} entry (expected a JSON list of "
             "signatures); refusing to sign over it",
             path,
         )

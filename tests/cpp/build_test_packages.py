@@ -8,7 +8,11 @@ For the signature tests (no compile): two key pairs, keys/ and other_keys/ (`tda
 tutorial_signed.pt2 (a copy of tutorial.pt2 signed with keys/private.pem by `tdaot sign`) and
 message.sig.json, signatures of the bytes "tdaot signature test message" by keys/private.pem.
 Then tutorial_v2.tdw, the weight file of a retrained tutorial policy for tutorial.pt2
-(tdaot.export_weights), for the weight swap tests.
+(tdaot.export_weights), for the weight swap tests, and for the signed swap tests (no compile:
+its tensors made for tutorial_signed.pt2) tutorial_signed_v2.tdw signed with keys/private.pem
+by `tdaot sign`, tutorial_signed_v2_unsigned.tdw, tutorial_signed_v2_other.tdw signed with
+other_keys/private.pem, and tutorial_signed_v2_forged.tdw: one tensor changed and its digests
+recomputed under the signature of tutorial_signed_v2.tdw.
 
 Usage: build_test_packages.py OUTDIR.
 """
@@ -52,7 +56,8 @@ def main(outdir: str) -> int:
             return 1
     if sign_packages(out) != 0:
         return 1
-    return write_weight_file(out)
+    write_weight_file(out)
+    return write_signed_weight_files(out)
 
 
 def write_weight_file(out: Path) -> int:
@@ -69,6 +74,39 @@ def write_weight_file(out: Path) -> int:
         for parameter in policy.parameters():
             parameter.mul_(-1.5).add_(0.25)
     tdaot.export_weights(policy, out / "tutorial.pt2", out / "tutorial_v2.tdw")
+    return 0
+
+
+def write_signed_weight_files(out: Path) -> int:
+    """tutorial_v2.tdw's tensors made for tutorial_signed.pt2: signed, unsigned, signed by the
+    other key, and forged (see the module's docstring)."""
+    import safetensors.torch
+    import torch
+
+    from tdaot.builder.pipeline import file_sha256
+    from tdaot.builder.weights_format import read_signatures, write_signatures, write_weight_file
+
+    def write(name: str, tensors: dict) -> Path:
+        weights = {k.removeprefix("weights/"): v for k, v in tensors.items() if k.startswith("weights/")}
+        models: dict = {}
+        for key, value in tensors.items():
+            if key.startswith("model/"):
+                _, model, constant = key.split("/", 2)
+                models.setdefault(model, {})[constant] = value
+        write_weight_file(out / name, weights, models, file_sha256(out / "tutorial_signed.pt2"))
+        return out / name
+
+    tensors = safetensors.torch.load_file(out / "tutorial_v2.tdw")
+    for name, key in [("tutorial_signed_v2", "keys"), ("tutorial_signed_v2_other", "other_keys")]:
+        path = write(f"{name}.tdw", tensors)
+        command = [sys.executable, "-m", "tdaot", "sign", str(path), "--key", str(out / key / "private.pem")]
+        if subprocess.run(command, cwd=ROOT).returncode != 0:
+            return 1
+    write("tutorial_signed_v2_unsigned.tdw", tensors)
+    first = sorted(tensors)[0]
+    forged = write("tutorial_signed_v2_forged.tdw", {**tensors, first: torch.zeros_like(tensors[first])})
+    signatures = json.loads(read_signatures(out / "tutorial_signed_v2.tdw"))
+    write_signatures(forged, forged, signatures)
     return 0
 
 

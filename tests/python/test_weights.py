@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import shutil
 import threading
+from types import SimpleNamespace
 
 import pytest
 import safetensors.torch
@@ -18,11 +21,15 @@ from tdaot import _C, _torch_compat
 from tdaot.builder.export import export_policy
 from tdaot.builder.weights_format import (
     RECORD_KEY,
+    SIGNATURES_KEY,
     canonical_digest,
     program_weights,
     signing_payload,
+    write_signatures,
     write_weight_file,
 )
+from tdaot.cli import main
+from tdaot.signing import key_id
 
 OBSERVATIONS = {
     1: torch.randn(1, 3, generator=torch.Generator().manual_seed(1)),
@@ -41,10 +48,23 @@ def retrained(tutorial):
 
 
 @pytest.fixture(scope="session")
-def weight_file(tutorial, retrained, artifacts_dir):
-    """(path, digest) of the retrained policy's weight file for the tutorial package."""
+def keys(tmp_path_factory):
+    """Two Ed25519 key pairs: private/public and other_private/other_public."""
+    from tdaot.signing import keygen
+
+    root = tmp_path_factory.mktemp("weight-keys")
+    (private, public), (other_private, other_public) = keygen(root / "a"), keygen(root / "b")
+    return SimpleNamespace(
+        private=private, public=public, other_private=other_private, other_public=other_public
+    )
+
+
+@pytest.fixture(scope="session")
+def weight_file(tutorial, retrained, artifacts_dir, keys):
+    """(path, digest) of the retrained policy's weight file for the tutorial package, signed
+    with keys.private as it is exported (a package without trusted keys ignores that)."""
     path = artifacts_dir / "tutorial-v2.tdw"
-    digest = tdaot.export_weights(retrained, tutorial[2].path, path)
+    digest = tdaot.export_weights(retrained, tutorial[2].path, path, sign_key=keys.private)
     return str(path), digest
 
 
@@ -277,3 +297,183 @@ def test_the_signed_bytes_are_the_same_in_python_and_cpp_and_exclude_signatures(
     assert signing_payload(signed) == payload == _C.weights_signing_payload(str(signed))
     native.swap_weights(str(signed))
     assert native.weights_sha256 == weight_file[1]
+
+
+# --- signed weight files ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def signed_package(tutorial, keys, tmp_path_factory):
+    """A copy of the tutorial package signed with keys.private (weight files name its sha256)."""
+    path = tmp_path_factory.mktemp("signed") / "signed.pt2"
+    shutil.copyfile(tutorial[2].path, path)
+    tdaot.sign(path, keys.private)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def signed_weights(weight_file, signed_package, keys, tmp_path_factory):
+    """(path, digest): weight_file's tensors made for the signed package, signed with keys.private
+    (no compile: a weight file made for a package records that package's sha256)."""
+    path = _for_signed(signed_package, weight_file, tmp_path_factory.mktemp("signed-weights"), "v2.tdw")
+    tdaot.sign(path, keys.private)
+    return path, weight_file[1]
+
+
+@pytest.fixture
+def trusting(signed_package, keys):
+    """A fresh load of the signed package that trusts keys.public only."""
+    return tdaot.load(signed_package, trusted_keys=[keys.public])
+
+
+def _for_signed(signed_package, weight_file, tmp_path, name):
+    """An unsigned weight file of ``weight_file``'s tensors made for the signed package."""
+    base = tdaot.verify(signed_package)
+    return _rewrite(tmp_path, weight_file, lambda t: None, base_sha256=base, name=name)
+
+
+def _metadata(path) -> dict[str, str]:
+    with safetensors.safe_open(path, "pt") as file:
+        return file.metadata()
+
+
+def test_signing_a_weight_file_changes_only_its_signatures(signed_package, weight_file, keys, tmp_path):
+    path = _for_signed(signed_package, weight_file, tmp_path, "v2.tdw")
+    before, payload, tensors = _metadata(path), signing_payload(path), _tensors(path)
+    assert tdaot.sign(path, keys.private) == key_id(keys.private)
+    tdaot.sign(path, keys.other_private.read_text())  # a second key, as a PEM text
+    tdaot.sign(path, keys.private)  # again: replaces its own signature
+    after = _metadata(path)
+    assert {k: v for k, v in after.items() if k != SIGNATURES_KEY} == before
+    assert sorted(s["key_id"] for s in json.loads(after[SIGNATURES_KEY])) == sorted(
+        [key_id(keys.private), key_id(keys.other_private)]
+    )
+    assert signing_payload(path) == payload == _C.weights_signing_payload(path)
+    assert all(torch.equal(value, tensors[name]) for name, value in _tensors(path).items())
+    for public in (keys.public, keys.other_public):
+        info = tdaot.verify_weights(path, trusted_keys=[public])
+        assert info["signed_by"] == key_id(public.with_name("private.pem"))
+        assert info["weights_sha256"] == weight_file[1]
+        assert info["base_sha256"] == tdaot.verify(signed_package)
+
+
+def test_export_weights_signs_with_sign_key(weight_file, keys):
+    info = tdaot.verify_weights(weight_file[0], trusted_keys=[keys.public])
+    assert info["signed_by"] == key_id(keys.private) and info["weights_sha256"] == weight_file[1]
+
+
+def test_signed_weights_swap_in_with_trusted_keys(trusting, signed_weights, retrained, keys):
+    path, digest = signed_weights
+    assert tdaot.verify_weights(path, trusted_keys=[keys.public])["signed_by"] == key_id(keys.private)
+    trusting.swap_weights(path)
+    assert trusting.weights_sha256 == digest
+    assert_close(outputs(trusting, 1), eager(retrained, 1))
+    assert_close(outputs(trusting, 8), eager(retrained, 8))
+
+
+def _unsigned(path, tmp_path):
+    """``path`` with its signature entry removed (tensors and every other entry kept)."""
+    metadata = {k: v for k, v in _metadata(path).items() if k != SIGNATURES_KEY}
+    stripped = tmp_path / "stripped.tdw"
+    safetensors.torch.save_file(_tensors(path), stripped, metadata=metadata)
+    return str(stripped)
+
+
+def _forged(path, tmp_path):
+    """``path`` with a tensor changed, its digests recomputed and its signatures kept."""
+
+    def change(tensors):
+        key = _first(tensors, "weights/")
+        tensors[key] = tensors[key] + 1
+
+    forged = _rewrite(tmp_path, (path,), change, name="forged.tdw")
+    write_signatures(forged, forged, json.loads(_metadata(path)[SIGNATURES_KEY]))
+    return forged
+
+
+def _tampered(path, tmp_path):
+    """``path`` with one tensor byte changed after signing."""
+    data = open(path, "rb").read()
+    tampered = tmp_path / "tampered.tdw"
+    tampered.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    return str(tampered)
+
+
+def test_unvouched_weight_files_are_refused_and_the_old_weights_keep_serving(
+    trusting, signed_package, signed_weights, weight_file, keys, tmp_path
+):
+    before = {batch: outputs(trusting, batch) for batch in OBSERVATIONS}
+    built_with = trusting.weights_sha256
+    ours, theirs = key_id(keys.private), key_id(keys.other_private)
+    other = _for_signed(signed_package, weight_file, tmp_path, "other.tdw")
+    tdaot.sign(other, keys.other_private)
+    cases = [
+        (
+            _for_signed(signed_package, weight_file, tmp_path, "unsigned.tdw"),
+            tdaot.SignatureError,
+            rf"is not signed, but trusted keys are set \(trusted key ids: {ours}\)",
+        ),
+        (_unsigned(signed_weights[0], tmp_path), tdaot.SignatureError, "is not signed"),
+        (
+            other,
+            tdaot.SignatureError,
+            rf"is signed only by keys that are not trusted \(key ids: {theirs}; trusted key ids: {ours}\)",
+        ),
+        (
+            _forged(signed_weights[0], tmp_path),
+            tdaot.SignatureError,
+            rf"has a signature by trusted key {ours} \(trusted key file '{keys.public}'\) that does not "
+            "match its header: the header was changed after it was signed",
+        ),
+        # A byte changed under the signed header: its digest refuses it, not its signature.
+        (_tampered(signed_weights[0], tmp_path), tdaot.WeightsError, "does not match its digest"),
+    ]
+    for path, error, message in cases:
+        with pytest.raises(error, match=f"weight file '{re.escape(path)}' {message}") as caught:
+            trusting.swap_weights(path)
+        assert caught.value.path == path
+        assert trusting.weights_sha256 == built_with
+        for batch in OBSERVATIONS:
+            assert_equal(outputs(trusting, batch), before[batch])
+        if error is tdaot.SignatureError:
+            with pytest.raises(tdaot.SignatureError, match=message):
+                tdaot.verify_weights(path, trusted_keys=[keys.public])
+    assert not isinstance(caught.value, tdaot.SignatureError)
+
+
+def test_without_trusted_keys_weight_signatures_are_not_read(signed_package, weight_file, tmp_path):
+    native = tdaot.load(signed_package)
+    native.swap_weights(_for_signed(signed_package, weight_file, tmp_path, "unsigned.tdw"))
+    assert native.weights_sha256 == weight_file[1]
+
+
+def test_sign_refuses_what_is_neither_and_malformed_signatures(signed_package, weight_file, keys, tmp_path):
+    notes = tmp_path / "notes.tdw"
+    notes.write_text("not a weight file")
+    with pytest.raises(tdaot.PackageError, match=f"'{notes}' is neither a tdaot package") as caught:
+        tdaot.sign(notes, keys.private)
+    assert caught.value.path == str(notes)
+    path = _for_signed(signed_package, weight_file, tmp_path, "malformed.tdw")
+    write_signatures(path, path, {"not": "a list"})
+    before = open(path, "rb").read()
+    message = f"weight file '{path}' has a malformed tdaot.signatures entry"
+    with pytest.raises(tdaot.SignatureError, match=message):
+        tdaot.sign(path, keys.private)
+    assert open(path, "rb").read() == before
+    missing = tmp_path / "missing.pem"
+    with pytest.raises(tdaot.SignatureError, match=f"signing key file '{missing}' does not exist"):
+        tdaot.export_weights(torch.nn.Identity(), signed_package, tmp_path / "never.tdw", sign_key=missing)
+    assert not (tmp_path / "never.tdw").exists()
+
+
+def test_sign_and_verify_commands_take_weight_files(signed_package, weight_file, keys, tmp_path, capsys):
+    path = _for_signed(signed_package, weight_file, tmp_path, "v2.tdw")
+    public = str(keys.public)
+    assert main(["verify", path, "--public-key", public]) == 1
+    assert f"tdaot verify: SignatureError: weight file '{path}' is not signed" in capsys.readouterr().err
+    assert main(["sign", path, "--key", str(keys.private)]) == 0
+    assert f"signed {path} with key {key_id(keys.private)}" in capsys.readouterr().out
+    assert main(["verify", path, "--public-key", public]) == 0
+    out = capsys.readouterr().out
+    assert "weight file, its tensors match their digests; signed by a trusted key" in out
+    assert f"weights sha256 {weight_file[1]}" in out
+    assert main(["verify", path, "--sha256", "0" * 64]) == 2
+    assert f"--sha256 pins packages; '{path}' is a weight file" in capsys.readouterr().err

@@ -12,13 +12,15 @@
 // and the envelope's intervention counts are printed.
 //
 //   robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] [--joints FILE] [--sha256 HEX]
-//                 [--op-lib LIB]
+//                 [--public-key PUB.pem]... [--op-lib LIB]
 //
 // --joints FILE lists the robot's joint names, one a line, in the service's order: checked
 // against the contract's first output signal with Contract::order (any name missing or extra
 // refuses to start), and the commands are sent in the robot's order.
 // --sha256 pins the artifact the service was certified with: any other file is refused before
-// it is loaded. --op-lib loads a library registering custom operators the package calls.
+// it is loaded. --public-key (repeatable) trusts that Ed25519 public key: a package without a
+// valid signature by one of the trusted keys is refused before it is loaded (tdaot sign).
+// --op-lib loads a library registering custom operators the package calls.
 //
 // Prints the model that serves the batch and whether its bound run is allocation-free (no heap
 // allocation per tick; the package's batch-specialised model, e.g. tdaot.build's "b1"), the
@@ -61,7 +63,7 @@ struct Args {
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "robot_service: " << problem
             << "\nusage: robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] "
-               "[--joints FILE] [--sha256 HEX] [--op-lib LIB]\n";
+               "[--joints FILE] [--sha256 HEX] [--public-key PUB.pem]... [--op-lib LIB]\n";
   std::exit(2);
 }
 
@@ -90,6 +92,8 @@ Args parse_args(int argc, char** argv) {
       args.joints_file = text();
     } else if (arg == "--sha256") {
       args.options.expected_sha256 = text();
+    } else if (arg == "--public-key") {
+      args.options.trusted_keys.push_back(text());
     } else if (arg == "--op-lib") {
       args.options.op_libraries.push_back(text());
     } else if (args.package.empty() && arg.rfind("--", 0) != 0) {

@@ -41,7 +41,9 @@ class IntegrityError : public PackageError {
 // With PolicyOptions::trusted_keys set: the package carries no valid signature by any of those
 // keys (unsigned, signed only by other keys, or its manifest changed after signing), or a
 // trusted key cannot be used (a missing or garbage file, a private key, not Ed25519; the
-// message names it). An IntegrityError: the package is not one its owners vouched for.
+// message names it). An IntegrityError: the package is not one its owners vouched for. Also
+// thrown by Policy::swap_weights (path(): the weight file) when the policy has trusted keys
+// and the weight file carries no valid signature by one of them.
 class SignatureError : public IntegrityError {
  public:
   using IntegrityError::IntegrityError;

@@ -124,12 +124,14 @@ class Policy {
   Binding bind(int64_t batch, const BindOptions& options = BindOptions()) const;
 
   // Hot weight swap (README "Weight swap"). Reads the weight file at `weights_path`
-  // (tdaot.export_weights) and checks all of it first: its digests, that it was made for this
-  // package (its sha256), every constant of every loaded model present with its name, shape and
-  // dtype, every value finite. Then loads it beside the live weights while calls go on, and
-  // makes it live between calls: a call in flight finishes on the old weights, every call that
-  // starts after swap_weights returns runs on the new ones (run, run_positional, sessions and
-  // bindings alike), never a mix. Throws WeightsError naming the file and tensor; the live
+  // (tdaot.export_weights) and checks all of it first: its digests, its signature when the
+  // policy was loaded with PolicyOptions::trusted_keys (a valid one by any of those keys, as
+  // loaded then), that it was made for this package (its sha256), every constant of every
+  // loaded model present with its name, shape and dtype, every value finite. Then loads it
+  // beside the live weights while calls go on, and makes it live between calls: a call in
+  // flight finishes on the old weights, every call that starts after swap_weights returns runs
+  // on the new ones (run, run_positional, sessions and bindings alike), never a mix. Throws
+  // WeightsError naming the file and tensor, or SignatureError naming the file; the live
   // weights then keep serving unchanged. Safe to call while other threads run the policy;
   // swaps and rollbacks are serialised.
   void swap_weights(const std::string& weights_path) const;
@@ -157,6 +159,30 @@ class Policy {
 // the package's sha256; throws what the Policy constructor throws for these.
 std::string verify_package(const std::string& package_path, const std::string& expected_sha256 = "",
                            const std::vector<std::string>& trusted_keys = {});
+
+// The two kinds of tdaot file, told apart by their content (not their name).
+enum class FileKind {
+  kPackage,  // a .pt2 package: a zip archive
+  kWeights,  // a .tdw weight file (tdaot.export_weights): safetensors
+};
+// The kind of the file at `path`, from its first bytes. Throws PackageError naming the path
+// when it cannot be read or is neither (nothing more is checked: see verify_package and
+// verify_weights).
+FileKind file_kind(const std::string& path);
+
+// What verify_weights found in a weight file.
+struct WeightFileInfo {
+  std::string base_sha256;     // the sha256 of the package file it was made for
+  std::string weights_sha256;  // its weights' digest (Policy::weights_sha256 once it is live)
+  std::string signed_by;       // the id of the trusted key whose signature verified, or ""
+};
+// Checks a weight file as Policy::swap_weights does before it changes anything, without a
+// package: its structure, digests and finite values (WeightsError) and, when `trusted_keys`
+// (as PolicyOptions::trusted_keys) is not empty, a valid signature by one of them
+// (SignatureError naming the file or the unusable key). Whether it fits a package is
+// swap_weights's check.
+WeightFileInfo verify_weights(const std::string& weights_path,
+                              const std::vector<std::string>& trusted_keys = {});
 
 // The exact bytes a signature over the weight file at `weights_path` covers: its format, the
 // package sha256 it was made for, the sha256 of its weights and of all its tensors (names,

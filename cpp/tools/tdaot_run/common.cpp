@@ -26,8 +26,9 @@ void add_sha256(CLI::App* command, std::string& expected_sha256) {
 
 void add_public_keys(CLI::App* command, std::vector<std::string>& trusted_keys) {
   command->add_option("--public-key", trusted_keys,
-                      "refuse any package without a valid signature by this Ed25519 public key "
-                      "(PEM file; repeatable: any one; PolicyOptions::trusted_keys)");
+                      "refuse any package (and weight file) without a valid signature by this "
+                      "Ed25519 public key (PEM file; repeatable: any one; "
+                      "PolicyOptions::trusted_keys)");
 }
 
 PolicyOptions LoadFlags::policy_options() const {

@@ -1,7 +1,7 @@
 // tdaot-run: inspect, smoke-run and benchmark a tdaot package from the command line.
 //
 //   tdaot-run inspect PKG [--json]                                             (inspect.cpp)
-//   tdaot-run verify PKG [--sha256 HEX] [--public-key PUB.pem]...               (verify.cpp)
+//   tdaot-run verify PKG|WEIGHTS [--sha256 HEX] [--public-key PUB.pem]...       (verify.cpp)
 //   tdaot-run run PKG [--batch B] [--random] [--seed S] [--inputs FILE.json] [--op-lib LIB]...
 //                                                                                  (run.cpp)
 //   tdaot-run bench PKG [--batch B] [--iters N] [--warmup W] [--threads T] [--runners R]
@@ -9,15 +9,17 @@
 //   tdaot-run soak PKG [--calls N] [--batch B] [--samples S] [--warmup-calls W]
 //                      [--max-growth-kib K] [--session] [--seed S] [--json] [--op-lib LIB]...
 //                                                                                 (soak.cpp)
-//   tdaot-run swap PKG WEIGHTS [--batch B] [--seed S] [--op-lib LIB]...           (swap.cpp)
+//   tdaot-run swap PKG WEIGHTS [--batch B] [--seed S] [--public-key PUB.pem]... [--op-lib LIB]...
+//                                                                                 (swap.cpp)
 //
 // --op-lib loads a shared library registering custom operators the package calls (the
 // manifest's custom_ops, shown by inspect) before the package; repeat it for several.
-// run, bench and soak also take --sha256 HEX (refuse any other package: pinning), --public-key
-// PUB.pem (repeatable: refuse a package without a valid signature by one of these keys) and
-// --temp-dir DIR (where the package is extracted while it loads). verify checks the sha256
-// digests of every file (and --sha256, --public-key) without loading the package, and prints
-// its sha256.
+// run, bench, soak and swap also take --sha256 HEX (refuse any other package: pinning),
+// --public-key PUB.pem (repeatable: refuse a package, and swap a weight file, without a valid
+// signature by one of these keys) and --temp-dir DIR (where the package is extracted while it
+// loads). verify checks the sha256 digests of every file of a package (and --sha256,
+// --public-key) without loading it, and prints its sha256; given a weight file, its digests
+// and --public-key.
 //
 // Exit codes (common.h, decided here): 0 success, 1 a tdaot error (message on stderr), 2 bad
 // usage, 3 a soak whose RSS grew by more than --max-growth-kib.

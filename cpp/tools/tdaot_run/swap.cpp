@@ -1,6 +1,8 @@
 // tdaot-run swap PKG WEIGHTS: the hot weight swap shown on one input. Loads the package, runs
 // it on seeded random inputs, swaps in the weight file (tdaot.export_weights) and runs the same
-// inputs again, printing the live weights' sha256 and the outputs before and after.
+// inputs again, printing the live weights' sha256 and the outputs before and after. With
+// --public-key, the package and the weight file must both carry a valid signature by one of
+// those keys.
 #include <iostream>
 #include <memory>
 

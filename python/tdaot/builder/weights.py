@@ -23,7 +23,7 @@ from tdaot import keys as keyutil
 from tdaot.builder.compile import compile_model
 from tdaot.builder.export import export_policy
 from tdaot.builder.options import BuildOptions
-from tdaot.builder.pipeline import file_sha256
+from tdaot.builder.pipeline import _signing_key, file_sha256
 from tdaot.builder.tuning import ModelPlan
 from tdaot.builder.weights_format import RECORD_KEY, graph_digest, program_weights, write_weight_file
 from tdaot.errors import WeightsError
@@ -36,6 +36,7 @@ def export_weights(
     out: str | os.PathLike = "policy-v2.tdw",
     *,
     example: TensorDict | None = None,
+    sign_key: str | os.PathLike | None = None,
 ) -> str:
     """Writes the weights of ``policy`` (same architecture as the package ``base`` was built
     from, e.g. retrained) to the weight file ``out`` for ``base``'s hot swap; returns their
@@ -44,8 +45,11 @@ def export_weights(
     Raises :class:`tdaot.WeightsError` naming the first difference when the policy's exported
     structure (parameter and buffer names, shapes, dtypes, graph) is not the base package's.
     ``example`` is an input TensorDict; default: zeros shaped as the manifest's inputs.
-    Compiles every model of the package again (the time a build takes)."""
+    Compiles every model of the package again (the time a build takes). ``sign_key`` (the
+    path of an Ed25519 private key, as for ``tdaot.build``) signs the file when it is written
+    (:func:`tdaot.sign`); the key is checked before anything is compiled."""
     base = os.fspath(base)
+    signing_key = _signing_key(sign_key, os.fspath(out))  # a bad key fails before the compiles
     manifest = read_manifest(base)
     records = _torch_compat.read_archive(base)
     built = {spec.name: _record(records, spec.name, base) for spec in manifest.models}
@@ -88,7 +92,12 @@ def export_weights(
     for name, value in weights.items():
         if value.is_floating_point() and not torch.isfinite(value).all():
             raise WeightsError(f"weight {name!r} of the policy holds values that are not finite", out, name)
-    return write_weight_file(out, weights, models, file_sha256(base))
+    digest = write_weight_file(out, weights, models, file_sha256(base))
+    if signing_key is not None:
+        from tdaot.signing import sign
+
+        sign(out, signing_key)
+    return digest
 
 
 def check_structure(program: torch.export.ExportedProgram, record: dict, base: str, model: str) -> None:

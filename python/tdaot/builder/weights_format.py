@@ -138,3 +138,37 @@ def signing_payload(path: str | os.PathLike) -> bytes:
         f"weights_sha256 {metadata['tdaot.weights_sha256']}\n"
         f"content_sha256 {metadata['tdaot.content_sha256']}\n"
     ).encode()
+
+
+def _read_header(data: bytes, path: str) -> tuple[dict, int]:
+    """(the JSON header, where the tensor bytes start) of a safetensors file's bytes."""
+    size = int.from_bytes(data[:8], "little")
+    try:
+        header = json.loads(data[8 : 8 + size])
+    except ValueError:
+        header = None
+    if (
+        len(data) < 8 + size
+        or not isinstance(header, dict)
+        or not isinstance(header.get("__metadata__", {}), dict)
+    ):
+        raise WeightsError(f"weight file {path!r} has no readable safetensors header", path)
+    return header, 8 + size
+
+
+def read_signatures(path: str | os.PathLike) -> str | None:
+    """The raw ``tdaot.signatures`` entry of a weight file (a JSON list), None when unsigned."""
+    return read_metadata(path).get(SIGNATURES_KEY)
+
+
+def write_signatures(source: str | os.PathLike, target: str | os.PathLike, signatures: list[dict]) -> None:
+    """Writes ``source`` to ``target`` with ``signatures`` as its ``tdaot.signatures`` entry:
+    only that header entry changes (the header is re-encoded and padded to 8 bytes as
+    safetensors writes it); every tensor byte, and so the signed payload, stays the same."""
+    data = open(source, "rb").read()
+    header, start = _read_header(data, os.fspath(source))
+    header["__metadata__"] = {**header.get("__metadata__", {}), SIGNATURES_KEY: json.dumps(signatures)}
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    with open(target, "wb") as file:
+        file.write(len(encoded).to_bytes(8, "little") + encoded + data[start:])

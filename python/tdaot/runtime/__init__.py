@@ -5,7 +5,7 @@ loads torch.export or inductor through tdaot.
 """
 
 from tdaot.runtime.binding import NativeBinding
-from tdaot.runtime.policy import NativePolicy, load, verify
+from tdaot.runtime.policy import NativePolicy, load, verify, verify_weights
 from tdaot.runtime.session import NativeSession
 
-__all__ = ["NativeBinding", "NativePolicy", "NativeSession", "load", "verify"]
+__all__ = ["NativeBinding", "NativePolicy", "NativeSession", "load", "verify", "verify_weights"]

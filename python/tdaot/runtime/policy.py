@@ -96,7 +96,9 @@ class NativePolicy:
         path, bindings and sessions included) runs on the new ones, never a mix. Everything
         is checked first (digests, made for this package, every tensor's name, shape and
         dtype, all values finite): :class:`tdaot.WeightsError` names the file and tensor,
-        and the old weights keep serving."""
+        and the old weights keep serving. A policy loaded with ``trusted_keys`` also requires
+        a valid signature of the file by one of them (:func:`tdaot.sign`), else
+        :class:`tdaot.SignatureError` naming the file, and nothing changes."""
         self._policy.swap_weights(os.fspath(path))
 
     def rollback_weights(self) -> None:
@@ -151,7 +153,8 @@ def load(
     ``trusted_keys`` (Ed25519 public keys, each a PEM text or the path of a PEM file, e.g. the
     ``public.pem`` of ``tdaot keygen``): the package must carry a valid signature of its
     manifest by one of them (``tdaot.sign``), checked right after the manifest is read and
-    before anything is extracted or loaded; otherwise :class:`tdaot.SignatureError`. Without
+    before anything is extracted or loaded; otherwise :class:`tdaot.SignatureError`. Every
+    weight file given to ``swap_weights`` later must be signed by one of them too. Without
     them signatures are not looked at.
 
     A package may hold several models (``manifest.models``: by default a dynamic-batch
@@ -182,6 +185,15 @@ def verify(
     :class:`tdaot.PackageError` (:class:`tdaot.IntegrityError` for a digest mismatch,
     :class:`tdaot.SignatureError` for a missing or bad signature)."""
     return _C.verify_package(os.fspath(path), expected_sha256 or "", trusted_key_texts(trusted_keys))
+
+
+def verify_weights(path: str | os.PathLike, *, trusted_keys: TrustedKeys = ()) -> dict[str, str]:
+    """Checks a weight file (:func:`tdaot.export_weights`) as ``swap_weights`` does before it
+    changes anything, without a package: its structure, digests and values
+    (:class:`tdaot.WeightsError`) and, with ``trusted_keys``, a valid signature by one of them
+    (:class:`tdaot.SignatureError`). Returns ``{"base_sha256": the package it was made for,
+    "weights_sha256": its weights' digest, "signed_by": the id of the key that verified or ""}``."""
+    return _C.verify_weights(os.fspath(path), trusted_key_texts(trusted_keys))
 
 
 def trusted_key_texts(keys: TrustedKeys) -> list[str]:

@@ -1,0 +1,142 @@
+// Signed weight files (build_test_packages.py: tutorial_signed_v2*.tdw, made for
+// tutorial_signed.pt2): with trusted keys, Policy::swap_weights takes only a weight file signed
+// by one of them, and every refusal names the file while the old weights keep serving;
+// without trusted keys signatures are not looked at. Also verify_weights and file_kind.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "signature.h"
+#include "tdaot/errors.h"
+#include "tdaot/policy.h"
+#include "test_support.h"
+
+namespace tdaot {
+namespace {
+
+using test::catch_error;
+using test::Contains;
+
+std::string signed_package() { return test::package_path("tutorial_signed.pt2"); }
+std::string signed_weights() { return test::package_path("tutorial_signed_v2.tdw"); }
+std::string public_key() { return test::package_path("keys/public.pem"); }
+std::string key_id(const std::string& key) {
+  return detail::load_public_keys({key}, "")[0].id;
+}
+
+std::vector<at::Tensor> observation() { return {at::linspace(-1.0, 1.0, 3).reshape({1, 3})}; }
+
+bool equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!at::equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+PolicyOptions trusting(const std::string& key) {
+  PolicyOptions options;
+  options.trusted_keys = {key};
+  return options;
+}
+
+TEST(WeightSignature, SignedWeightsSwapInWithTrustedKeys) {
+  const Policy policy(signed_package(), trusting(public_key()));
+  const auto before = policy.run_positional(observation());
+  policy.swap_weights(signed_weights());
+  const WeightFileInfo info = verify_weights(signed_weights(), {public_key()});
+  EXPECT_EQ(info.signed_by, key_id(public_key()));
+  EXPECT_EQ(info.base_sha256, policy.sha256());
+  EXPECT_EQ(policy.weights_sha256(), info.weights_sha256);
+  // The same tensors as tutorial_v2.tdw: the same outputs as that swap on the unsigned package.
+  const Policy unsigned_policy(test::package_path("tutorial.pt2"));
+  unsigned_policy.swap_weights(test::package_path("tutorial_v2.tdw"));
+  const auto after = policy.run_positional(observation());
+  EXPECT_FALSE(equal(after, before));
+  EXPECT_TRUE(equal(after, unsigned_policy.run_positional(observation())));
+}
+
+TEST(WeightSignature, EveryUnvouchedFileIsRefusedNamingItAndTheOldWeightsKeepServing) {
+  const Policy policy(signed_package(), trusting(public_key()));
+  const auto before = policy.run_positional(observation());
+  const std::string built_with = policy.weights_sha256();
+  const std::string ours = key_id(public_key());
+  const std::string theirs = key_id(test::package_path("other_keys/public.pem"));
+  const std::string unsigned_file = test::package_path("tutorial_signed_v2_unsigned.tdw");
+  const std::string other = test::package_path("tutorial_signed_v2_other.tdw");
+  const std::string forged = test::package_path("tutorial_signed_v2_forged.tdw");
+  for (const auto& [path, message] : std::vector<std::pair<std::string, std::string>>{
+           {unsigned_file, "is not signed, but trusted keys are set (trusted key ids: " + ours},
+           {other, "is signed only by keys that are not trusted (key ids: " + theirs +
+                       "; trusted key ids: " + ours + ")"},
+           {forged, "has a signature by trusted key " + ours + " (trusted key file '" +
+                        public_key() + "') that does not match its header: the header was "
+                        "changed after it was signed"}}) {
+    const auto error = catch_error<SignatureError>([&] { policy.swap_weights(path); });
+    ASSERT_TRUE(error) << path;
+    EXPECT_EQ(error->path(), path);
+    EXPECT_TRUE(Contains(error->what(), "weight file '" + path + "' " + message));
+    EXPECT_EQ(policy.weights_sha256(), built_with);
+    EXPECT_TRUE(equal(policy.run_positional(observation()), before));
+    const auto verified =
+        catch_error<SignatureError>([&] { verify_weights(path, {public_key()}); });
+    ASSERT_TRUE(verified);
+    EXPECT_TRUE(Contains(verified->what(), message));
+  }
+  // A tensor byte changed after signing: its digest refuses it before the signature is read.
+  test::TempDir dir;
+  std::ifstream in(signed_weights(), std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string bytes = buffer.str();
+  bytes.back() = static_cast<char>(bytes.back() ^ 1);
+  const std::string tampered = dir.file("tampered.tdw");
+  test::write_file(tampered, bytes);
+  const auto error = catch_error<WeightsError>([&] { policy.swap_weights(tampered); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(), "weight file '" + tampered + "' does not match its digest"));
+  EXPECT_TRUE(equal(policy.run_positional(observation()), before));
+}
+
+TEST(WeightSignature, WithoutTrustedKeysSignaturesAreNotLookedAt) {
+  const Policy policy(signed_package());
+  policy.swap_weights(test::package_path("tutorial_signed_v2_unsigned.tdw"));
+  policy.swap_weights(test::package_path("tutorial_signed_v2_other.tdw"));
+  EXPECT_EQ(verify_weights(signed_weights()).signed_by, "");
+}
+
+TEST(WeightSignature, TheKeysAreThoseLoadedWithThePackage) {
+  test::TempDir dir;
+  const std::string key = dir.file("public.pem");
+  std::filesystem::copy_file(public_key(), key);
+  const Policy policy(signed_package(), trusting(key));
+  std::filesystem::remove(key);  // e.g. rotated on disk: the loaded policy keeps its keys
+  policy.swap_weights(signed_weights());
+  EXPECT_EQ(policy.weights_sha256(), verify_weights(signed_weights()).weights_sha256);
+}
+
+TEST(WeightSignature, FileKindIsToldByContent) {
+  EXPECT_EQ(file_kind(signed_package()), FileKind::kPackage);
+  EXPECT_EQ(file_kind(signed_weights()), FileKind::kWeights);
+  test::TempDir dir;
+  const std::string text = dir.file("notes.tdw");
+  test::write_file(text, "not a weight file");
+  for (const std::string& path : {text, dir.file("missing.pt2")}) {
+    const auto error = catch_error<PackageError>([&] { file_kind(path); });
+    ASSERT_TRUE(error);
+    EXPECT_EQ(error->path(), path);
+    EXPECT_TRUE(Contains(error->what(), "'" + path + "'"));
+  }
+  const auto error = catch_error<PackageError>([&] { file_kind(text); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(), "is neither a tdaot package (.pt2: a zip archive) nor a "
+                                      "tdaot weight file (.tdw: safetensors"));
+}
+
+}  // namespace
+}  // namespace tdaot

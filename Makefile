@@ -33,6 +33,8 @@ help:
 	@echo "make install PREFIX=DIR  install the C++ package (find_package(tdaot)) under DIR"
 	@echo "make images       the build and runtime container images (podman or docker, docker/images.sh)"
 	@echo "make test-images  make test in the build image; a package it builds run in the runtime image"
+	@echo "make gpu-bundle   the wheels and Debian packages a GPU machine lacks, into .gpu/ (tests/cuda)"
+	@echo "make test-cuda STEP=test|bench|suite  on a GPU machine: build there, CUDA tests / benchmark / all tests"
 	@echo "make clean  remove build outputs (keeps the venv)"
 
 # --- set-up -------------------------------------------------------------------------
@@ -196,3 +198,16 @@ images:
 
 test-images: images
 	docker/images.sh test
+
+# --- GPU machines (tests/cuda; README "What has run on a GPU") -------------------------------
+# gpu-bundle, here: the cp312 wheels and Debian 12 packages that a GPU machine of this workplace
+# (python3 with torch 2.11 + CUDA, no network) lacks, into .gpu/ (ignored; carried to it).
+# test-cuda, there: sets them up, builds against its torch and runs STEP (tests/cuda/run.sh):
+# test (CUDA tests, Python and C++), bench (benchmarks/cuda.py) or suite (every test, torch 2.11).
+.PHONY: gpu-bundle test-cuda
+STEP ?= test
+gpu-bundle: $(VENV)/.deps-stamp
+	PY=$(PY) tests/cuda/bundle.sh .gpu
+
+test-cuda:
+	STEP=$(STEP) tests/cuda/run.sh

@@ -4,9 +4,12 @@
 // runtimes round by round the same way it does with its Python workers.
 //
 // Protocol: one JSON object per line on stdin, one JSON answer per line on stdout.
-//   {"cmd": "load", "runtime": "torchscript|aoti|aoti-single-threaded|tdaot|tdaot-bound", "path": P,
+//   {"cmd": "load", "runtime": "torchscript|aoti|aoti-single-threaded|tdaot|tdaot-bound|
+//                              tdaot-bound-graph", "path": P,
 //    "inputs": [{"dtype": "float32", "shape": [48]}, ...],
-//    "guard": "" | "inference_mode" | "no_grad"}     (optional: a guard held around each call)
+//    "guard": "" | "inference_mode" | "no_grad",     (optional: a guard held around each call)
+//    "device": "cpu" | "cuda"}                       (optional: where the inputs live; on cuda
+//                                                     every timed call ends with a device sync)
 //   {"cmd": "first", "batch": B}            -> seconds of the first call
 //   {"cmd": "run", "batch": B, "iters": N, "min_iters": M, "max_seconds": S}
 //                                           -> per-call latencies in ns, and their summary in
@@ -23,6 +26,7 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <dlfcn.h>
+#include <torch/cuda.h>
 #include <torch/script.h>
 #include <unistd.h>
 
@@ -64,7 +68,8 @@ at::ScalarType parse_dtype(const std::string& name) {
 
 // The same kind of values the Python workers feed: normal floats, full-range bytes, and
 // false flags (is_init false is the steady state of a recurrent policy).
-std::vector<at::Tensor> make_inputs(const std::vector<InputSpec>& specs, int64_t batch) {
+std::vector<at::Tensor> make_inputs(const std::vector<InputSpec>& specs, int64_t batch,
+                                    const at::Device& device) {
   at::manual_seed(batch);
   std::vector<at::Tensor> out;
   for (const auto& spec : specs) {
@@ -80,6 +85,7 @@ std::vector<at::Tensor> make_inputs(const std::vector<InputSpec>& specs, int64_t
     } else {
       out.push_back(at::randn(shape, options));
     }
+    out.back() = out.back().to(device);
   }
   return out;
 }
@@ -127,15 +133,18 @@ class TdaotRunner : public Runner {
 };
 
 // The bound run: one tdaot::Binding per batch size, its inputs written once when bound (a
-// service writes its observations in place), then each call is b.run() alone.
+// service writes its observations in place), then each call is b.run() alone; with
+// cuda_graph, a replay of the CUDA graph captured when bound.
 class BoundRunner : public Runner {
  public:
-  explicit BoundRunner(const std::string& path) : policy_(path) {}
+  BoundRunner(const std::string& path, bool cuda_graph) : policy_(path) {
+    options_.cuda_graph = cuda_graph;
+  }
   void call(const std::vector<at::Tensor>& inputs) override {
     const int64_t batch = inputs.front().size(0);
     auto it = bindings_.find(batch);
     if (it == bindings_.end()) {
-      it = bindings_.emplace(batch, policy_.bind(batch)).first;
+      it = bindings_.emplace(batch, policy_.bind(batch, options_)).first;
       for (size_t i = 0; i < inputs.size(); ++i) it->second.inputs()[i].copy_(inputs[i]);
     }
     it->second.run();
@@ -143,6 +152,7 @@ class BoundRunner : public Runner {
 
  private:
   tdaot::Policy policy_;
+  tdaot::BindOptions options_;
   std::map<int64_t, tdaot::Binding> bindings_;
 };
 
@@ -151,7 +161,8 @@ std::unique_ptr<Runner> make_runner(const std::string& runtime, const std::strin
   if (runtime == "aoti") return std::make_unique<AotiRunner>(path, false);
   if (runtime == "aoti-single-threaded") return std::make_unique<AotiRunner>(path, true);
   if (runtime == "tdaot") return std::make_unique<TdaotRunner>(path);
-  if (runtime == "tdaot-bound") return std::make_unique<BoundRunner>(path);
+  if (runtime == "tdaot-bound") return std::make_unique<BoundRunner>(path, false);
+  if (runtime == "tdaot-bound-graph") return std::make_unique<BoundRunner>(path, true);
   throw std::runtime_error("unknown runtime " + runtime);
 }
 
@@ -199,7 +210,7 @@ class Server {
     if (cmd == "first") {
       const auto& inputs = inputs_for(request.at("batch"));
       const auto t0 = Clock::now();
-      runner_->call(inputs);
+      call(inputs);
       return {{"ok", true}, {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}};
     }
     if (cmd == "run") return run(request);
@@ -211,6 +222,7 @@ class Server {
   json load(const json& request) {
     specs_.clear();
     inputs_.clear();
+    device_ = at::Device(request.value("device", std::string("cpu")));
     for (const auto& spec : request.at("inputs")) {
       specs_.push_back({parse_dtype(spec.at("dtype")), spec.at("shape").get<std::vector<int64_t>>()});
     }
@@ -221,7 +233,7 @@ class Server {
 
   const std::vector<at::Tensor>& inputs_for(int64_t batch) {
     auto it = inputs_.find(batch);
-    if (it == inputs_.end()) it = inputs_.emplace(batch, make_inputs(specs_, batch)).first;
+    if (it == inputs_.end()) it = inputs_.emplace(batch, make_inputs(specs_, batch, device_)).first;
     return it->second;
   }
 
@@ -236,7 +248,7 @@ class Server {
     const auto start = Clock::now();
     for (int64_t i = 0; i < iters; ++i) {
       const auto t0 = Clock::now();
-      runner_->call(inputs);
+      call(inputs);
       const auto t1 = Clock::now();
       samples.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
       if (i + 1 >= min_iters && t1 - start > budget) break;
@@ -275,7 +287,14 @@ class Server {
     return {{"ok", true}, {"per_call", per_call}, {"calls", calls}};
   }
 
+  // One call; on CUDA until the device has finished it (what a control loop waits for).
+  void call(const std::vector<at::Tensor>& inputs) {
+    runner_->call(inputs);
+    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
+  }
+
   std::unique_ptr<Runner> runner_;
+  at::Device device_ = at::kCPU;
   std::vector<InputSpec> specs_;
   std::map<int64_t, std::vector<at::Tensor>> inputs_;
 };

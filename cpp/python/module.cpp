@@ -121,11 +121,15 @@ PYBIND11_MODULE(_C, m) {
           "Runs with inputs in manifest order; returns outputs in manifest order.")
       .def(
           "bind",
-          [](const tdaot::Policy& p, int64_t batch) {
+          [](const tdaot::Policy& p, int64_t batch, bool cuda_graph) {
+            tdaot::BindOptions options;
+            options.cuda_graph = cuda_graph;
             py::gil_scoped_release unlocked;
-            return p.bind(batch);
+            return p.bind(batch, options);
           },
-          py::arg("batch"), "Preallocated inputs and outputs for `batch` rows (tdaot::Binding).")
+          py::arg("batch"), py::arg("cuda_graph") = false,
+          "Preallocated inputs and outputs for `batch` rows (tdaot::Binding); cuda_graph: "
+          "capture the run as a CUDA graph and replay it per call (CUDA packages).")
       .def(
           "swap_weights",
           [](const tdaot::Policy& p, const std::string& path) {
@@ -183,6 +187,8 @@ PYBIND11_MODULE(_C, m) {
                              "The name of the package's model that serves this batch size.")
       .def_property_readonly("allocation_free", &tdaot::Binding::allocation_free,
                              "Whether run() takes the allocation-free path.")
+      .def_property_readonly("cuda_graph", &tdaot::Binding::cuda_graph,
+                             "Whether run() replays a CUDA graph captured when bound.")
       .def_property_readonly("inputs", &tdaot::Binding::inputs,
                              "The input tensors (the binding's own memory), in manifest order.")
       .def_property_readonly("outputs", &tdaot::Binding::outputs,

@@ -12,7 +12,6 @@
 #pragma once
 
 #include <ATen/Tensor.h>
-#include <torch/csrc/inductor/aoti_runtime/interface.h>
 
 #include <condition_variable>
 #include <cstdint>
@@ -20,6 +19,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "aoti_compat.h"
 
 namespace tdaot::detail {
 

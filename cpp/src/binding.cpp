@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "busy_guard.h"
+#include "cuda_graph.h"
 #include "policy_impl.h"
 
 namespace tdaot {
@@ -38,7 +39,7 @@ const at::Tensor& find(const std::vector<TensorSpec>& specs, const std::vector<a
 }  // namespace
 
 struct Binding::Impl {
-  Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows);
+  Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows, const BindOptions& options);
   ~Impl();
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
@@ -51,6 +52,9 @@ struct Binding::Impl {
   // Recurrent packages: each state output into its state input; is_init cleared.
   void carry_state();
   void set_up_arrayref();
+  void set_up_cuda_graph();
+  // Throws tdaot::Error when an input or output no longer has the memory it was bound with.
+  void check_bound_memory() const;
   [[noreturn]] void fail(const std::string& problem) const;
   void require_recurrent() const;
 
@@ -66,6 +70,7 @@ struct Binding::Impl {
   uint64_t weights_generation = 0;  // of the constants `handle` has (weights.h)
   std::vector<AOTInductorArrayRefTensor> in;
   std::vector<AOTInductorArrayRefTensor> out;  // filled by each call: the library's own arrays
+  std::vector<void*> input_data;               // the owned inputs' memory, as bound
   std::vector<void*> output_data;              // the owned outputs' memory, as bound
   std::vector<size_t> output_element;          // their element sizes
   struct Carry {
@@ -74,10 +79,12 @@ struct Binding::Impl {
   };
   std::vector<Carry> carries;
   std::optional<size_t> is_init;
+  std::unique_ptr<detail::CudaGraphRun> graph;  // BindOptions::cuda_graph
   std::atomic<bool> busy{false};
 };
 
-Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows)
+Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows,
+                    const BindOptions& options)
     : policy(std::move(policy_impl)), manifest(policy->manifest), batch(rows) {
   detail::check_batch_in_range(manifest, policy->path, batch, "a binding");
   model = &policy->model_for(batch, "");
@@ -94,8 +101,24 @@ Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
       inputs[*is_init].fill_(true);
     }
   }
+  for (const at::Tensor& input : inputs) input_data.push_back(input.data_ptr());
   for (const at::Tensor& output : outputs) output_data.push_back(output.data_ptr());
-  if (model->arrayref) set_up_arrayref();
+  if (options.cuda_graph) {
+    set_up_cuda_graph();
+  } else if (model->arrayref) {
+    set_up_arrayref();
+  }
+}
+
+void Binding::Impl::set_up_cuda_graph() {
+  if (!policy->device.is_cuda()) {
+    throw Error("BindOptions::cuda_graph is for CUDA packages, but package '" + policy->path +
+                "' was built for device '" + manifest.device + "'");
+  }
+  // CUDA packages keep their extracted files while loaded (their kernels load lazily).
+  graph = std::make_unique<detail::CudaGraphRun>(
+      policy->files->model(model->spec->name), policy->device, inputs, outputs,
+      policy->describe(*model) + " (binding of batch size " + std::to_string(batch) + ")");
 }
 
 void Binding::Impl::set_up_arrayref() {
@@ -157,7 +180,10 @@ void Binding::Impl::require_recurrent() const {
 
 void Binding::Impl::run() {
   policy->apply_intra_op_threads();
-  if (handle != nullptr) {
+  if (graph) {
+    check_bound_memory();
+    graph->replay();
+  } else if (handle != nullptr) {
     run_arrayref();
   } else {
     run_runner();
@@ -165,15 +191,26 @@ void Binding::Impl::run() {
   carry_state();
 }
 
-void Binding::Impl::run_arrayref() {
-  model->weights->refresh(*library, handle, weights_generation);  // after a swap only
+void Binding::Impl::check_bound_memory() const {
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].data_ptr() != in[i].data) {
+    if (inputs[i].data_ptr() != input_data[i]) {
       throw Error("input '" + manifest.inputs[i].key +
                   "' of the binding no longer has the memory it was bound with (resize_ or "
                   "set_?); write a binding's tensors in place");
     }
   }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].data_ptr() != output_data[i]) {
+      throw Error("output '" + manifest.outputs[i].key +
+                  "' of the binding no longer has the memory it was bound with (resize_ or "
+                  "set_?); read a binding's tensors in place");
+    }
+  }
+}
+
+void Binding::Impl::run_arrayref() {
+  model->weights->refresh(*library, handle, weights_generation);  // after a swap only
+  check_bound_memory();
   {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;  // for any ATen call it makes
     if (library->run(handle, static_cast<int32_t>(in.size()), in.data(),
@@ -183,11 +220,6 @@ void Binding::Impl::run_arrayref() {
   }
   for (size_t i = 0; i < out.size(); ++i) {
     // The library's output array is thread_local and may move between calls: read it now.
-    if (outputs[i].data_ptr() != output_data[i]) {
-      throw Error("output '" + manifest.outputs[i].key +
-                  "' of the binding no longer has the memory it was bound with (resize_ or "
-                  "set_?); read a binding's tensors in place");
-    }
     if (!detail::same_shape(out[i], outputs[i]) || !detail::in_bounds(out[i])) {
       fail("returned output '" + manifest.outputs[i].key + "' in another shape or out of bounds");
     }
@@ -246,6 +278,8 @@ const std::string& Binding::model() const { return impl().model->spec->name; }
 
 bool Binding::allocation_free() const { return impl().handle != nullptr; }
 
+bool Binding::cuda_graph() const { return impl().graph != nullptr; }
+
 at::Tensor Binding::input(const std::string& key) const {
   const Impl& self = impl();
   return find(self.manifest.inputs, self.inputs, key, "input");
@@ -289,9 +323,9 @@ void Binding::reset(const at::Tensor& mask) {
   }
 }
 
-Binding Policy::bind(int64_t batch) const {
+Binding Policy::bind(int64_t batch, const BindOptions& options) const {
   impl();  // throws for a moved-from Policy
-  return Binding(std::make_unique<Binding::Impl>(impl_, batch));
+  return Binding(std::make_unique<Binding::Impl>(impl_, batch, options));
 }
 
 }  // namespace tdaot

@@ -45,7 +45,7 @@ class Policy:
         """All AOTInductor metadata of the package, the manifest JSON included."""
     def run(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
     def run_positional(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]: ...
-    def bind(self, batch: int) -> Binding:
+    def bind(self, batch: int, cuda_graph: bool = False) -> Binding:
         """Preallocated inputs and outputs for `batch` rows (tdaot::Binding)."""
     def swap_weights(self, path: str) -> None:
         """Checks a weight file, then makes it live between calls."""
@@ -65,6 +65,9 @@ class Binding:
     @property
     def allocation_free(self) -> bool:
         """Whether run() takes the allocation-free path."""
+    @property
+    def cuda_graph(self) -> bool:
+        """Whether run() replays a CUDA graph captured when bound."""
     @property
     def inputs(self) -> list[torch.Tensor]:
         """The input tensors (the binding's own memory), in manifest order."""

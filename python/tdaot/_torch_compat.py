@@ -3,17 +3,20 @@
 torch.export and AOTInductor move fast; what tdaot needs from their internals is reached
 only through this module, so a torch upgrade breaks here, and
 ``tests/python/test_torch_compat.py`` says which entry changed (each has a test that fails
-with a message naming it). Checked against torch 2.13.
+with a message naming it). Checked against torch 2.13; torch 2.11 and 2.12 lack two entries, which
+tdaot then does without (has_arrayref_entry_point, inductor_has_option("cpp.march")).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import re
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import torch
 
@@ -177,6 +180,25 @@ def gemm_accumulator_on_stack(max_bytes: int = 1 << 18) -> Iterator[None]:
         yield
     finally:
         kernel.define_buffer, kernel.reinit_buffer_if_null, kernel.release_buffer = original
+
+
+def inductor_has_option(name: str) -> bool:
+    """Whether inductor's config has the entry ``name`` (dotted: "cpp.march"). torch 2.11 has
+    no ``cpp.march`` (its CPU kernels are always built with -march=native)."""
+    import torch._inductor.config
+
+    return name in torch._inductor.config.get_config_copy()
+
+
+@functools.cache
+def has_arrayref_entry_point() -> bool:
+    """Whether this torch's AOTInductor gives a model built with
+    ``aot_inductor.use_minimal_arrayref_interface`` the C-ABI-safe entry point
+    ``AOTInductorModelRunMinimalArrayrefInterfaceV2`` (torch 2.13), which tdaot's allocation-free
+    bound run calls. Read from the AOTInductor interface header the model is compiled against;
+    torch 2.11's lacks it."""
+    header = Path(torch.__file__).parent / "include/torch/csrc/inductor/aoti_runtime/interface.h"
+    return header.is_file() and "AOTInductorModelRunMinimalArrayrefInterfaceV2" in header.read_text()
 
 
 def inductor_config(options: dict):

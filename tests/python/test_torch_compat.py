@@ -235,3 +235,46 @@ def test_compiled_constants_are_every_constant_by_internal_name(tutorial):
         f"the container runner lists {sorted(constants)}, the wrapper {sorted(declared)}",
     )
     assert all(isinstance(value, torch.Tensor) for value in constants.values())
+
+
+# torch 2.11 (the GPU machines' torch) lacks both; 2.13 (CI's) has both; 2.12 is unchecked.
+_TORCH = tuple(int(part) for part in torch.__version__.split(".")[:2])
+
+
+@pytest.mark.skipif(_TORCH == (2, 12), reason="not checked against torch 2.12")
+def test_inductor_options_and_the_arrayref_entry_point_are_as_known_for_this_torch():
+    present = _TORCH >= (2, 13)
+    assert compat.inductor_has_option("cpp.march") is present, _changed("inductor_has_option", "cpp.march")
+    assert compat.has_arrayref_entry_point() is present, _changed(
+        "has_arrayref_entry_point", "AOTInductorModelRunMinimalArrayrefInterfaceV2 in interface.h"
+    )
+    for name in ("cpp.simdlen", "cpp.threads", "always_keep_tensor_constants", "aot_inductor.metadata"):
+        assert compat.inductor_has_option(name), _changed("inductor_has_option", name)
+    assert not compat.inductor_has_option("cpp.no_such_option")
+
+
+def test_without_the_arrayref_entry_point_no_model_is_built_for_the_bound_run(monkeypatch):
+    from tdaot.builder import tuning
+
+    monkeypatch.setattr(compat, "has_arrayref_entry_point", lambda: False)
+    plans = tuning.plan_models("auto", (1, 4), "cpu", 1, 64) + tuning.plan_models(
+        "latency", None, "cpu", 2, 2
+    )
+    assert [(plan.name, plan.bound) for plan in plans] == [
+        ("model", False),
+        ("b1", False),
+        ("b4", False),
+        ("model", False),
+    ]
+
+
+def test_a_cpu_target_level_is_refused_where_inductor_has_no_cpp_march(monkeypatch):
+    import tdaot
+    from tdaot.builder import targets
+
+    monkeypatch.setattr(compat, "inductor_has_option", lambda name: False)
+    with pytest.raises(
+        tdaot.BuildError, match=r"cpu_target 'x86-64-v3' needs inductor's option cpp.march, which torch"
+    ):
+        targets.inductor_options(targets.CPU_TARGETS["x86-64-v3"])
+    assert targets.inductor_options(targets.CPU_TARGETS["native"]) == {}

@@ -20,6 +20,13 @@
 // package) run() goes through AOTInductor's runner, which allocates its outputs each call,
 // and copies them into the output tensors; allocation_free() says which path a binding takes.
 //
+// CUDA packages: BindOptions::cuda_graph captures the bound run (the model and the copies into
+// the output tensors) as a CUDA graph when bound, and run() replays it on the caller's current
+// CUDA stream: one launch per call instead of the model's kernels and AOTInductor's host work.
+// The graph keeps a runner (and so a copy of the weights on the GPU) of its own. run() returns
+// once the graph is enqueued: synchronize the stream (or copy the outputs to the host, which
+// does) before reading the outputs on the CPU, as after any CUDA work.
+//
 // Write inputs and read outputs in place (copy_, indexing); never resize_() or set_() them:
 // run() throws tdaot::Error when a tensor no longer has the memory it was bound with.
 //
@@ -48,6 +55,13 @@
 
 namespace tdaot {
 
+// Options of Policy::bind.
+struct BindOptions {
+  // Capture the bound run as a CUDA graph when bound and replay it on every run() (see above).
+  // CUDA packages only: Policy::bind throws tdaot::Error for a CPU package.
+  bool cuda_graph = false;
+};
+
 class Binding {
  public:
   ~Binding();
@@ -62,6 +76,8 @@ class Binding {
   const std::string& model() const;
   // Whether run() takes the allocation-free path (see above).
   bool allocation_free() const;
+  // Whether run() replays a CUDA graph captured when bound (BindOptions::cuda_graph).
+  bool cuda_graph() const;
 
   // The input tensor [batch, *shape] of manifest key `key`, a view of the binding's storage.
   // Throws UnknownKeyError naming the key and listing the inputs.

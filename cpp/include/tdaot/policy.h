@@ -120,8 +120,8 @@ class Policy {
 
   // Preallocated inputs and outputs for `batch` rows, run in place (tdaot/binding.h); for a
   // recurrent package, a bound session. Throws BatchSizeError when the package does not
-  // accept `batch`.
-  Binding bind(int64_t batch) const;
+  // accept `batch`, and ExecutionError when the CUDA graph of `options` cannot be captured.
+  Binding bind(int64_t batch, const BindOptions& options = BindOptions()) const;
 
   // Hot weight swap (README "Weight swap"). Reads the weight file at `weights_path`
   // (tdaot.export_weights) and checks all of it first: its digests, its signature when the

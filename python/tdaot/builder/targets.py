@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tdaot import _torch_compat
+from tdaot.errors import BuildError
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,14 @@ def inductor_options(target: CpuTarget) -> dict:
     """The inductor config entries that compile for ``target``."""
     options = {}
     if target.march is not None:
+        if not _torch_compat.inductor_has_option("cpp.march"):
+            import torch
+
+            raise BuildError(
+                f"cpu_target {target.name!r} needs inductor's option cpp.march, which torch "
+                f"{torch.__version__} lacks (its kernels are built for the build host); build with "
+                "cpu_target='native' on the target machine, or with a newer torch"
+            )
         options["cpp.march"] = target.march
     if target.simdlen is not None:
         options["cpp.simdlen"] = target.simdlen

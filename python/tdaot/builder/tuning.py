@@ -96,11 +96,14 @@ def plan_models(
     if tuning == "throughput":
         return [ModelPlan("model", "throughput")]
     static = low == high
+    # The bound run's entry point needs torch 2.13's AOTInductor (_torch_compat says why).
+    bound = _torch_compat.has_arrayref_entry_point()
     if tuning == "latency" or static:
-        return [ModelPlan("model", "latency", low if static else None, static and high <= BOUND_MAX_BATCH)]
+        bound = bound and static and high <= BOUND_MAX_BATCH
+        return [ModelPlan("model", "latency", low if static else None, bound)]
     sizes = DEFAULT_SPECIALIZE if specialize is None else specialize
     return [ModelPlan("model", "throughput")] + [
-        ModelPlan(f"b{size}", "latency", size, size <= BOUND_MAX_BATCH)
+        ModelPlan(f"b{size}", "latency", size, bound and size <= BOUND_MAX_BATCH)
         for size in sizes
         if low <= size <= high
     ]

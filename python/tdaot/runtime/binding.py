@@ -28,10 +28,14 @@ class NativeBinding:
     first, each run carries the state outputs into the state inputs and clears ``is_init``,
     and ``reset(mask)`` marks rows as new. A binding is for one thread at a time; another
     thread's call while one runs raises :class:`tdaot.TdaotError`.
+
+    ``cuda_graph=True`` (CUDA packages) captures the run as a CUDA graph when bound and
+    replays it on the caller's current stream on every ``run``: one launch per call. ``run``
+    returns once the graph is enqueued; reading the outputs on the CPU waits for it.
     """
 
-    def __init__(self, policy: NativePolicy, batch: int) -> None:
-        self._binding = policy._policy.bind(batch)
+    def __init__(self, policy: NativePolicy, batch: int, cuda_graph: bool = False) -> None:
+        self._binding = policy._policy.bind(batch, cuda_graph)
         self.policy = policy
         #: The number of rows.
         self.batch: int = self._binding.batch
@@ -39,6 +43,8 @@ class NativeBinding:
         self.model: str = self._binding.model
         #: Whether ``run`` takes the allocation-free path.
         self.allocation_free: bool = self._binding.allocation_free
+        #: Whether ``run`` replays a CUDA graph captured when bound.
+        self.cuda_graph: bool = self._binding.cuda_graph
         #: The input tensors by manifest key (the binding's own memory).
         self.inputs: dict[str, torch.Tensor] = dict(zip(policy.manifest.input_keys, self._binding.inputs))
         #: The output tensors by manifest key (the binding's own memory).

@@ -72,12 +72,13 @@ class NativePolicy:
         """The fast path: tensors in manifest input order, outputs in manifest output order."""
         return tuple(self._policy.run_positional(list(tensors)))
 
-    def bind(self, batch: int = 1) -> NativeBinding:
+    def bind(self, batch: int = 1, *, cuda_graph: bool = False) -> NativeBinding:
         """Inputs and outputs preallocated for ``batch`` rows, run in place: the control-loop
         path (allocation-free where the package has a model specialised for ``batch``). For a
         recurrent package, a bound session. Raises :class:`tdaot.BatchSizeError` outside the
-        package's batch range."""
-        return NativeBinding(self, batch)
+        package's batch range. ``cuda_graph`` (CUDA packages): the run is captured as a CUDA
+        graph when bound and replayed per call (see NativeBinding)."""
+        return NativeBinding(self, batch, cuda_graph)
 
     def session(self, batch: int) -> NativeSession:
         """A session of ``batch`` rows: steps the policy inside the safety envelope (see

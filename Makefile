@@ -202,7 +202,7 @@ test-images: images
 # gpu-bundle, here: the cp312 wheels and Debian 12 packages that a GPU machine of this workplace
 # (python3 with torch 2.11 + CUDA, no network) lacks, into .gpu/ (ignored; carried to it).
 # test-cuda, there: sets them up, builds against its torch and runs STEP (tests/cuda/run.sh):
-# test (CUDA tests, Python and C++), bench (benchmarks/cuda.py) or suite (every test, torch 2.11).
+# test (CUDA tests, Python and C++), bench (benchmarks/gpu.py) or suite (every test, torch 2.11).
 .PHONY: gpu-bundle test-cuda
 STEP ?= test
 gpu-bundle: $(VENV)/.deps-stamp

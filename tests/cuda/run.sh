@@ -6,7 +6,7 @@
 #               device="cuda", assert_parity on the GPU, bound runs with and without a CUDA
 #               graph) and the cuda-device case of test_bad_inputs.py; then the C++ Cuda* tests
 #               (tests/cpp/test_cuda.cpp) on packages built here for cuda.
-#   STEP=bench  benchmarks/cuda.py: batch 1, 64, 4096 on the GPU (benchmarks/results/).
+#   STEP=bench  benchmarks/gpu.py: batch 1, 64, 4096 on the GPU (benchmarks/results/).
 #   STEP=build  the build alone (BUILD_TARGETS, default _C tdaot_tests tdaot-run).
 #   STEP=suite  the whole CPU test suite (pytest and ctest) under this machine's torch: the check
 #               that tdaot builds and passes with torch 2.11.
@@ -175,7 +175,7 @@ step_bench() {
     >> "$LOGS/build.log" 2>&1 &&
   cmake --build "$WORK/bench" -j "$JOBS" --target tdaot-bench-server >> "$LOGS/build.log" 2>&1 ||
     { tail -30 "$LOGS/build.log"; note "FAILED: bench server build"; return 1; }
-  PYTHONUNBUFFERED=1 "$PY" benchmarks/cuda.py --server "$WORK/bench/tdaot-bench-server" \
+  PYTHONUNBUFFERED=1 "$PY" benchmarks/gpu.py --server "$WORK/bench/tdaot-bench-server" \
     --out "$LOGS" ${BENCH_ARGS:-} 2>&1 | tee "$LOGS/bench.log" | tail -40
   local rc=${PIPESTATUS[0]}
   note "bench: exit $rc"

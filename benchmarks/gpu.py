@@ -10,7 +10,7 @@ finished it (a device synchronize per call: what a control loop waits for):
   TorchScript torch::jit::load, each in the C++ server (benchmarks/cpp/bench_server.cpp);
 - eager: the TensorDictModule on the GPU, from Python, under no_grad.
 
-    python benchmarks/cuda.py --server build/bench/cpp/tdaot-bench-server [--out DIR]
+    python benchmarks/gpu.py --server build/bench/cpp/tdaot-bench-server [--out DIR]
 
 Writes <date>-<gpu>-cuda.json and .md (the GPU's name in the file name; GPU, driver, torch and
 CUDA in the context) to --out, default benchmarks/results/.

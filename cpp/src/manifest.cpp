@@ -81,9 +81,18 @@ std::string Manifest::to_json(int indent) const {
   if (!models.empty() && !synthesised) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const auto& model : models) {
-      list.push_back({{"name", model.name},
-                      {"batch", {{"min", model.batch.min}, {"max", model.batch.max}}},
-                      {"tuning", model.tuning}});
+      nlohmann::ordered_json entry = {
+          {"name", model.name},
+          {"batch", {{"min", model.batch.min}, {"max", model.batch.max}}},
+          {"tuning", model.tuning}};
+      if (model.lite) {
+        entry["lite"] = {{"runs", model.lite->runs}, {"needs", model.lite->needs}};
+        if (!model.lite->runs) {
+          entry["lite"]["missing"] = model.lite->missing;
+          entry["lite"]["why"] = model.lite->why;
+        }
+      }
+      list.push_back(std::move(entry));
     }
     out["models"] = list;
   }

@@ -97,6 +97,44 @@ bool is_model_name(std::string_view name) {
   });
 }
 
+// A list of distinct non-empty strings (symbol names).
+std::vector<std::string> parse_names(const Parser& p, const json& value, const std::string& field) {
+  const json& list = p.array(value, field);
+  std::vector<std::string> names;
+  std::unordered_set<std::string> seen;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string item = Parser::index(field, i);
+    names.push_back(p.text(list[i], item));
+    if (!seen.insert(names.back()).second) p.fail(item, "'" + names.back() + "' is listed twice");
+  }
+  return names;
+}
+
+// A model's optional "lite": {runs, needs, missing, why}. A model that runs lacks nothing and
+// needs no reason; one that does not says why.
+LiteSupport parse_lite(const Parser& p, const json& value, const std::string& field) {
+  p.object(value, field);
+  LiteSupport lite;
+  const json& runs = p.member(value, field, "runs");
+  if (!runs.is_boolean()) p.fail(field + ".runs", "expected true or false, got " + Parser::describe(runs));
+  lite.runs = runs.get<bool>();
+  lite.needs = parse_names(p, p.member(value, field, "needs"), field + ".needs");
+  auto missing = value.find("missing");
+  if (missing != value.end() && !missing->is_null()) {
+    lite.missing = parse_names(p, *missing, field + ".missing");
+  }
+  auto why = value.find("why");
+  if (why != value.end() && !why->is_null()) lite.why = p.string(*why, field + ".why");
+  if (lite.runs && !lite.missing.empty()) {
+    p.fail(field + ".missing", "a model that runs on the lite runtime lacks nothing, but '" +
+                                   lite.missing.front() + "' is listed");
+  }
+  if (!lite.runs && lite.why.empty()) {
+    p.fail(field + ".why", "a model that does not run on the lite runtime says why");
+  }
+  return lite;
+}
+
 // The optional "models": a non-empty list of {name, batch, tuning}, each name once, each range
 // inside the manifest's, together serving every batch of it. Absent (or null): the one model
 // AOTInductor packages by default, serving the whole range, tuning unknown.
@@ -129,6 +167,8 @@ std::vector<ModelSpec> parse_models(const Parser& p, const json& root, const Bat
     if (std::find(kTunings.begin(), kTunings.end(), model.tuning) == kTunings.end()) {
       p.fail(field + ".tuning", "unknown tuning '" + model.tuning + "' (known: throughput latency)");
     }
+    auto lite = list[i].find("lite");
+    if (lite != list[i].end() && !lite->is_null()) model.lite = parse_lite(p, *lite, field + ".lite");
     models.push_back(std::move(model));
   }
   // Every batch of the range is served: sweep the ranges in order of their start.

@@ -61,6 +61,22 @@ struct BatchRange {
   bool contains(int64_t batch) const noexcept { return batch >= min && batch <= max; }
 };
 
+// Whether a model runs on the lite runtime (tdaot/lite.h, no libtorch), as the build found it by
+// reading the model library's dynamic symbol table. Absent in packages built before tdaot
+// recorded it: such a model is taken as needing libtorch.
+struct LiteSupport {
+  bool runs = false;
+  // Every dynamic symbol the model library needs beyond the C and C++ runtime (libc, libm,
+  // libstdc++, libgcc_s): torch's C shim functions (aoti_torch_*), SLEEF's vector math, ...
+  // The lite runtime refuses to load a model unless it provides every one.
+  std::vector<std::string> needs;
+  // When it does not run: the first symbols of `needs` the lite runtime lacks (may be empty).
+  std::vector<std::string> missing;
+  // When it does not run: why, in one line ("calls ATen: aoti_torch_cpu_addmm_out", "dynamic
+  // batch: not built for the bound run"); empty when it runs.
+  std::string why;
+};
+
 // One compiled model of the package (AOTInductor's "data/aotinductor/<name>/"): the batch sizes
 // it serves and how it was tuned. A package may hold several, e.g. a dynamic-batch throughput
 // model and static batch-1 latency models; the runner sends each call to Manifest::model_for.
@@ -70,6 +86,8 @@ struct ModelSpec {
   // "throughput" or "latency"; empty only for the model synthesised for a package whose
   // manifest lists no models (one model, "model", serving the whole batch range).
   std::string tuning;
+  // Whether it runs on the lite runtime (the optional per-model "lite" field).
+  std::optional<LiteSupport> lite;
 };
 
 // The model name of a package whose manifest lists no models (tdaot.build's first model).

@@ -116,7 +116,7 @@ LiteSupport parse_lite(const Parser& p, const json& value, const std::string& fi
   p.object(value, field);
   LiteSupport lite;
   const json& runs = p.member(value, field, "runs");
-  if (!runs.is_boolean()) p.fail(field + ".runs", "expected true or false, got " + Parser::describe(runs));
+  if (!runs.is_boolean()) p.fail(field + ".runs", "expected true or false");
   lite.runs = runs.get<bool>();
   lite.needs = parse_names(p, p.member(value, field, "needs"), field + ".needs");
   auto missing = value.find("missing");
@@ -140,7 +140,7 @@ LiteSupport parse_lite(const Parser& p, const json& value, const std::string& fi
 // AOTInductor packages by default, serving the whole range, tuning unknown.
 std::vector<ModelSpec> parse_models(const Parser& p, const json& root, const BatchRange& batch) {
   auto it = root.find("models");
-  if (it == root.end() || it->is_null()) return {ModelSpec{kDefaultModelName, batch, ""}};
+  if (it == root.end() || it->is_null()) return {ModelSpec{kDefaultModelName, batch, "", std::nullopt}};
   const json& list = p.array(*it, "models");
   if (list.empty()) p.fail("models", "empty; a package holds at least one model");
   std::vector<ModelSpec> models;

@@ -182,6 +182,47 @@ def gemm_accumulator_on_stack(max_bytes: int = 1 << 18) -> Iterator[None]:
         kernel.define_buffer, kernel.reinit_buffer_if_null, kernel.release_buffer = original
 
 
+@contextlib.contextmanager
+def output_clones_kept() -> Iterator[None]:
+    """Inductor's post-grad ``remove_noop_ops`` leaves a graph's output clones alone, for the
+    duration.
+
+    A bound model's outputs are each cloned into a buffer of their own
+    (tdaot.builder.export's ``own_outputs``). torch 2.13's ``remove_noop_ops`` drops a clone
+    whose source is an intermediate, and decides that from the output storages it saw before
+    it removed anything: two outputs cloned from views of one intermediate (a GRU step's
+    output and its next hidden state, once the RNN op is decomposed) both become views of it.
+    AOTInductor then gives the second a new tensor handle, which its array-ref wrapper cannot
+    do ("cannot convert 'ArrayRefTensor<float>' to 'AtenTensorHandle'"). Kept, each clone is
+    a copy that inductor fuses into the kernel producing its source.
+    """
+    from torch._inductor.fx_passes import post_grad
+
+    original = post_grad.remove_noop_ops
+    clone = torch.ops.aten.clone.default
+
+    def kept_output_clone(*args, **kwargs):  # never called: a target noop_registry lacks
+        return clone(*args, **kwargs)
+
+    def remove_noop_ops(graph: torch.fx.Graph) -> None:
+        outputs = graph.output_node().args[0]
+        outputs = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
+        kept = [n for n in outputs if isinstance(n, torch.fx.Node) and n.target is clone]
+        for node in kept:
+            node.target = kept_output_clone
+        try:
+            original(graph)
+        finally:
+            for node in kept:
+                node.target = clone
+
+    post_grad.remove_noop_ops = remove_noop_ops
+    try:
+        yield
+    finally:
+        post_grad.remove_noop_ops = original
+
+
 def inductor_has_option(name: str) -> bool:
     """Whether inductor's config has the entry ``name`` (dotted: "cpp.march"). torch 2.11 has
     no ``cpp.march`` (its CPU kernels are always built with -march=native)."""

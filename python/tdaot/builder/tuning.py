@@ -28,7 +28,11 @@ A static-batch latency model of at most ``BOUND_MAX_BATCH`` rows is also built f
 run: AOTInductor's minimal array-ref entry point (plain pointers in and out, no tensor
 handles), intermediates on the stack (the GEMM template's accumulator too, see
 tdaot._torch_compat.gemm_accumulator_on_stack), and 2-D convolutions as im2col + GEMM
-(tdaot.builder.rewrites): such a call allocates nothing.
+(tdaot.builder.rewrites): such a call allocates nothing. Its outputs are clones kept in
+buffers of their own (tdaot._torch_compat.output_clones_kept), and its library does not link
+libtorch (``aot_inductor.link_libtorch = False``): what it needs from the process is read from
+its ELF file when the package is written (tdaot.builder.lite), which says whether it runs on
+the lite runtime.
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ _OPTIONS = {
 _BOUND_OPTIONS = {
     "aot_inductor.use_minimal_arrayref_interface": True,
     "aot_inductor.allow_stack_allocation": True,
+    # No -ltorch -ltorch_cpu on the model's link line: what it needs (torch's C shim, SLEEF)
+    # comes from the process, libtorch's or the lite runtime's (tdaot.builder.lite).
+    "aot_inductor.link_libtorch": False,
     # Inductor's FX graph cache does not see the accumulator patch in its key: a graph
     # compiled elsewhere without it must not be reused.
     "fx_graph_cache": False,
@@ -125,7 +132,10 @@ def cache_key_parts(tuning: str, bound: bool = False) -> dict:
     if tuning == "latency":
         parts["decomposed"] = list(RECURRENT_OPS)
     if bound:
-        parts["bound"] = {**_BOUND_OPTIONS, "rewrites": ["convolutions_as_gemm", "gemm_accumulator_on_stack"]}
+        parts["bound"] = {
+            **_BOUND_OPTIONS,
+            "rewrites": ["convolutions_as_gemm", "gemm_accumulator_on_stack", "output_clones_kept"],
+        }
     return parts
 
 
@@ -163,4 +173,5 @@ def compiling_with(tuning: str, bound: bool = False) -> Iterator[None]:
         stack.enter_context(_torch_compat.gemm_choices_filtered(prefer_template))
         if bound:
             stack.enter_context(_torch_compat.gemm_accumulator_on_stack())
+            stack.enter_context(_torch_compat.output_clones_kept())
         yield

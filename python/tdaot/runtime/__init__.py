@@ -14,7 +14,6 @@ from tdaot.runtime.policy import NativePolicy, load, verify, verify_weights
 from tdaot.runtime.session import NativeSession
 
 
-
 def _libtorch_symbols_global() -> None:
     """Make libtorch_cpu's symbols visible to libraries loaded later.
 

@@ -18,6 +18,7 @@ from tdaot.contract import Contract, Signal
 from tdaot.errors import *  # noqa: F403 - the error classes are top-level API
 from tdaot.manifest import (
     BatchRange,
+    LiteSupport,
     Manifest,
     ModelSpec,
     Recurrent,
@@ -59,6 +60,7 @@ __all__ = [
     "BatchRange",
     "BuildOptions",  # noqa: F405 - imported on first use (__getattr__)
     "Contract",
+    "LiteSupport",
     "Manifest",
     "ModelSpec",
     "NativeBinding",

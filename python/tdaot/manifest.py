@@ -152,14 +152,59 @@ class Recurrent:
 
 
 @dataclass(frozen=True)
+class LiteSupport:
+    """Whether a model runs on the lite runtime (``tdaot::lite``, no libtorch), as the build
+    found it in the model library's dynamic symbol table (tdaot.builder.lite).
+
+    ``needs``: every symbol the library needs beyond the C and C++ runtime, sorted. When it
+    does not run: ``missing``, the first of them the lite runtime lacks (may be empty), and
+    ``why``, one line. The C++ parser refuses a model that runs but lacks something, and one
+    that does not run without a reason.
+    """
+
+    runs: bool
+    needs: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    why: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the C++ writer writes it: ``missing`` and ``why`` only when it does not run."""
+        data: dict[str, Any] = {"runs": self.runs, "needs": list(self.needs)}
+        if not self.runs:
+            data.update(missing=list(self.missing), why=self.why)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LiteSupport:
+        return cls(
+            runs=data["runs"],
+            needs=tuple(data["needs"]),
+            missing=tuple(data.get("missing") or ()),
+            why=data.get("why") or "",
+        )
+
+
+@dataclass(frozen=True)
 class ModelSpec:
-    """One compiled model of the package: its name in the archive, the batch sizes it serves
-    and its tuning. The runner sends a call with batch B to the model with the narrowest range
-    holding B."""
+    """One compiled model of the package: its name in the archive, the batch sizes it serves,
+    its tuning, and whether it runs on the lite runtime (None: not recorded, as in packages
+    built before tdaot recorded it; such a model is taken as needing libtorch). The runner
+    sends a call with batch B to the model with the narrowest range holding B."""
 
     name: str
     batch: BatchRange
     tuning: str
+    lite: LiteSupport | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "name": self.name,
+            "batch": {"min": self.batch.min, "max": self.batch.max},
+            "tuning": self.tuning,
+        }
+        if self.lite is not None:
+            data["lite"] = self.lite.to_dict()
+        return data
 
 
 @dataclass(frozen=True)
@@ -217,7 +262,12 @@ class Manifest:
             lines += ["  contract", *("  " + line for line in self.contract.describe())]
         for model in self.models:
             served = f"{model.batch.min}..{model.batch.max}" if model.batch.dynamic else f"{model.batch.min}"
-            lines.append(f"  model {model.name:<11} batch {served}, {model.tuning}")
+            lite = ""
+            if model.lite is not None:
+                lite = ", lite" if model.lite.runs else f", needs libtorch ({model.lite.why})"
+            lines.append(f"  model {model.name:<11} batch {served}, {model.tuning}{lite}")
+        if any(model.lite is not None for model in self.models):
+            lines.append(f"  lite runtime      {self.lite_batches_described()}")
         width = max(len(s.key) for s in (*self.inputs, *self.outputs))
         for title, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
             lines.append(f"  {title}")
@@ -225,6 +275,19 @@ class Manifest:
                 shape = ", ".join(["B", *map(str, spec.shape)])
                 lines.append(f"    {spec.key.ljust(width)}  {spec.dtype:<8}  [{shape}]")
         return "\n".join(lines)
+
+    def lite_batches(self) -> dict[str, BatchRange]:
+        """The models the lite runtime can run (by name) and the batches each serves."""
+        return {m.name: m.batch for m in self.models if m.lite is not None and m.lite.runs}
+
+    def lite_batches_described(self) -> str:
+        """One line: the batch sizes the lite runtime serves, or that it serves none."""
+        served = self.lite_batches()
+        if not served:
+            return "serves no batch (every model needs libtorch)"
+        parts = [f"{b.min}..{b.max}" if b.dynamic else f"{b.min}" for b in served.values()]
+        parts = [f"{part} (model {name})" for part, name in zip(parts, served)]
+        return "serves batch " + ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -246,7 +309,7 @@ class Manifest:
         if not self.files:
             del data["files"]  # not sealed yet: the compiled files do not exist
         if self.models:
-            data["models"] = [{**model, "batch": dict(model["batch"])} for model in data["models"]]
+            data["models"] = [model.to_dict() for model in self.models]
         else:
             del data["models"]  # a package of one model named "model"
         return {**self.extra, **data}
@@ -305,7 +368,12 @@ class Manifest:
             contract=Contract.from_dict(data["contract"]) if data.get("contract") else None,
             files=dict(data.get("files", {})),
             models=tuple(
-                ModelSpec(m["name"], BatchRange(m["batch"]["min"], m["batch"]["max"]), m["tuning"])
+                ModelSpec(
+                    m["name"],
+                    BatchRange(m["batch"]["min"], m["batch"]["max"]),
+                    m["tuning"],
+                    LiteSupport.from_dict(m["lite"]) if m.get("lite") is not None else None,
+                )
                 for m in data.get("models") or ()
             ),
             schema_version=data["schema_version"],

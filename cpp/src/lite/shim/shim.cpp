@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <string>
 
 namespace tdaot::lite::shim {
 namespace {
@@ -209,8 +208,8 @@ const char* last_error() { return error_text; }
 
 using namespace tdaot::lite::shim;
 
-// A getter's common checks: a handle and somewhere to write.
-#define TDAOT_GETTER(handle, out)                                 \
+// The common checks of a call on a handle: a handle, and somewhere to write the result.
+#define TDAOT_CHECK_ARGS(handle, out) \
   if ((handle) == nullptr) return fail("the tensor handle is null"); \
   if ((out) == nullptr) return fail("the result pointer is null")
 
@@ -278,7 +277,7 @@ AOTITorchError aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes_ptr, 
 }
 
 AOTITorchError aoti_torch_clone(AtenTensorHandle self, AtenTensorHandle* ret) {
-  TDAOT_GETTER(self, ret);
+  TDAOT_CHECK_ARGS(self, ret);
   const Tensor& src = *from_handle(self);
   // at::clone's preserve format: a dense tensor keeps its strides, any other is contiguous.
   int64_t strides[kMaxDims];
@@ -298,7 +297,7 @@ AOTITorchError aoti_torch_clone(AtenTensorHandle self, AtenTensorHandle* ret) {
 }
 
 AOTITorchError aoti_torch_new_tensor_handle(AtenTensorHandle orig_handle, AtenTensorHandle* new_handle) {
-  TDAOT_GETTER(orig_handle, new_handle);
+  TDAOT_CHECK_ARGS(orig_handle, new_handle);
   const Tensor& orig = *from_handle(orig_handle);
   orig.storage->refs.fetch_add(1, std::memory_order_relaxed);
   Tensor* tensor = make(orig.storage, orig.ndim, orig.sizes, orig.strides, orig.storage_offset, orig.dtype,
@@ -314,7 +313,7 @@ AOTITorchError aoti_torch_new_tensor_handle(AtenTensorHandle orig_handle, AtenTe
 AOTITorchError aoti_torch__reinterpret_tensor(AtenTensorHandle self, int64_t ndim, const int64_t* sizes_ptr,
                                               const int64_t* strides_ptr, int64_t storage_offset,
                                               AtenTensorHandle* ret_new_tensor) {
-  TDAOT_GETTER(self, ret_new_tensor);
+  TDAOT_CHECK_ARGS(self, ret_new_tensor);
   if (strides_ptr == nullptr && ndim > 0) return fail("strides is null");
   if (check_shape(ndim, sizes_ptr, strides_ptr) != AOTI_TORCH_SUCCESS) return AOTI_TORCH_FAILURE;
   if (storage_offset < 0) return fail("negative storage offset");
@@ -342,43 +341,43 @@ AOTITorchError aoti_torch_delete_tensor_object(AtenTensorHandle tensor) {
 }
 
 AOTITorchError aoti_torch_get_data_ptr(AtenTensorHandle tensor, void** ret_data_ptr) {
-  TDAOT_GETTER(tensor, ret_data_ptr);
+  TDAOT_CHECK_ARGS(tensor, ret_data_ptr);
   *ret_data_ptr = from_handle(tensor)->data();
   return AOTI_TORCH_SUCCESS;
 }
 
 AOTITorchError aoti_torch_get_storage_size(AtenTensorHandle tensor, int64_t* ret_size) {
-  TDAOT_GETTER(tensor, ret_size);
+  TDAOT_CHECK_ARGS(tensor, ret_size);
   *ret_size = from_handle(tensor)->storage->nbytes;
   return AOTI_TORCH_SUCCESS;
 }
 
 AOTITorchError aoti_torch_get_storage_offset(AtenTensorHandle tensor, int64_t* ret_storage_offset) {
-  TDAOT_GETTER(tensor, ret_storage_offset);
+  TDAOT_CHECK_ARGS(tensor, ret_storage_offset);
   *ret_storage_offset = from_handle(tensor)->storage_offset;
   return AOTI_TORCH_SUCCESS;
 }
 
 AOTITorchError aoti_torch_get_dim(AtenTensorHandle tensor, int64_t* ret_dim) {
-  TDAOT_GETTER(tensor, ret_dim);
+  TDAOT_CHECK_ARGS(tensor, ret_dim);
   *ret_dim = from_handle(tensor)->ndim;
   return AOTI_TORCH_SUCCESS;
 }
 
 AOTITorchError aoti_torch_get_numel(AtenTensorHandle tensor, int64_t* ret_numel) {
-  TDAOT_GETTER(tensor, ret_numel);
+  TDAOT_CHECK_ARGS(tensor, ret_numel);
   *ret_numel = from_handle(tensor)->numel();
   return AOTI_TORCH_SUCCESS;
 }
 
 AOTITorchError aoti_torch_get_sizes(AtenTensorHandle tensor, int64_t** ret_sizes) {
-  TDAOT_GETTER(tensor, ret_sizes);
+  TDAOT_CHECK_ARGS(tensor, ret_sizes);
   *ret_sizes = from_handle(tensor)->sizes;
   return AOTI_TORCH_SUCCESS;
 }
 
 AOTITorchError aoti_torch_get_size(AtenTensorHandle tensor, int64_t d, int64_t* ret_size) {
-  TDAOT_GETTER(tensor, ret_size);
+  TDAOT_CHECK_ARGS(tensor, ret_size);
   const Tensor& t = *from_handle(tensor);
   if (d < 0) d += t.ndim;  // torch wraps negative dims
   if (d < 0 || d >= t.ndim) return fail("dim out of range");
@@ -387,13 +386,13 @@ AOTITorchError aoti_torch_get_size(AtenTensorHandle tensor, int64_t d, int64_t* 
 }
 
 AOTITorchError aoti_torch_get_strides(AtenTensorHandle tensor, int64_t** ret_strides) {
-  TDAOT_GETTER(tensor, ret_strides);
+  TDAOT_CHECK_ARGS(tensor, ret_strides);
   *ret_strides = from_handle(tensor)->strides;
   return AOTI_TORCH_SUCCESS;
 }
 
 AOTITorchError aoti_torch_get_stride(AtenTensorHandle tensor, int64_t d, int64_t* ret_stride) {
-  TDAOT_GETTER(tensor, ret_stride);
+  TDAOT_CHECK_ARGS(tensor, ret_stride);
   const Tensor& t = *from_handle(tensor);
   if (d < 0) d += t.ndim;
   if (d < 0 || d >= t.ndim) return fail("dim out of range");
@@ -402,25 +401,25 @@ AOTITorchError aoti_torch_get_stride(AtenTensorHandle tensor, int64_t d, int64_t
 }
 
 AOTITorchError aoti_torch_get_dtype(AtenTensorHandle tensor, int32_t* ret_dtype) {
-  TDAOT_GETTER(tensor, ret_dtype);
+  TDAOT_CHECK_ARGS(tensor, ret_dtype);
   *ret_dtype = from_handle(tensor)->dtype;
   return AOTI_TORCH_SUCCESS;
 }
 
 AOTITorchError aoti_torch_get_device_type(AtenTensorHandle tensor, int32_t* ret_device_type) {
-  TDAOT_GETTER(tensor, ret_device_type);
+  TDAOT_CHECK_ARGS(tensor, ret_device_type);
   *ret_device_type = kDeviceCpu;
   return AOTI_TORCH_SUCCESS;
 }
 
 AOTITorchError aoti_torch_get_device_index(AtenTensorHandle tensor, int32_t* ret_device_index) {
-  TDAOT_GETTER(tensor, ret_device_index);
+  TDAOT_CHECK_ARGS(tensor, ret_device_index);
   *ret_device_index = from_handle(tensor)->device_index;
   return AOTI_TORCH_SUCCESS;
 }
 
 AOTITorchError aoti_torch_get_layout(AtenTensorHandle tensor, int32_t* ret_layout) {
-  TDAOT_GETTER(tensor, ret_layout);
+  TDAOT_CHECK_ARGS(tensor, ret_layout);
   *ret_layout = kLayoutStrided;
   return AOTI_TORCH_SUCCESS;
 }

@@ -172,6 +172,12 @@ class SpecialisationWarning(UserWarning):
     built without the bound run's entry point, or left out (the dynamic model serves its batch)."""
 
 
+class LiteWarning(UserWarning):
+    """A specialised (latency) model of the package does not run on the lite runtime
+    (``tdaot::lite``, no libtorch): it needs libtorch. The message names the model and why;
+    ``require_lite`` makes this a BuildError."""
+
+
 def exit_code(error: BaseException) -> int:
     """The ``tdaot`` command's exit status for ``error``: 2 for usage errors, 1 otherwise."""
     return error.exit_code if isinstance(error, TdaotError) else 1
@@ -193,6 +199,7 @@ __all__ = [
     "InputError",
     "KeyNameError",
     "LayoutError",
+    "LiteWarning",
     "IntegrityError",
     "ManifestError",
     "MissingKeyError",

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch
 
 from tdaot import _torch_compat
+from tdaot.builder import lite
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.package import check_output_path, write_package
 from tdaot.builder.targets import CPU_TARGETS, compiling_for, inductor_options
@@ -115,6 +116,10 @@ def build_package(
     ``make_unit(program, plan, staging)`` makes a model's one-model package at ``staging``
     (default: compiles it) and returns the plan it was built as, or None to leave it out.
 
+    Each model records whether it runs on the lite runtime (tdaot.builder.lite); a
+    specialised model that does not is a LiteWarning, or with ``options.require_lite`` a
+    BuildError.
+
     The package is written beside its destination and renamed into place, so a failed or
     interrupted build never leaves a half-written artifact.
     """
@@ -144,7 +149,9 @@ def build_package(
                 built.append(made)
         manifest = dataclasses.replace(manifest, models=model_specs(manifest, built))
         staging = os.path.join(staging_dir, ARCHIVE_NAME + ".pt2")
-        sealed = write_package(units, manifest, staging)
+        sealed = write_package(units, manifest, staging, bound={plan.name: plan.bound for plan in built})
+        # Before the package is in place: with require_lite, a package that fails it is not left.
+        lite.check(sealed, options.require_lite, stacklevel=5)  # the caller of tdaot.build
         os.replace(staging, path)
     finally:
         shutil.rmtree(staging_dir, ignore_errors=True)

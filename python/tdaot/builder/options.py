@@ -328,6 +328,13 @@ class BuildOptions:
         metavar="KEY.pem",
         in_artifact=False,  # the compiled package is the same; signing adds an entry afterwards
     )
+    require_lite: bool = option(
+        False,
+        "fail the build unless every specialised (latency) model runs on the lite runtime "
+        "(tdaot::lite, no libtorch); without it such a model is built with a LiteWarning",
+        _check_flag,
+        in_artifact=False,  # a check of the package, which it does not change
+    )
     save_exported: bool = option(
         False,
         "also write the torch.export program beside the package (NAME.ep.pt2)",

@@ -7,8 +7,10 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 
 from tdaot import _torch_compat
+from tdaot.builder import lite
 from tdaot.errors import BuildError
 from tdaot.manifest import BOOKKEEPING_RECORDS, METADATA_KEY, Manifest, digest_exempt
 
@@ -33,10 +35,16 @@ def check_output_path(path: str) -> str:
 MODEL_DIR = "data/aotinductor/"
 
 
-def write_package(units: dict[str, str], manifest: Manifest, path: str) -> Manifest:
+def write_package(
+    units: dict[str, str], manifest: Manifest, path: str, bound: Mapping[str, bool] | None = None
+) -> Manifest:
     """The package at ``path``: the model of each one-model package ``units[name]`` under
     ``name`` (AOTInductor loads a package's models by name, data/aotinductor/<name>/), and
     ``manifest`` sealed with the sha256 of every file. Returns the sealed manifest.
+
+    With ``bound`` (model name -> built for the bound run), each model of the manifest records
+    whether it runs on the lite runtime, read from its library here, where every model's files
+    exist whether compiled or copied from the cache (tdaot.builder.lite).
 
     AOTInductor wrote the manifest into each model's metadata JSONs before the files
     existed; they get the sealed one (and are therefore not digested themselves). Records
@@ -50,6 +58,16 @@ def write_package(units: dict[str, str], manifest: Manifest, path: str) -> Manif
             if not record.startswith(MODEL_DIR + "model/"):
                 raise BuildError(f"a compiled model holds an unexpected record {record!r}")
             records[MODEL_DIR + name + "/" + record[len(MODEL_DIR + "model/") :]] = data
+    if bound is not None:
+        manifest = dataclasses.replace(
+            manifest,
+            models=tuple(
+                dataclasses.replace(
+                    spec, lite=lite.support(_libraries(records, spec.name), spec, bound.get(spec.name, False))
+                )
+                for spec in manifest.models
+            ),
+        )
     files = {
         name: hashlib.sha256(data).hexdigest() for name, data in records.items() if not digest_exempt(name)
     }
@@ -63,3 +81,11 @@ def write_package(units: dict[str, str], manifest: Manifest, path: str) -> Manif
             records[name] = json.dumps(metadata).encode()
     _torch_compat.write_archive(path, records)
     return sealed
+
+
+def _libraries(records: dict[str, bytes], model: str) -> list[bytes]:
+    """The shared libraries of the model named ``model`` among the package's ``records``."""
+    folder = MODEL_DIR + model + "/"
+    return [
+        data for name, data in sorted(records.items()) if name.startswith(folder) and name.endswith(".so")
+    ]

@@ -23,6 +23,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from tdaot._version import __version__
+from tdaot.builder import lite
 from tdaot.builder.cache import ArtifactCache, artifact_key
 from tdaot.builder.compile import build_package, compile_model
 from tdaot.builder.export import ExportedPolicy, export_policy
@@ -201,8 +202,11 @@ def _compile(policy, example, exported, manifest, path, options, cache, report) 
     interface does not take every graph, e.g. torch.cond) is built without it; one that
     cannot be compiled at all is left out. Both say so with a SpecialisationWarning.
     """
+    plans = _plans(exported, options)
+    if options.require_lite and not any(plan.tuning == "latency" for plan in plans):
+        raise BuildError(lite.no_specialised_model(manifest.source.module_class))  # before compiling
     models = {}
-    for plan in _plans(exported, options):
+    for plan in plans:
         program = exported.program
         if plan.bound or (plan.batch is not None and exported.batch.dynamic):
             # At the model's static batch; a bound model's outputs each in a buffer of its own.

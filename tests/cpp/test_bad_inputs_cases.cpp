@@ -49,7 +49,7 @@ std::vector<BadCase> cases_for(const Target& target, size_t index) {
   const std::string& key = spec.key;
   const std::string input = "input '" + key + "'";
   const std::string expected_shape = format_batched_shape(spec.shape);
-  const auto options = at::TensorOptions().dtype(spec.dtype);
+  const auto options = at::TensorOptions().dtype(tdaot::to_scalar_type(spec.dtype));
   std::vector<BadCase> cases;
   const auto replace = [index](at::Tensor tensor) {
     return [index, tensor](std::vector<at::Tensor>& inputs) { inputs[index] = tensor; };
@@ -121,7 +121,7 @@ std::vector<BadCase> cases_for(const Target& target, size_t index) {
                        [batch, specs = target.specs](std::vector<at::Tensor>& inputs) {
                          for (size_t i = 0; i < inputs.size(); ++i) {
                            inputs[i] = at::zeros(batched(batch, specs[i].shape),
-                                                 at::TensorOptions().dtype(specs[i].dtype));
+                                                 at::TensorOptions().dtype(tdaot::to_scalar_type(specs[i].dtype)));
                          }
                        },
                        nullptr,

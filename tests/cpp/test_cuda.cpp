@@ -53,7 +53,7 @@ std::vector<at::Tensor> random_inputs(const Manifest& manifest, int64_t batch, a
   for (const TensorSpec& spec : manifest.inputs) {
     std::vector<int64_t> shape{batch};
     shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-    const auto options = at::TensorOptions().dtype(spec.dtype).device(device);
+    const auto options = at::TensorOptions().dtype(tdaot::to_scalar_type(spec.dtype)).device(device);
     inputs.push_back(spec.dtype == at::kBool ? at::zeros(shape, options) : at::randn(shape, options));
   }
   return inputs;

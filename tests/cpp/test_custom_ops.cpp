@@ -8,7 +8,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "ops.h"
+#include "runtime/ops.h"
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"
 #include "test_support.h"

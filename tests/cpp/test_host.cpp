@@ -5,7 +5,8 @@
 #include <functional>
 #include <vector>
 
-#include "host.h"
+#include "core/host/host.h"
+#include "runtime/torch_host.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
 #include "tdaot/policy.h"
@@ -163,11 +164,46 @@ TEST(HostCheck, CurrentHost) {
   EXPECT_EQ(&host, &current_host());
 }
 
+TEST(HostCheck, CpuidFeaturesAgreeWithATen) {
+  // The lite runtime reads the CPU with CPUID; ATen with cpuinfo. Every feature both name must
+  // agree on this machine, and the ones the ISA checks use must be among them.
+  const auto ours = cpu_features();
+  const auto& aten = current_host().cpu_features;
+  for (const char* needed : {"avx2", "fma3", "avx512_f", "avx512_bw", "avx512_dq", "avx512_vl",
+                             "avx512_cd", "sse4_2", "popcnt", "bmi", "bmi2", "f16c", "lzcnt",
+                             "amx_tile"}) {
+    EXPECT_EQ(ours.count(needed), 1u) << needed;
+  }
+  size_t compared = 0;
+  for (const auto& [name, value] : ours) {
+    auto it = aten.find(name);
+    if (it == aten.end()) continue;
+    EXPECT_EQ(value, it->second) << name;
+    ++compared;
+  }
+  EXPECT_GE(compared, 30u);
+}
+
+TEST(HostCheck, NoTorchSkipsTheTorchVersion) {
+  // The lite runtime's host has no torch (0.0): a package of any torch passes that check.
+  Manifest m = cpu_manifest("");
+  m.torch_version = "2.99.0";
+  HostInfo host;
+  EXPECT_NO_THROW(check_host(m, "p.pt2", host));
+  host.torch_major = 2;
+  host.torch_minor = 13;
+  expect_mismatch(m, host, "was built with torch 2.99.0");
+}
+
 TEST(HostCheck, FixturePackagesFitThisHost) {
   // They were compiled on this machine, so the real host check must accept them.
   for (const char* name : {"tutorial.pt2", "nested.pt2"}) {
     const std::string path = test::package_path(name);
-    EXPECT_NO_THROW(check_host(read_manifest(path), path)) << name;
+    EXPECT_NO_THROW(check_host(read_manifest(path), path, current_host())) << name;
+    // The lite runtime's host (CPUID, no torch) accepts them too.
+    HostInfo lite_host;
+    lite_host.cpu_features = cpu_features();
+    EXPECT_NO_THROW(check_host(read_manifest(path), path, lite_host)) << name;
   }
 }
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "digest.h"
+#include "core/package/digest.h"
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"
 #include "test_support.h"

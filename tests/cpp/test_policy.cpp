@@ -12,7 +12,7 @@
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"
 #include "test_support.h"
-#include "validation.h"
+#include "runtime/validation.h"
 
 namespace tdaot {
 namespace {
@@ -336,7 +336,7 @@ TEST_F(PolicyTest, KeyedTypoIsReportedAsMissing) {
 TEST(InputValidator, StaticBatchMessage) {
   Manifest m;
   m.device = "cpu";
-  m.inputs = {TensorSpec{"obs", at::kFloat, {3}}};
+  m.inputs = {TensorSpec{"obs", DType::Float32, {3}}};
   m.batch = BatchRange{4, 4};
   const detail::InputValidator validator(m, c10::Device(c10::DeviceType::CPU));
   EXPECT_NO_THROW(validator.check_positional({at::randn({4, 3})}));

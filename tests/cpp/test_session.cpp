@@ -8,7 +8,7 @@
 #include <memory>
 #include <thread>
 
-#include "busy_guard.h"
+#include "core/run/busy_guard.h"
 #include "tdaot/errors.h"
 #include "tdaot/session.h"
 #include "test_support.h"

@@ -10,7 +10,7 @@
 #include <iterator>
 #include <optional>
 
-#include "signature.h"
+#include "core/package/signature.h"
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"
 #include "test_support.h"

@@ -12,7 +12,7 @@
 #include <random>
 #include <set>
 
-#include "digest.h"
+#include "core/package/digest.h"
 #include "tdaot/manifest.h"
 
 namespace {
@@ -180,7 +180,7 @@ std::vector<at::Tensor> random_inputs(const Manifest& manifest, int64_t batch) {
   for (const auto& spec : manifest.inputs) {
     std::vector<int64_t> shape{batch};
     shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-    inputs.push_back(at::randn(shape, at::TensorOptions().dtype(spec.dtype)));
+    inputs.push_back(at::randn(shape, at::TensorOptions().dtype(tdaot::to_scalar_type(spec.dtype))));
   }
   return inputs;
 }
@@ -216,7 +216,7 @@ at::Tensor valid_tensor(const TensorSpec& spec, int64_t batch) {
         .to(at::kBool)
         .view(shape);
   }
-  return at::randn(shape, at::TensorOptions().dtype(spec.dtype));
+  return at::randn(shape, at::TensorOptions().dtype(tdaot::to_scalar_type(spec.dtype)));
 }
 
 std::vector<at::Tensor> valid_inputs(const std::vector<TensorSpec>& specs, int64_t batch) {

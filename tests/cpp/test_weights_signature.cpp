@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "digest.h"
-#include "signature.h"
+#include "core/package/digest.h"
+#include "core/package/signature.h"
 #include "tdaot/manifest.h"
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"

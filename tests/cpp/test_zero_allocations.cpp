@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "envelope.h"
+#include "runtime/envelope.h"
 #include "malloc_counter.h"
 #include "tdaot/binding.h"
 #include "tdaot/policy.h"

@@ -33,7 +33,7 @@
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
 #include "tdaot/policy.h"
-#include "validation.h"
+#include "runtime/validation.h"
 
 namespace {
 
@@ -123,7 +123,7 @@ std::optional<at::Tensor> make_tensor(Script& s, const TensorSpec* spec, int64_t
   const uint8_t mode = s.byte();
   if (mode == 0xff) return at::Tensor();  // undefined
   const c10::ScalarType dtype =
-      (spec == nullptr || (mode & 0x80) != 0) ? kDtypes[s.byte() % kNumDtypes] : spec->dtype;
+      (spec == nullptr || (mode & 0x80) != 0) ? kDtypes[s.byte() % kNumDtypes] : tdaot::to_scalar_type(spec->dtype);
   std::vector<int64_t> sizes;
   if (spec != nullptr && (mode & 0x40) == 0) {
     const bool perturbed = (mode & 0x20) != 0;

@@ -140,7 +140,7 @@ class Controller {
       for (const auto& spec : session_->inputs()) {
         std::vector<int64_t> shape{batch};
         shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-        sensors_.push_back(at::zeros(shape, at::TensorOptions().dtype(spec.dtype)));
+        sensors_.push_back(at::zeros(shape, at::TensorOptions().dtype(tdaot::to_scalar_type(spec.dtype))));
       }
       return;
     }

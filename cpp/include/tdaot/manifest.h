@@ -4,8 +4,6 @@
 // compiled library.
 #pragma once
 
-#include <c10/core/ScalarType.h>
-
 #include <array>
 #include <cstdint>
 #include <map>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "tdaot/contract.h"
+#include "tdaot/dtype.h"
 
 namespace tdaot {
 
@@ -49,7 +48,7 @@ enum class Sealing { sealed, unsealed };
 // One input or output: a dot-joined key, its dtype and its shape after the batch dim.
 struct TensorSpec {
   std::string key;
-  c10::ScalarType dtype = c10::ScalarType::Float;
+  DType dtype = DType::Float32;
   std::vector<int64_t> shape;  // per-sample shape, without the leading batch dim
 };
 
@@ -188,10 +187,10 @@ std::string read_manifest_bytes(const std::string& package_path);
 // The manifest's dtype names, in the schema's order.
 std::vector<std::string> dtype_names();
 
-// Manifest dtype names ("float32", "int64", "bool", ...) to and from ScalarType.
+// Manifest dtype names ("float32", "int64", "bool", ...) to and from DType.
 // dtype_from_name throws ManifestError naming `origin` for an unknown name.
-std::string dtype_name(c10::ScalarType dtype);
-c10::ScalarType dtype_from_name(const std::string& name, const std::string& origin);
+std::string dtype_name(DType dtype);
+DType dtype_from_name(const std::string& name, const std::string& origin);
 
 // Formats a shape as "[a, b, c]" for messages.
 std::string format_shape(const std::vector<int64_t>& shape);

@@ -1,5 +1,5 @@
 // The minimal-arrayref entry points of a compiled model library (arrayref.h).
-#include "arrayref.h"
+#include "runtime/arrayref.h"
 
 #include <dlfcn.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
@@ -9,6 +9,7 @@
 
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
+#include "tdaot/types.h"
 
 namespace tdaot::detail {
 

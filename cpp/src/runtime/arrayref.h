@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "aoti_compat.h"
+#include "runtime/aoti_compat.h"
 
 namespace tdaot::detail {
 

@@ -11,9 +11,9 @@
 #include <optional>
 #include <utility>
 
-#include "busy_guard.h"
-#include "cuda_graph.h"
-#include "policy_impl.h"
+#include "core/run/busy_guard.h"
+#include "runtime/cuda_graph.h"
+#include "runtime/policy_impl.h"
 
 namespace tdaot {
 namespace {
@@ -24,7 +24,7 @@ constexpr const char* kConcurrentUse =
 
 at::Tensor zeros(int64_t batch, const TensorSpec& spec, c10::Device device) {
   return at::zeros(detail::batched_shape(batch, spec.shape),
-                   at::TensorOptions().dtype(spec.dtype).device(device));
+                   at::TensorOptions().dtype(to_scalar_type(spec.dtype)).device(device));
 }
 
 const at::Tensor& find(const std::vector<TensorSpec>& specs, const std::vector<at::Tensor>& tensors,

@@ -1,5 +1,5 @@
 // The CUDA graph of a bound run (cuda_graph.h). Without CUDA, only the refusal.
-#include "cuda_graph.h"
+#include "runtime/cuda_graph.h"
 
 #include "tdaot/errors.h"
 

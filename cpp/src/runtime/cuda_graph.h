@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "package.h"
+#include "core/package/package.h"
 
 namespace tdaot::detail {
 

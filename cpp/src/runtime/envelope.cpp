@@ -1,5 +1,5 @@
 // The safety envelope of a tdaot::Session (envelope.h).
-#include "envelope.h"
+#include "runtime/envelope.h"
 
 #include <ATen/Dispatch.h>
 #include <ATen/Functions.h>
@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "policy_impl.h"
+#include "runtime/policy_impl.h"
 
 namespace tdaot::detail {
 namespace {
@@ -47,7 +47,7 @@ Envelope::Envelope(const Manifest& manifest, int64_t batch)
   for (const TensorSpec& spec : manifest.outputs) {
     Output output;
     output.previous =
-        at::empty(batched_shape(batch, spec.shape), at::TensorOptions().dtype(spec.dtype));
+        at::empty(batched_shape(batch, spec.shape), at::TensorOptions().dtype(to_scalar_type(spec.dtype)));
     const int64_t row = batch > 0 ? output.previous.numel() / batch : 0;
     output.rest.assign(static_cast<size_t>(row), 0.0);
     const Signal* signal = manifest.contract ? manifest.contract->signal(spec.key) : nullptr;

@@ -1,6 +1,6 @@
 // Custom operator libraries: loaded before the model, then every operator the manifest lists
 // is looked up, so a missing library is a load-time error naming the operator.
-#include "ops.h"
+#include "runtime/ops.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <dlfcn.h>

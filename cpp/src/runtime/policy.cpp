@@ -5,14 +5,15 @@
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <utility>
 
-#include "digest.h"
-#include "host.h"
-#include "ops.h"
-#include "policy_impl.h"
+#include "core/package/digest.h"
+#include "runtime/torch_host.h"
+#include "runtime/ops.h"
+#include "runtime/policy_impl.h"
 
 #ifdef TDAOT_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -20,6 +21,15 @@
 
 namespace tdaot {
 namespace {
+
+// e.what() without the C++ backtrace c10::Error appends, for one-line messages.
+std::string exception_text(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
+  // AOTI messages often end in newlines, which would split one-line error reports.
+  text.erase(text.find_last_not_of(" \n\r\t") + 1);
+  return text;
+}
 
 void check_options(const PolicyOptions& options) {
   const auto require = [](bool ok, const char* name, int value, const char* rule) {
@@ -89,7 +99,7 @@ std::unique_ptr<torch::inductor::AOTIModelContainerRunner> create_runner(
     if (!files.weights_blob.empty()) runner->update_constant_buffer_from_blob(files.weights_blob);
     return runner;
   } catch (const std::exception& e) {
-    throw PackageError(path, load_failure(files, manifest, path, detail::exception_text(e)));
+    throw PackageError(path, load_failure(files, manifest, path, exception_text(e)));
   }
 }
 
@@ -138,7 +148,7 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& opts)
       metadata(package.metadata()),
       manifest(package.manifest()),
       // Packages built for another host are refused before their library is even extracted.
-      device((detail::check_host(manifest, path), model_device(manifest, options, path))),
+      device((detail::check_host(manifest, path, detail::current_host()), model_device(manifest, options, path))),
       validator(manifest, device),
       // Kept loaded for swap_weights (the package was just verified with the same keys).
       trusted_keys(detail::load_public_keys(options.trusted_keys, path)) {
@@ -247,7 +257,7 @@ std::vector<at::Tensor> Policy::Impl::execute_arrayref(
   outputs.reserve(out.size());
   const int64_t batch = inputs.front().size(0);
   for (const TensorSpec& spec : manifest.outputs) {
-    outputs.push_back(at::empty(detail::batched_shape(batch, spec.shape), at::dtype(spec.dtype)));
+    outputs.push_back(at::empty(detail::batched_shape(batch, spec.shape), at::dtype(to_scalar_type(spec.dtype))));
   }
   const detail::InstancePool::Lease instance(*model.instances);
   model.weights->refresh(*model.arrayref, instance.handle(), instance.generation());
@@ -287,7 +297,7 @@ std::vector<at::Tensor> Policy::Impl::execute(const Model& model,
     outputs = model.runner->run(inputs);
   } catch (const std::exception& e) {
     throw ExecutionError(describe(model) + ": the compiled model failed: " +
-                         detail::exception_text(e));
+                         exception_text(e));
   }
   if (outputs.size() != manifest.outputs.size()) {
     throw ExecutionError(describe(model) + ": the compiled model returned " +
@@ -328,7 +338,7 @@ std::vector<at::Tensor> zero_inputs(const Manifest& manifest, int64_t batch, c10
   inputs.reserve(manifest.inputs.size());
   for (const auto& spec : manifest.inputs) {
     inputs.push_back(at::zeros(batched_shape(batch, spec.shape),
-                               at::TensorOptions().dtype(spec.dtype).device(device)));
+                               at::TensorOptions().dtype(to_scalar_type(spec.dtype)).device(device)));
   }
   return inputs;
 }

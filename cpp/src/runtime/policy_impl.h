@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "arrayref.h"
-#include "package.h"
-#include "signature.h"
+#include "runtime/arrayref.h"
+#include "core/package/package.h"
+#include "core/package/signature.h"
 #include "tdaot/policy.h"
-#include "validation.h"
-#include "weights.h"
+#include "runtime/validation.h"
+#include "runtime/weights.h"
 
 namespace tdaot {
 

@@ -3,8 +3,8 @@
 #include <array>
 #include <fstream>
 
-#include "policy_impl.h"
-#include "weights_file.h"
+#include "runtime/policy_impl.h"
+#include "runtime/weights_file.h"
 
 namespace tdaot {
 
@@ -36,23 +36,6 @@ std::string Policy::weights_sha256() const { return impl().live_weights->sha256(
 
 std::string weights_signing_payload(const std::string& weights_path) {
   return detail::weights_signing_payload(detail::read_weight_file(weights_path));
-}
-
-FileKind file_kind(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw PackageError(path, "'" + path + "' cannot be opened");
-  std::array<char, 9> head{};
-  in.read(head.data(), head.size());
-  const auto got = static_cast<size_t>(in.gcount());
-  // A zip archive starts with a local file header; safetensors with the 8-byte length of its
-  // JSON header, which opens with '{'.
-  if (got >= 4 && std::string(head.data(), 4) == std::string("PK\x03\x04", 4)) {
-    return FileKind::kPackage;
-  }
-  if (got == head.size() && head[8] == '{') return FileKind::kWeights;
-  throw PackageError(path, "'" + path +
-                               "' is neither a tdaot package (.pt2: a zip archive) nor a tdaot "
-                               "weight file (.tdw: safetensors, made by tdaot.export_weights)");
 }
 
 WeightFileInfo verify_weights(const std::string& weights_path,

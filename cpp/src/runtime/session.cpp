@@ -9,9 +9,9 @@
 #include <optional>
 #include <utility>
 
-#include "busy_guard.h"
-#include "envelope.h"
-#include "policy_impl.h"
+#include "core/run/busy_guard.h"
+#include "runtime/envelope.h"
+#include "runtime/policy_impl.h"
 
 namespace tdaot {
 namespace {
@@ -81,7 +81,7 @@ Session::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
     // Manifest::from_json guarantees both keys exist with matching dtype and shape.
     const size_t slot = *manifest.input_index(pair.input);
     const TensorSpec& spec = manifest.inputs[slot];
-    slots[slot] = at::zeros(detail::batched_shape(batch, spec.shape), options.dtype(spec.dtype));
+    slots[slot] = at::zeros(detail::batched_shape(batch, spec.shape), options.dtype(to_scalar_type(spec.dtype)));
     carries.push_back({slot, *manifest.output_index(pair.output)});
   }
   // Without recurrent state there is nothing for an is_init entry to reset: no key is special.
@@ -122,7 +122,7 @@ at::Tensor Session::Impl::new_rows(const at::Tensor& is_init) const {
   // With an is_init input the validator has checked it against its spec; without one (a
   // package whose model does not read it) the flag must be one bool per row.
   if (!is_init_slot) {
-    const TensorSpec spec{is_init_key, at::kBool, {}};
+    const TensorSpec spec{is_init_key, DType::Bool, {}};
     detail::check_plain(spec, is_init);
     const bool one_per_row =
         is_init.dim() >= 1 && is_init.size(0) == batch && is_init.numel() == batch;

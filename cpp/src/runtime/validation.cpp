@@ -1,6 +1,6 @@
 // Input validation. The checks only compare sizes, dtypes and flags; a message is built only
 // where its error is thrown.
-#include "validation.h"
+#include "runtime/validation.h"
 
 #include <c10/core/Device.h>
 #include <c10/core/Layout.h>
@@ -189,7 +189,7 @@ void InputValidator::check_tensor(const TensorSpec& spec, const at::Tensor& tens
     throw DeviceError(key, "input " + quoted(key) + " is on device " + tensor.device().str() +
                                ", but the policy was loaded on " + device_.str());
   }
-  if (tensor.scalar_type() != spec.dtype) {
+  if (tensor.scalar_type() != to_scalar_type(spec.dtype)) {
     throw DtypeError(key, "input " + quoted(key) + " has dtype " +
                               dtype_name(tensor.scalar_type()) + ", expected " +
                               dtype_name(spec.dtype));

@@ -1,5 +1,5 @@
 // Hot weight swap (weights.h).
-#include "weights.h"
+#include "runtime/weights.h"
 
 #include <torch/csrc/inductor/aoti_torch/utils.h>
 
@@ -10,7 +10,8 @@
 
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
-#include "weights_file.h"
+#include "tdaot/types.h"
+#include "runtime/weights_file.h"
 
 namespace tdaot::detail {
 namespace {

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "arrayref.h"
+#include "runtime/arrayref.h"
 
 namespace tdaot::detail {
 

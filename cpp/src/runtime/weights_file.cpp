@@ -1,5 +1,5 @@
 // Reading and checking a tdaot weight file (weights_file.h).
-#include "weights_file.h"
+#include "runtime/weights_file.h"
 
 #include <ATen/Functions.h>
 
@@ -11,7 +11,7 @@
 #include <optional>
 #include <utility>
 
-#include "digest.h"
+#include "core/package/digest.h"
 #include "tdaot/errors.h"
 
 namespace tdaot::detail {

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "signature.h"
+#include "core/package/signature.h"
 
 namespace tdaot::detail {
 

@@ -68,13 +68,13 @@ std::vector<at::Tensor> make_tensors(const std::vector<TensorSpec>& specs,
   for (const auto& spec : specs) {
     std::vector<int64_t> shape{batch};
     shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-    const auto options = at::TensorOptions().dtype(spec.dtype);
+    const auto options = at::TensorOptions().dtype(tdaot::to_scalar_type(spec.dtype));
     at::Tensor tensor;
     if (!random) {
       tensor = at::zeros(shape, options);
     } else if (spec.dtype == at::kBool) {
       tensor = at::randint(0, 2, shape, generator, options);
-    } else if (c10::isIntegralType(spec.dtype, /*includeBool=*/false)) {
+    } else if (c10::isIntegralType(tdaot::to_scalar_type(spec.dtype), /*includeBool=*/false)) {
       tensor = at::randint(0, 10, shape, generator, options);
     } else {
       tensor = at::randn(shape, generator, options);

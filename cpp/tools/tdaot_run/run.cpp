@@ -90,7 +90,7 @@ TensorMap read_inputs_file(const std::string& path, const Manifest& manifest) {
     std::vector<double> flat;
     fill(value, shape, 0, "'" + key + "'", path, flat);
     const auto index = manifest.input_index(key);
-    const auto dtype = index ? manifest.inputs[*index].dtype : at::kFloat;
+    const auto dtype = index ? tdaot::to_scalar_type(manifest.inputs[*index].dtype) : at::kFloat;
     const at::Tensor values = at::tensor(flat, at::TensorOptions().dtype(at::kDouble));
     inputs.emplace(key, values.view(shape).to(dtype).to(at::Device(manifest.device)));
   }

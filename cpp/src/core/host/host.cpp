@@ -1,10 +1,6 @@
 // Host checks: refuse a package before dlopen-ing it when running it could only fail or,
 // worse, die of SIGILL in the middle of a control loop.
-#include "host.h"
-
-#include <ATen/Context.h>
-#include <ATen/cpu/Utils.h>
-#include <torch/version.h>
+#include "core/host/host.h"
 
 #include <algorithm>
 #include <cctype>
@@ -155,27 +151,11 @@ void check_device(const Manifest& manifest, const std::string& path, const HostI
                      "', which this runtime does not support (cpu, cuda)");
 }
 
-HostInfo detect_host() {
-  HostInfo host;
-  host.cuda_available = at::hasCUDA();
-  host.torch_major = TORCH_VERSION_MAJOR;
-  host.torch_minor = TORCH_VERSION_MINOR;
-  for (const auto& [name, value] : at::cpu::get_cpu_capabilities()) {
-    if (value.isBool()) host.cpu_features.emplace(name, value.toBool());
-  }
-  return host;
-}
-
 }  // namespace
-
-const HostInfo& current_host() {
-  static const HostInfo host = detect_host();
-  return host;
-}
 
 void check_host(const Manifest& manifest, const std::string& path, const HostInfo& host) {
   check_device(manifest, path, host);
-  check_torch_version(manifest, path, host);
+  if (host.torch_major != 0) check_torch_version(manifest, path, host);
   // The CPU runs the host-side wrapper code even for CUDA packages.
   check_cpu_target(manifest, path, host);
   check_cpu_isa(manifest, path, host);

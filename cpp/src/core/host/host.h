@@ -11,20 +11,21 @@ namespace tdaot::detail {
 // What the running process offers; a value so tests can describe other hosts.
 struct HostInfo {
   bool cuda_available = false;
+  // The libtorch the runtime uses; 0.0 for the lite runtime, which has none and checks a
+  // model's recorded needs instead of the torch version (tdaot/lite.h).
   int torch_major = 0;
   int torch_minor = 0;
   // cpuinfo feature flags as at::cpu::get_cpu_capabilities() names them ("avx2", "avx512_f").
   std::unordered_map<std::string, bool> cpu_features;
 };
 
-// This process's host, computed once.
-const HostInfo& current_host();
+// This CPU's features read with CPUID, under cpuinfo's names (cpu_features.cpp).
+std::unordered_map<std::string, bool> cpu_features();
 
 // Throws HostMismatchError naming `path` when the package needs a device, torch major.minor
-// or CPU instruction set that `host` lacks. `cpu_isa` is a list of tokens separated by spaces,
+// (unless `host` has no torch) or CPU instruction set that `host` lacks. `cpu_isa` is a list of tokens separated by spaces,
 // commas or '+', matched case-insensitively ("avx512", "AVX512 AVX512_VNNI", "avx2"); an empty
 // list or "none"/"default" needs nothing.
-void check_host(const Manifest& manifest, const std::string& path,
-                const HostInfo& host = current_host());
+void check_host(const Manifest& manifest, const std::string& path, const HostInfo& host);
 
 }  // namespace tdaot::detail

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "manifest_schema.h"
+#include "core/manifest/manifest_schema.h"
 #include "tdaot/errors.h"
 
 namespace tdaot {
@@ -139,15 +139,14 @@ bool digest_exempt(std::string_view name) {
          name.substr(name.size() - suffix.size()) == suffix;
 }
 
-std::string dtype_name(c10::ScalarType dtype) {
+std::string dtype_name(DType dtype) {
   for (const auto& [name, known] : kDtypes) {
     if (known == dtype) return std::string(name);
   }
-  // Not a manifest dtype; still name it for error messages about received tensors.
-  return c10::toString(dtype);
+  return "dtype code " + std::to_string(static_cast<int32_t>(dtype));
 }
 
-c10::ScalarType dtype_from_name(const std::string& name, const std::string& origin) {
+DType dtype_from_name(const std::string& name, const std::string& origin) {
   const auto dtype = lookup_dtype(name);
   if (!dtype) throw ManifestError(origin, manifest_prefix(origin) + unknown_dtype_message(name));
   return *dtype;

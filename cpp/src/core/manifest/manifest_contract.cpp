@@ -7,7 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "manifest_schema.h"
+#include "core/manifest/manifest_schema.h"
 
 namespace tdaot::detail {
 namespace {
@@ -60,7 +60,7 @@ Signal parse_signal(const Parser& p, const json& value, const std::string& path,
                     const TensorSpec& spec) {
   const json& object = p.object(value, path);
   refuse_unknown(p, object, path, kSignalFields);
-  if (!c10::isFloatingType(spec.dtype)) {
+  if (!is_floating(spec.dtype)) {
     p.fail(path, "'" + spec.key + "' is " + dtype_name(spec.dtype) +
                      "; a signal scales and clips floating-point values");
   }

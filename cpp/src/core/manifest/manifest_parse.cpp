@@ -8,8 +8,8 @@
 #include <unordered_set>
 #include <utility>
 
-#include "digest.h"
-#include "manifest_schema.h"
+#include "core/package/digest.h"
+#include "core/manifest/manifest_schema.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
 
@@ -243,7 +243,7 @@ std::optional<Recurrent> parse_recurrent(const Parser& p, const json& root, cons
     recurrent.is_init = p.string(*is_init, "recurrent.is_init");
     const TensorSpec& spec =
         spec_named(p, m.inputs, recurrent.is_init, "recurrent.is_init", "inputs");
-    if (spec.dtype != c10::ScalarType::Bool) {
+    if (spec.dtype != DType::Bool) {
       p.fail("recurrent.is_init", "input '" + spec.key + "' has dtype " + dtype_name(spec.dtype) +
                                       "; is_init must be bool");
     }

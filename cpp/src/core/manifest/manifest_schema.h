@@ -2,7 +2,6 @@
 // (manifest_parse.cpp) reads with; Manifest::to_json and the dtype helpers live in manifest.cpp.
 #pragma once
 
-#include <c10/core/ScalarType.h>
 
 #include <array>
 #include <cstdint>
@@ -22,20 +21,20 @@ namespace tdaot::detail {
 
 using nlohmann::json;
 
-inline constexpr std::array<std::pair<std::string_view, c10::ScalarType>, 10> kDtypes{{
-    {"float32", c10::ScalarType::Float},
-    {"float64", c10::ScalarType::Double},
-    {"float16", c10::ScalarType::Half},
-    {"bfloat16", c10::ScalarType::BFloat16},
-    {"int64", c10::ScalarType::Long},
-    {"int32", c10::ScalarType::Int},
-    {"int16", c10::ScalarType::Short},
-    {"int8", c10::ScalarType::Char},
-    {"uint8", c10::ScalarType::Byte},
-    {"bool", c10::ScalarType::Bool},
+inline constexpr std::array<std::pair<std::string_view, DType>, 10> kDtypes{{
+    {"float32", DType::Float32},
+    {"float64", DType::Float64},
+    {"float16", DType::Float16},
+    {"bfloat16", DType::BFloat16},
+    {"int64", DType::Int64},
+    {"int32", DType::Int32},
+    {"int16", DType::Int16},
+    {"int8", DType::Int8},
+    {"uint8", DType::UInt8},
+    {"bool", DType::Bool},
 }};
 
-inline std::optional<c10::ScalarType> lookup_dtype(std::string_view name) {
+inline std::optional<DType> lookup_dtype(std::string_view name) {
   for (const auto& [known, dtype] : kDtypes) {
     if (known == name) return dtype;
   }

@@ -1,4 +1,4 @@
-#include "archive.h"
+#include "core/package/archive.h"
 
 #include <sys/stat.h>
 #include <zip.h>

@@ -1,4 +1,4 @@
-#include "digest.h"
+#include "core/package/digest.h"
 
 #include <openssl/evp.h>
 

@@ -1,7 +1,7 @@
 // The AOTInductor metadata JSON of a package's models, and the manifest it carries.
 #include <nlohmann/json.hpp>
 
-#include "package.h"
+#include "core/package/package.h"
 #include "tdaot/errors.h"
 
 namespace tdaot::detail {

@@ -1,11 +1,11 @@
 // Reading, verifying and extracting a package (see package.h for why tdaot does it itself).
-#include "package.h"
+#include "core/package/package.h"
 
-#include <c10/util/Exception.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -16,11 +16,11 @@
 #include <string_view>
 #include <utility>
 
-#include "archive.h"
-#include "digest.h"
-#include "signature.h"
+#include "core/package/archive.h"
+#include "core/package/digest.h"
+#include "core/package/signature.h"
 #include "tdaot/errors.h"
-#include "tdaot/policy.h"
+#include "tdaot/package.h"
 
 namespace tdaot {
 namespace detail {
@@ -61,7 +61,7 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
     bytes.append(buffer, static_cast<size_t>(file.gcount()));
     if (bytes.size() > max_bytes) {
       fail_path(path, "is larger than the limit of " + std::to_string(max_bytes) +
-                          " bytes (PolicyOptions::max_package_bytes)");
+                          " bytes (PackageOptions::max_package_bytes)");
     }
   }
   if (file.bad()) fail_path(path, std::string("cannot be read: ") + std::strerror(errno));
@@ -131,7 +131,7 @@ const ExtractedModel& Extraction::model(const std::string& name) const {
   throw Error("internal: model '" + name + "' was not extracted");
 }
 
-Package::Package(std::string path, const PolicyOptions& options)
+Package::Package(std::string path, const PackageOptions& options)
     : path_(std::move(path)), bytes_(read_file(path_, options.max_package_bytes)) {
   sha256_ = sha256_hex(bytes_);
   if (!options.expected_sha256.empty()) {
@@ -328,33 +328,42 @@ void Package::check_files(Extraction* destination) const {
   }
 }
 
-std::string exception_text(const std::exception& e) {
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
-  // AOTI messages often end in newlines, which would split one-line error reports.
-  text.erase(text.find_last_not_of(" \n\r\t") + 1);
-  return text;
-}
-
 }  // namespace detail
 
 // Declared in tdaot/manifest.h; defined here because it reads the package file.
 Manifest read_manifest(const std::string& package_path) {
-  return detail::Package(package_path, PolicyOptions{}).manifest();
+  return detail::Package(package_path, PackageOptions{}).manifest();
 }
 
 std::string read_manifest_bytes(const std::string& package_path) {
-  return detail::Package(package_path, PolicyOptions{}).manifest_bytes();
+  return detail::Package(package_path, PackageOptions{}).manifest_bytes();
 }
 
 std::string verify_package(const std::string& package_path, const std::string& expected_sha256,
                            const std::vector<std::string>& trusted_keys) {
-  PolicyOptions options;
+  PackageOptions options;
   options.expected_sha256 = expected_sha256;
   options.trusted_keys = trusted_keys;
   const detail::Package package(package_path, options);
   package.verify_files();
   return package.sha256();
+}
+
+FileKind file_kind(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw PackageError(path, "'" + path + "' cannot be opened");
+  std::array<char, 9> head{};
+  in.read(head.data(), head.size());
+  const auto got = static_cast<size_t>(in.gcount());
+  // A zip archive starts with a local file header; safetensors with the 8-byte length of its
+  // JSON header, which opens with '{'.
+  if (got >= 4 && std::string(head.data(), 4) == std::string("PK\x03\x04", 4)) {
+    return FileKind::kPackage;
+  }
+  if (got == head.size() && head[8] == '{') return FileKind::kWeights;
+  throw PackageError(path, "'" + path +
+                               "' is neither a tdaot package (.pt2: a zip archive) nor a tdaot "
+                               "weight file (.tdw: safetensors, made by tdaot.export_weights)");
 }
 
 }  // namespace tdaot

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "tdaot/manifest.h"
-#include "tdaot/types.h"
+#include "tdaot/package.h"
 
 namespace tdaot::detail {
 
@@ -66,7 +66,7 @@ class Package {
   // by verify_files / extract. With options.trusted_keys, the manifest's signature is checked
   // right after the manifest (SignatureError), before the caller checks the host or loads
   // anything.
-  Package(std::string path, const PolicyOptions& options);
+  Package(std::string path, const PackageOptions& options);
   ~Package();
   Package(const Package&) = delete;
   Package& operator=(const Package&) = delete;
@@ -121,8 +121,5 @@ Metadata parse_metadata(const std::string& text, const std::string& entry, const
 
 // Parses the manifest stored under kManifestMetadataKey; throws ManifestError naming the path.
 Manifest manifest_from_metadata(const Metadata& metadata, const std::string& path);
-
-// e.what() without the C++ backtrace c10::Error appends, for one-line messages.
-std::string exception_text(const std::exception& e);
 
 }  // namespace tdaot::detail

@@ -1,5 +1,5 @@
 // Ed25519 verification with OpenSSL's EVP interface (see signature.h for the format).
-#include "signature.h"
+#include "core/package/signature.h"
 
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "digest.h"
+#include "core/package/digest.h"
 #include "tdaot/errors.h"
 
 namespace tdaot::detail {

@@ -17,7 +17,8 @@ JOBS ?= $(shell nproc)
 PY_DEPS := torch==2.13.0 tensordict==0.14.3 torchrl==0.14.1 "pybind11>=2.12,<4" "cryptography>=42" \
 	"scikit-build-core>=0.10" ninja "cmake>=3.25" "pytest>=8" ruff safetensors==0.8.0 pyelftools==0.33
 # zipcmp/zipmerge/ziptool: Debian 12's libzip CMake config refuses to load without them.
-APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev libzip-dev zipcmp zipmerge ziptool libssl-dev
+APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev libzip-dev zipcmp zipmerge ziptool libssl-dev \
+	libsleef-dev
 
 CPP_SOURCES := CMakeLists.txt $(shell find cpp tests/cpp tests/ops -name '*.cpp' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 

@@ -40,15 +40,10 @@
 #include <string>
 #include <vector>
 
+#include "tdaot/envelope.h"
 #include "tdaot/policy.h"
 
 namespace tdaot {
-
-// What a session's safety envelope did, counted in steps since the session was created.
-struct Interventions {
-  int64_t nonfinite = 0;     // steps with a NaN or infinite input or output element
-  int64_t rate_limited = 0;  // steps where some output element was held to its max_delta
-};
 
 class Session {
  public:

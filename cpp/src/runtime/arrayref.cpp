@@ -4,16 +4,39 @@
 #include <dlfcn.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 
+#include "core/run/model_library.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
 #include "tdaot/types.h"
 
 namespace tdaot::detail {
+namespace {
+
+// A bound model library is linked without libtorch (aot_inductor.link_libtorch = False, so the
+// lite runtime can run it): the process must provide torch's C shim. A program linked to libtorch
+// has it in the global scope, but a Python process loads libtorch_cpu with RTLD_LOCAL (through
+// torch._C and tdaot._C), so promote the loaded library to RTLD_GLOBAL once before such a dlopen.
+void make_torch_shim_global() {
+  static const bool done = [] {
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void*>(&aoti_torch_dtype_float32), &info) != 0 &&
+        info.dli_fname != nullptr) {
+      // RTLD_NOLOAD: the library is already mapped; this only widens its scope (never unloaded).
+      ::dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+    }
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace
 
 std::unique_ptr<ArrayrefLibrary> ArrayrefLibrary::open(const std::string& path) {
+  make_torch_shim_global();
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = ::dlerror();
@@ -118,16 +141,19 @@ AOTInductorArrayRefTensor describe(const at::Tensor& tensor) {
   return d;
 }
 
-bool in_bounds(const AOTInductorArrayRefTensor& d) {
-  if (d.ndim < 0 || d.ndim > AOTI_ARRAYREF_TENSOR_MAX_DIMS) return false;
-  int64_t last = 0;
-  for (int32_t i = 0; i < d.ndim; ++i) {
-    if (d.sizes[i] == 0) return true;
-    if (d.sizes[i] < 0 || d.strides[i] < 0) return false;
-    last += (d.sizes[i] - 1) * d.strides[i];
-  }
-  return last < d.numel;
+// torch's descriptor and the core's declaration of it (core/run/aoti_interface.h) are one layout:
+// the output copy and its bounds check are the core's, shared with the lite runtime.
+static_assert(sizeof(AOTInductorArrayRefTensor) == sizeof(aoti::ArrayRefTensor));
+static_assert(offsetof(AOTInductorArrayRefTensor, ndim) == offsetof(aoti::ArrayRefTensor, ndim));
+static_assert(offsetof(AOTInductorArrayRefTensor, dtype) == offsetof(aoti::ArrayRefTensor, dtype));
+static_assert(offsetof(AOTInductorArrayRefTensor, reserved) ==
+              offsetof(aoti::ArrayRefTensor, reserved));
+
+const aoti::ArrayRefTensor& as_core(const AOTInductorArrayRefTensor& d) {
+  return *reinterpret_cast<const aoti::ArrayRefTensor*>(&d);
 }
+
+bool in_bounds(const AOTInductorArrayRefTensor& d) { return detail::in_bounds(as_core(d)); }
 
 bool same_shape(const AOTInductorArrayRefTensor& d, const at::Tensor& tensor) {
   if (d.ndim != tensor.dim() || d.dtype != aoti_dtype(tensor.scalar_type())) return false;
@@ -138,41 +164,7 @@ bool same_shape(const AOTInductorArrayRefTensor& d, const at::Tensor& tensor) {
 }
 
 void copy_view(void* destination, const AOTInductorArrayRefTensor& src, size_t element) {
-  char* dst = static_cast<char*>(destination);
-  const auto bytes = static_cast<int64_t>(element);
-  const int32_t n = src.ndim;
-  int64_t total = 1;
-  bool contiguous = true;
-  for (int32_t d = n - 1; d >= 0; --d) {
-    if (src.sizes[d] != 1 && src.strides[d] != total) contiguous = false;
-    total *= src.sizes[d];
-  }
-  const char* base = static_cast<const char*>(src.data);
-  if (total == 0) return;
-  if (contiguous || n == 0) {
-    std::memcpy(dst, base, static_cast<size_t>(total * bytes));
-    return;
-  }
-  // Row by row along the last dim; `index` counts through the others like an odometer.
-  int64_t index[AOTI_ARRAYREF_TENSOR_MAX_DIMS] = {};
-  const int64_t row = src.sizes[n - 1];
-  const int64_t step = src.strides[n - 1];
-  for (int64_t done = 0; done < total; done += row) {
-    int64_t offset = 0;
-    for (int32_t d = 0; d < n - 1; ++d) offset += index[d] * src.strides[d];
-    if (step == 1) {
-      std::memcpy(dst, base + offset * bytes, static_cast<size_t>(row * bytes));
-      dst += row * bytes;
-    } else {
-      for (int64_t j = 0; j < row; ++j, dst += bytes) {
-        std::memcpy(dst, base + (offset + j * step) * bytes, element);
-      }
-    }
-    for (int32_t d = n - 2; d >= 0; --d) {
-      if (++index[d] < src.sizes[d]) break;
-      index[d] = 0;
-    }
-  }
+  detail::copy_view(destination, as_core(src), element);
 }
 
 }  // namespace tdaot::detail

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common.h"
+#include "common/alloc_window.h"
 #include "tdaot/stats.h"
 
 namespace tdaot::tool {
@@ -44,27 +45,6 @@ struct BenchOptions {
 };
 
 using Clock = std::chrono::steady_clock;
-
-// The preloaded counter's tdaot_alloc_count, or null when none is preloaded.
-using AllocCount = unsigned long long (*)();
-AllocCount alloc_counter() {
-  return reinterpret_cast<AllocCount>(dlsym(RTLD_DEFAULT, "tdaot_alloc_count"));
-}
-
-// Counts allocations between its construction and done(), when a counter is preloaded.
-class AllocWindow {
- public:
-  AllocWindow() : count_(alloc_counter()), start_(count_ ? count_() : 0) {}
-  // Allocations per call over `calls` calls; -1 when no counter is preloaded.
-  double done(int64_t calls) const {
-    if (count_ == nullptr) return -1;
-    return static_cast<double>(count_() - start_) / static_cast<double>(calls);
-  }
-
- private:
-  AllocCount count_;
-  unsigned long long start_;
-};
 
 // What was timed, for the report.
 struct Timing {

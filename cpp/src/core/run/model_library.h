@@ -1,0 +1,78 @@
+// Internal: a compiled model library's plain C entry points (minimal arrayref interface), one
+// RAII model instance, and the copy of a model's output view into caller memory. Torch-free:
+// the lite runtime runs every model through it; the full runtime's bound run shares copy_view
+// and in_bounds (runtime/arrayref.cpp).
+//
+// Such a model takes and returns flat ArrayRefTensor descriptors, keeps its intermediates on the
+// stack and writes each output descriptor to point at a thread_local buffer of its library, so a
+// call allocates nothing; the caller copies the outputs out before the next call.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/run/aoti_interface.h"
+#include "tdaot/dtype.h"
+
+namespace tdaot::detail {
+
+class ModelLibrary {
+ public:
+  // The entry points of the model library at `path` (dlopen-ed with `dlopen_flags`), or nullptr
+  // when it does not export AOTInductorModelRunMinimalArrayrefInterfaceV2. Throws tdaot::Error
+  // naming the path and the loader's message (an undefined symbol, ...) when it cannot be loaded.
+  static std::unique_ptr<ModelLibrary> open(const std::string& path, int dlopen_flags);
+  ~ModelLibrary();
+  ModelLibrary(const ModelLibrary&) = delete;
+  ModelLibrary& operator=(const ModelLibrary&) = delete;
+
+  aoti::CreateV2 create = nullptr;
+  aoti::Delete destroy = nullptr;
+  aoti::GetNumOutputs num_outputs = nullptr;
+  aoti::RunMinimalArrayrefV2 run = nullptr;
+  aoti::UpdateConstantsMapV2 update_constants = nullptr;  // null when the library lacks it
+  aoti::GetLastError last_error = nullptr;                // null when the library lacks it
+
+  // The library's message for the calling thread's last failed call, for error messages.
+  std::string error_text() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  ModelLibrary(void* handle, std::string path) : handle_(handle), path_(std::move(path)) {}
+  void* handle_;
+  std::string path_;
+};
+
+// One model instance (with its own copy of the constants embedded in the library), deleted with
+// this object, including when a constructor that made it throws later on.
+class ModelInstance {
+ public:
+  // Throws tdaot::Error with the library's message when it cannot be created.
+  explicit ModelInstance(const ModelLibrary& library);
+  ~ModelInstance();
+  ModelInstance(const ModelInstance&) = delete;
+  ModelInstance& operator=(const ModelInstance&) = delete;
+  aoti::ModelHandle handle() const { return handle_; }
+
+ private:
+  const ModelLibrary& library_;
+  aoti::ModelHandle handle_ = nullptr;
+};
+
+// A descriptor of contiguous memory holding [shape] elements of `dtype` (at most kMaxDims dims).
+aoti::ArrayRefTensor describe(void* data, DType dtype, const std::vector<int64_t>& shape);
+
+// Whether the view `d` reads only elements [0, d.numel) of its data.
+bool in_bounds(const aoti::ArrayRefTensor& d);
+
+// Whether `d` has exactly `dtype` and `shape`.
+bool same_shape(const aoti::ArrayRefTensor& d, DType dtype, const std::vector<int64_t>& shape);
+
+// Copies the view `src` (within bounds) into the contiguous memory `dst` with elements of
+// `element` bytes. A model's output may be a strided view of a larger buffer (two outputs sliced
+// from one result): the descriptor's strides are followed; a contiguous one is one memcpy.
+// Allocates nothing.
+void copy_view(void* dst, const aoti::ArrayRefTensor& src, size_t element);
+
+}  // namespace tdaot::detail

@@ -1,0 +1,270 @@
+// tdaot::lite::Binding: owned input and output buffers for one batch size, run in place through
+// the model's plain C entry point; for a recurrent package a bound session (tdaot/lite.h).
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include "core/run/buffer_envelope.h"
+#include "core/run/busy_guard.h"
+#include "lite/policy_impl.h"
+
+namespace tdaot::lite {
+namespace {
+
+constexpr const char* kConcurrentUse =
+    "tdaot::lite::Binding used from two threads at once: a binding is for one thread; bind one "
+    "per thread (bindings may share one Policy)";
+
+struct FreeAligned {
+  void operator()(void* p) const { std::free(p); }
+};
+
+// One input or output: [batch, *shape] contiguous elements, 64-byte aligned, zeroed.
+struct Buffer {
+  Buffer(const TensorSpec& spec, int64_t batch) : dtype(spec.dtype), shape{batch} {
+    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    bytes = static_cast<size_t>(count) * element_size(dtype);
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    data.reset(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
+    if (!data) throw std::bad_alloc();
+    std::memset(data.get(), 0, rounded == 0 ? 64 : rounded);
+  }
+  DType dtype;
+  std::vector<int64_t> shape;
+  size_t bytes = 0;
+  std::unique_ptr<void, FreeAligned> data;
+};
+
+std::string key_list(const std::vector<TensorSpec>& specs) {
+  std::string text;
+  for (const TensorSpec& spec : specs) text += (text.empty() ? "'" : ", '") + spec.key + "'";
+  return text;
+}
+
+size_t index_of(const std::vector<TensorSpec>& specs, const std::string& key, const char* kind) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].key == key) return i;
+  }
+  throw UnknownKeyError(key, std::string("unknown ") + kind + " key '" + key +
+                                 "'; the binding's " + kind + "s: " + key_list(specs));
+}
+
+}  // namespace
+
+struct Binding::Impl {
+  Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows, const BindOptions& options)
+      : policy(std::move(policy_impl)),
+        manifest(policy->manifest),
+        batch(rows),
+        model(policy->model_for(rows)),
+        instance(*model.library) {
+    for (const TensorSpec& spec : manifest.inputs) inputs.emplace_back(spec, batch);
+    for (const TensorSpec& spec : manifest.outputs) outputs.emplace_back(spec, batch);
+    for (Buffer& b : inputs) {
+      if (b.shape.size() > static_cast<size_t>(detail::aoti::kMaxDims)) {
+        fail("takes an input of " + std::to_string(b.shape.size()) + " dims (at most " +
+             std::to_string(detail::aoti::kMaxDims) + ")");
+      }
+      in.push_back(detail::describe(b.data.get(), b.dtype, b.shape));
+      input_data.push_back(b.data.get());
+    }
+    for (Buffer& b : outputs) output_data.push_back(b.data.get());
+    out.resize(outputs.size());
+    size_t count = 0;
+    if (model.library->num_outputs(instance.handle(), &count) != detail::aoti::kSuccess ||
+        count != outputs.size()) {
+      fail("has " + std::to_string(count) + " outputs, but the manifest lists " +
+           std::to_string(outputs.size()));
+    }
+    if (manifest.recurrent) {
+      for (const StatePair& pair : manifest.recurrent->state) {
+        carries.push_back({*manifest.input_index(pair.input), *manifest.output_index(pair.output)});
+      }
+      if (!manifest.recurrent->is_init.empty()) {
+        is_init = *manifest.input_index(manifest.recurrent->is_init);
+      }
+    }
+    // One call on the zero inputs checks what the model writes against the manifest and makes
+    // this thread's output arrays; nothing is carried.
+    call();
+    if (options.envelope) envelope.emplace(manifest, batch);
+    mark_all_new();
+  }
+
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw ExecutionError(policy->describe(model) + ": the compiled model " + problem +
+                         " (lite binding of batch size " + std::to_string(batch) + ")");
+  }
+
+  // The model on the inputs, its outputs copied into the owned output buffers.
+  void call() {
+    const detail::ModelLibrary& lib = *model.library;
+    if (lib.run(instance.handle(), static_cast<int32_t>(in.size()), in.data(),
+                static_cast<int32_t>(out.size()), out.data()) != detail::aoti::kSuccess) {
+      fail("failed: " + lib.error_text());
+    }
+    for (size_t i = 0; i < out.size(); ++i) {
+      // The library's output array is thread_local and may move between calls: read it now.
+      if (!detail::same_shape(out[i], outputs[i].dtype, outputs[i].shape) ||
+          !detail::in_bounds(out[i])) {
+        const std::vector<int64_t> sizes(out[i].sizes, out[i].sizes + std::max(out[i].ndim, 0));
+        fail("returned output '" + manifest.outputs[i].key + "' of shape " +
+             format_shape(sizes) + " and dtype code " + std::to_string(out[i].dtype) +
+             ", but the manifest says " + dtype_name(outputs[i].dtype) + " " +
+             format_shape(outputs[i].shape));
+      }
+      detail::copy_view(outputs[i].data.get(), out[i], element_size(outputs[i].dtype));
+    }
+  }
+
+  void run() {
+    call();
+    if (envelope && !envelope->guard(input_data, output_data)) {
+      // A non-finite step does not count: the state stays, is_init marks stay for the next run.
+      return;
+    }
+    for (const Carry& carry : carries) {
+      std::memcpy(inputs[carry.input].data.get(), outputs[carry.output].data.get(),
+                  inputs[carry.input].bytes);
+    }
+    // Cleared after every run: marks set by the caller are for this run alone.
+    if (is_init) std::memset(inputs[*is_init].data.get(), 0, inputs[*is_init].bytes);
+  }
+
+  void require_recurrent() const {
+    if (!manifest.recurrent) {
+      throw Error("package '" + policy->path +
+                  "' is not recurrent (its manifest has no 'recurrent' section): a binding of it "
+                  "has no state to reset");
+    }
+  }
+
+  // Zeroes the state of `row` and marks it is_init.
+  void forget_row(int64_t row) {
+    for (const Carry& carry : carries) {
+      Buffer& state = inputs[carry.input];
+      const size_t width = state.bytes / static_cast<size_t>(batch);
+      std::memset(static_cast<char*>(state.data.get()) + static_cast<size_t>(row) * width, 0, width);
+    }
+    if (is_init) {
+      Buffer& flags = inputs[*is_init];
+      const size_t width = flags.bytes / static_cast<size_t>(batch);
+      std::memset(static_cast<char*>(flags.data.get()) + static_cast<size_t>(row) * width, 1, width);
+    }
+  }
+
+  void mark_all_new() {
+    for (int64_t row = 0; row < batch; ++row) forget_row(row);
+  }
+
+  std::shared_ptr<const Policy::Impl> policy;
+  const Manifest& manifest;
+  int64_t batch;
+  const Policy::Impl::Model& model;
+  detail::ModelInstance instance;  // this binding's own, with its own copy of the weights
+  std::vector<Buffer> inputs;
+  std::vector<Buffer> outputs;
+  std::vector<detail::aoti::ArrayRefTensor> in;
+  std::vector<detail::aoti::ArrayRefTensor> out;  // filled by each call: the library's own arrays
+  std::vector<const void*> input_data;
+  std::vector<void*> output_data;
+  struct Carry {
+    size_t input;
+    size_t output;
+  };
+  std::vector<Carry> carries;
+  std::optional<size_t> is_init;
+  std::optional<detail::BufferEnvelope> envelope;
+  Interventions no_interventions;
+  std::atomic<bool> busy{false};
+};
+
+Binding::Binding(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Binding::~Binding() = default;
+Binding::Binding(Binding&&) noexcept = default;
+Binding& Binding::operator=(Binding&&) noexcept = default;
+
+Binding::Impl& Binding::impl() const {
+  if (!impl_) {
+    throw Error("this tdaot::lite::Binding was moved from; use the Binding it was moved to");
+  }
+  return *impl_;
+}
+
+int64_t Binding::batch() const { return impl().batch; }
+const std::string& Binding::model() const { return impl().model.spec.name; }
+
+void* Binding::input_data(const std::string& key, DType dtype) {
+  Impl& self = impl();
+  const size_t i = index_of(self.manifest.inputs, key, "input");
+  if (self.inputs[i].dtype != dtype) {
+    throw DtypeError(key, "input '" + key + "' has dtype " + dtype_name(self.inputs[i].dtype) +
+                              ", not " + dtype_name(dtype));
+  }
+  return self.inputs[i].data.get();
+}
+
+const void* Binding::output_data(const std::string& key, DType dtype) const {
+  const Impl& self = impl();
+  const size_t i = index_of(self.manifest.outputs, key, "output");
+  if (self.outputs[i].dtype != dtype) {
+    throw DtypeError(key, "output '" + key + "' has dtype " + dtype_name(self.outputs[i].dtype) +
+                              ", not " + dtype_name(dtype));
+  }
+  return self.outputs[i].data.get();
+}
+
+std::vector<int64_t> Binding::input_shape(const std::string& key) const {
+  const Impl& self = impl();
+  return self.inputs[index_of(self.manifest.inputs, key, "input")].shape;
+}
+
+std::vector<int64_t> Binding::output_shape(const std::string& key) const {
+  const Impl& self = impl();
+  return self.outputs[index_of(self.manifest.outputs, key, "output")].shape;
+}
+
+void Binding::run() {
+  Impl& self = impl();
+  detail::BusyGuard guard(self.busy, kConcurrentUse);
+  self.run();
+}
+
+void Binding::reset() {
+  Impl& self = impl();
+  self.require_recurrent();
+  detail::BusyGuard guard(self.busy, kConcurrentUse);
+  self.mark_all_new();
+  if (self.envelope) self.envelope->reset();
+}
+
+void Binding::reset(const std::vector<bool>& mask) {
+  Impl& self = impl();
+  self.require_recurrent();
+  detail::BusyGuard guard(self.busy, kConcurrentUse);
+  if (static_cast<int64_t>(mask.size()) != self.batch) {
+    throw ShapeError("", "the reset mask has " + std::to_string(mask.size()) +
+                             " values, but the binding has " + std::to_string(self.batch) +
+                             " rows (one bool per row)");
+  }
+  for (int64_t row = 0; row < self.batch; ++row) {
+    if (mask[static_cast<size_t>(row)]) self.forget_row(row);
+  }
+  if (self.envelope) self.envelope->reset(mask);
+}
+
+const Interventions& Binding::interventions() const {
+  const Impl& self = impl();
+  return self.envelope ? self.envelope->interventions() : self.no_interventions;
+}
+
+Binding Policy::bind(int64_t batch, const BindOptions& options) const {
+  impl();  // throws for a moved-from Policy
+  return Binding(std::make_unique<Binding::Impl>(impl_, batch, options));
+}
+
+}  // namespace tdaot::lite

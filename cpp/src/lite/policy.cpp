@@ -1,0 +1,165 @@
+// tdaot::lite::Policy: the shared core's package checks, then each lite model's recorded needs
+// checked against this process, then its library loaded. No libtorch anywhere (tdaot/lite.h).
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "core/host/host.h"
+#include "core/package/package.h"
+#include "lite/policy_impl.h"
+#include "lite/shim/shim.h"
+
+// One of SLEEF's functions, for its library's address (the models resolve SLEEF through us).
+extern "C" float Sleef_expf_u10(float);
+
+namespace tdaot::lite {
+namespace {
+
+// The model libraries resolve torch's shim functions (this library) and SLEEF's from the
+// process's global scope. A program linked to libtdaot_lite has both there; a process that
+// dlopen-ed it with RTLD_LOCAL (a plugin, Python's ctypes) does not, so widen their scope once.
+void make_provided_symbols_global() {
+  static const bool done = [] {
+    for (void* address : {reinterpret_cast<void*>(&aoti_torch_dtype_float32),
+                          reinterpret_cast<void*>(&Sleef_expf_u10)}) {
+      Dl_info info{};
+      if (::dladdr(address, &info) != 0 && info.dli_fname != nullptr) {
+        ::dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);  // never unloaded
+      }
+    }
+    return true;
+  }();
+  (void)done;
+}
+
+std::string join(const std::vector<std::string>& names, size_t limit = 8) {
+  std::string text;
+  for (size_t i = 0; i < names.size() && i < limit; ++i) {
+    text += (i == 0 ? "" : ", ") + names[i];
+  }
+  if (names.size() > limit) text += ", ... (" + std::to_string(names.size()) + " in all)";
+  return text;
+}
+
+bool runs_lite(const ModelSpec& model) { return model.lite && model.lite->runs; }
+
+// "'model' (batch 1..64): needs libtorch: aoti_torch_cpu_addmm_out (addmm); 'b1' ...".
+std::string why_not_lite(const Manifest& manifest) {
+  std::string text;
+  for (const ModelSpec& model : manifest.models) {
+    text += (text.empty() ? "" : "; ") + std::string("'") + model.name + "' (batch " +
+            std::to_string(model.batch.min) +
+            (model.batch.dynamic() ? ".." + std::to_string(model.batch.max) : "") + "): " +
+            (model.lite ? model.lite->why : "no lite record (built before tdaot recorded it)");
+  }
+  return text;
+}
+
+// The needed symbols this process does not provide.
+std::vector<std::string> unprovided(const std::vector<std::string>& needs) {
+  std::vector<std::string> missing;
+  for (const std::string& symbol : needs) {
+    if (::dlsym(RTLD_DEFAULT, symbol.c_str()) == nullptr) missing.push_back(symbol);
+  }
+  return missing;
+}
+
+}  // namespace
+
+Policy::Impl::Impl(const std::string& package_path, const Options& options) : path(package_path) {
+  make_provided_symbols_global();
+  // The bytes are read, pinned, verified and signature-checked by the core, then dropped once
+  // the models are loaded: the process keeps only the manifest and the mapped libraries.
+  const detail::Package package(package_path, options);
+  manifest = package.manifest();
+  sha256 = package.sha256();
+  detail::HostInfo host;  // no torch, no CUDA: the version check gives way to the needs check
+  host.cpu_features = detail::cpu_features();
+  detail::check_host(manifest, path, host);
+  std::vector<std::string> names;
+  for (const ModelSpec& spec : manifest.models) {
+    if (runs_lite(spec)) names.push_back(spec.name);
+  }
+  if (names.empty()) {
+    throw HostMismatchError(path, "package '" + path +
+                                      "' has no model that runs on the lite runtime (no "
+                                      "libtorch): " + why_not_lite(manifest) +
+                                      "; load it with tdaot::Policy (tdaot::runtime)");
+  }
+  for (const ModelSpec& spec : manifest.models) {
+    if (!runs_lite(spec)) continue;
+    const std::vector<std::string> missing = unprovided(spec.lite->needs);
+    if (!missing.empty()) {
+      throw HostMismatchError(path, "package '" + path + "' model '" + spec.name +
+                                        "' needs symbols the lite runtime does not provide: " +
+                                        join(missing) + " (refused before loading it)");
+    }
+  }
+  const detail::Extraction files = package.extract(options.temp_dir, names);
+  for (const std::string& name : names) {
+    const ModelSpec& spec = *std::find_if(manifest.models.begin(), manifest.models.end(),
+                                          [&](const ModelSpec& m) { return m.name == name; });
+    std::unique_ptr<detail::ModelLibrary> library;
+    try {
+      library = detail::ModelLibrary::open(files.model(name).library, RTLD_NOW | RTLD_LOCAL);
+    } catch (const Error& e) {
+      throw PackageError(path, "package '" + path + "' model '" + name + "': " + e.what());
+    }
+    if (!library) {
+      throw PackageError(path, "package '" + path + "' model '" + name +
+                                   "' lacks the minimal arrayref entry point its manifest "
+                                   "records for the lite runtime");
+    }
+    models.push_back(Model{spec, std::move(library)});
+  }
+  // The extracted files go with `files`; the libraries stay mapped.
+}
+
+const Policy::Impl::Model& Policy::Impl::model_for(int64_t batch) const {
+  const Model* best = nullptr;
+  for (const Model& model : models) {
+    if (!model.spec.batch.contains(batch)) continue;
+    const int64_t width = model.spec.batch.max - model.spec.batch.min;
+    if (best == nullptr || width < best->spec.batch.max - best->spec.batch.min) best = &model;
+  }
+  if (best != nullptr) return *best;
+  std::string served;
+  for (int64_t size : batch_sizes()) served += (served.empty() ? "" : ", ") + std::to_string(size);
+  throw BatchSizeError("", "package '" + path + "' has no lite model for batch size " +
+                               std::to_string(batch) + "; the lite runtime serves batch sizes " +
+                               served + " (models: " + manifest.describe_models() + ")");
+}
+
+std::vector<int64_t> Policy::Impl::batch_sizes() const {
+  std::vector<int64_t> sizes;
+  for (const Model& model : models) {
+    for (int64_t b = model.spec.batch.min; b <= model.spec.batch.max; ++b) sizes.push_back(b);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  return sizes;
+}
+
+std::string Policy::Impl::describe(const Model& model) const {
+  return "model '" + model.spec.name + "' of package '" + path + "'";
+}
+
+Policy::Policy(const std::string& package_path, const Options& options)
+    : impl_(std::make_shared<const Impl>(package_path, options)) {}
+Policy::~Policy() = default;
+Policy::Policy(Policy&&) noexcept = default;
+Policy& Policy::operator=(Policy&&) noexcept = default;
+
+const Policy::Impl& Policy::impl() const {
+  if (!impl_) throw Error("this tdaot::lite::Policy was moved from; use the Policy it was moved to");
+  return *impl_;
+}
+
+const Manifest& Policy::manifest() const { return impl().manifest; }
+const std::optional<Contract>& Policy::contract() const { return impl().manifest.contract; }
+const std::string& Policy::path() const { return impl().path; }
+const std::string& Policy::sha256() const { return impl().sha256; }
+std::vector<int64_t> Policy::batch_sizes() const { return impl().batch_sizes(); }
+
+}  // namespace tdaot::lite

@@ -1,0 +1,275 @@
+// tdaot-lite: inspect, verify, run and time a package's lite models with no libtorch (linked
+// only to tdaot::lite). The lite runtime's twin of tdaot-run, for robots and for the parity
+// check tdaot.testing.assert_parity(..., runtime="lite"), which runs it as a subprocess.
+//
+//   tdaot-lite inspect PKG
+//   tdaot-lite verify PKG [--public-key K]... [--sha256 H]
+//   tdaot-lite run PKG --batch B [--inputs FILE|-]   one object of key -> nested lists, or a list
+//                                                     of them (a rollout: a step may hold
+//                                                     "__reset__": true or one bool per row,
+//                                                     applied before it); missing inputs are zeros
+//   tdaot-lite bench PKG --batch B [--iters N] [--warmup N] [--json]
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/alloc_window.h"
+#include "tdaot/lite.h"
+#include "tdaot/stats.h"
+
+namespace tdaot::tool {
+namespace {
+
+using nlohmann::json;
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// Flattens nested lists into `flat` in row-major order, checking them against `shape`.
+void flatten(const json& value, const std::vector<int64_t>& shape, size_t dim,
+             const std::string& key, std::vector<double>& flat) {
+  if (dim == shape.size()) {
+    if (!value.is_number() && !value.is_boolean()) {
+      throw InputError(key, "input '" + key + "': expected a number, got " + value.dump());
+    }
+    flat.push_back(value.is_boolean() ? (value.get<bool>() ? 1.0 : 0.0) : value.get<double>());
+    return;
+  }
+  if (!value.is_array() || static_cast<int64_t>(value.size()) != shape[dim]) {
+    throw ShapeError(key, "input '" + key + "' must be nested lists of shape " +
+                              format_shape(shape) + " (dim " + std::to_string(dim) + " has " +
+                              (value.is_array() ? std::to_string(value.size()) + " entries"
+                                                : std::string("no list")) +
+                              ")");
+  }
+  for (const json& item : value) flatten(item, shape, dim + 1, key, flat);
+}
+
+template <typename T>
+void store(void* data, const std::vector<double>& flat) {
+  T* out = static_cast<T*>(data);
+  for (size_t i = 0; i < flat.size(); ++i) out[i] = static_cast<T>(flat[i]);
+}
+
+void write_input(lite::Binding& b, const TensorSpec& spec, const json& value) {
+  const std::vector<int64_t> shape = b.input_shape(spec.key);
+  std::vector<double> flat;
+  flatten(value, shape, 0, spec.key, flat);
+  void* data = b.input_data(spec.key, spec.dtype);
+  switch (spec.dtype) {
+    case DType::Float32: store<float>(data, flat); break;
+    case DType::Float64: store<double>(data, flat); break;
+    case DType::Int64: store<int64_t>(data, flat); break;
+    case DType::Int32: store<int32_t>(data, flat); break;
+    case DType::Int16: store<int16_t>(data, flat); break;
+    case DType::Int8: store<int8_t>(data, flat); break;
+    case DType::UInt8: store<uint8_t>(data, flat); break;
+    case DType::Bool: store<bool>(data, flat); break;
+    default:
+      throw DtypeError(spec.key, "input '" + spec.key + "' has dtype " + dtype_name(spec.dtype) +
+                                     ", which tdaot-lite run does not read from JSON");
+  }
+}
+
+template <typename T>
+json nest(const T* data, const std::vector<int64_t>& shape, size_t dim, int64_t& at) {
+  if (dim == shape.size()) return json(data[at++]);
+  json list = json::array();
+  for (int64_t i = 0; i < shape[dim]; ++i) list.push_back(nest(data, shape, dim + 1, at));
+  return list;
+}
+
+json read_output(const lite::Binding& b, const TensorSpec& spec) {
+  const std::vector<int64_t> shape = b.output_shape(spec.key);
+  const void* data = b.output_data(spec.key, spec.dtype);
+  int64_t at = 0;
+  switch (spec.dtype) {
+    case DType::Float32: return nest(static_cast<const float*>(data), shape, 0, at);
+    case DType::Float64: return nest(static_cast<const double*>(data), shape, 0, at);
+    case DType::Int64: return nest(static_cast<const int64_t*>(data), shape, 0, at);
+    case DType::Int32: return nest(static_cast<const int32_t*>(data), shape, 0, at);
+    case DType::Int16: return nest(static_cast<const int16_t*>(data), shape, 0, at);
+    case DType::Int8: return nest(static_cast<const int8_t*>(data), shape, 0, at);
+    case DType::UInt8: return nest(static_cast<const uint8_t*>(data), shape, 0, at);
+    case DType::Bool: return nest(static_cast<const bool*>(data), shape, 0, at);
+    default: return json(dtype_name(spec.dtype) + " output not printed");
+  }
+}
+
+bool is_state(const Manifest& m, const std::string& key) {
+  if (!m.recurrent) return false;
+  for (const StatePair& pair : m.recurrent->state) {
+    if (pair.input == key) return true;
+  }
+  return false;
+}
+
+// One step: the reset it asks for, its inputs (zeros where absent; carried state where a
+// recurrent package's state is absent), the run, its outputs.
+json step(lite::Binding& b, const Manifest& m, const json& inputs) {
+  if (!inputs.is_object()) throw InputError("", "a step's inputs must be a JSON object of key -> nested lists");
+  for (const auto& [key, value] : inputs.items()) {
+    if (key == "__reset__") continue;
+    if (!m.input_index(key)) {
+      std::string known;
+      for (const TensorSpec& s : m.inputs) known += (known.empty() ? "'" : ", '") + s.key + "'";
+      throw UnknownKeyError(key, "unknown input key '" + key + "'; the package's inputs: " + known);
+    }
+  }
+  if (auto reset = inputs.find("__reset__"); reset != inputs.end()) {
+    if (reset->is_boolean()) {
+      if (reset->get<bool>()) b.reset();
+    } else {
+      b.reset(reset->get<std::vector<bool>>());
+    }
+  }
+  for (const TensorSpec& spec : m.inputs) {
+    auto value = inputs.find(spec.key);
+    if (value != inputs.end()) {
+      write_input(b, spec, *value);
+    } else if (!is_state(m, spec.key) && (!m.recurrent || spec.key != m.recurrent->is_init)) {
+      std::memset(b.input_data(spec.key, spec.dtype), 0,
+                  static_cast<size_t>(numel(b.input_shape(spec.key))) * element_size(spec.dtype));
+    }
+  }
+  b.run();
+  json out = json::object();
+  for (const TensorSpec& spec : m.outputs) out[spec.key] = read_output(b, spec);
+  return out;
+}
+
+json read_json(const std::string& where) {
+  if (where.empty()) return json::object();
+  std::string text;
+  if (where == "-") {
+    text.assign(std::istreambuf_iterator<char>(std::cin), {});
+  } else {
+    std::ifstream in(where);
+    if (!in) throw Error("cannot read the inputs file '" + where + "'");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error("the inputs in '" + where + "' are not JSON: " + e.what());
+  }
+}
+
+int inspect(const std::string& path) {
+  const lite::Policy policy(path);
+  const Manifest& m = policy.manifest();
+  std::cout << "package " << path << "\n  sha256 " << policy.sha256() << "\n  built with torch "
+            << m.torch_version << ", cpu_isa " << (m.cpu_isa.empty() ? "-" : m.cpu_isa) << "\n";
+  for (const TensorSpec& s : m.inputs) {
+    std::cout << "  input  " << s.key << "  " << dtype_name(s.dtype) << " " << format_batched_shape(s.shape) << "\n";
+  }
+  for (const TensorSpec& s : m.outputs) {
+    std::cout << "  output " << s.key << "  " << dtype_name(s.dtype) << " " << format_batched_shape(s.shape) << "\n";
+  }
+  std::cout << "  models:\n";
+  for (const ModelSpec& model : m.models) {
+    std::cout << "    " << model.name << "  batch " << model.batch.min;
+    if (model.batch.dynamic()) std::cout << ".." << model.batch.max;
+    std::cout << "  " << model.tuning << "  "
+              << (model.lite && model.lite->runs ? "lite"
+                                                 : "needs libtorch: " + (model.lite ? model.lite->why : std::string("not recorded")))
+              << "\n";
+  }
+  std::cout << "  lite runtime serves batch sizes:";
+  for (int64_t size : policy.batch_sizes()) std::cout << " " << size;
+  std::cout << "\n";
+  return 0;
+}
+
+int bench(const std::string& path, int64_t batch, int iters, int warmup, bool as_json) {
+  const lite::Policy policy(path);
+  lite::Binding b = policy.bind(batch);
+  for (int i = 0; i < warmup; ++i) b.run();
+  std::vector<double> micros(static_cast<size_t>(iters));
+  const AllocWindow allocations;
+  for (int i = 0; i < iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    b.run();
+    micros[static_cast<size_t>(i)] =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  }
+  const double per_call = allocations.done(iters);
+  const stats::Summary s = stats::summarize(micros);
+  if (as_json) {
+    json out = {{"package", path}, {"model", b.model()}, {"batch", batch}, {"iters", iters},
+                {"p50_us", s.p50}, {"p99_us", s.p99}, {"p999_us", s.p999}, {"max_us", s.max}};
+    out["allocations_per_call"] = per_call < 0 ? json(nullptr) : json(per_call);
+    std::cout << out.dump() << "\n";
+  } else {
+    std::cout << "lite bound run on model " << b.model() << ", batch " << batch << ": "
+              << stats::format_us(s) << "\n";
+    if (per_call >= 0) {
+      std::cout << per_call << " allocations per call (malloc-family, whole process; preloaded counter)\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tdaot::tool
+
+int main(int argc, char** argv) {
+  using namespace tdaot::tool;
+  CLI::App app{"tdaot-lite: run a tdaot package's lite models, no libtorch"};
+  app.require_subcommand(1);
+  std::string path, inputs, sha256;
+  std::vector<std::string> keys;
+  int64_t batch = 1;
+  int iters = 10000, warmup = 100;
+  bool as_json = false;
+  auto* inspect_cmd = app.add_subcommand("inspect", "the manifest, and which models run lite");
+  inspect_cmd->add_option("package", path)->required();
+  auto* verify_cmd = app.add_subcommand("verify", "check a package without loading it");
+  verify_cmd->add_option("package", path)->required();
+  verify_cmd->add_option("--public-key", keys, "a trusted public key (PEM file); repeatable");
+  verify_cmd->add_option("--sha256", sha256, "the expected sha256 of the package file");
+  auto* run_cmd = app.add_subcommand("run", "run once (or a rollout) and print the outputs as JSON");
+  run_cmd->add_option("package", path)->required();
+  run_cmd->add_option("--batch", batch, "rows")->required();
+  run_cmd->add_option("--inputs", inputs, "JSON file ('-': stdin); absent: zeros");
+  auto* bench_cmd = app.add_subcommand("bench", "time the bound run");
+  bench_cmd->add_option("package", path)->required();
+  bench_cmd->add_option("--batch", batch, "rows")->required();
+  bench_cmd->add_option("--iters", iters, "timed runs")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
+  bench_cmd->add_flag("--json", as_json, "one JSON line");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*inspect_cmd) return inspect(path);
+    if (*verify_cmd) {
+      std::cout << "ok " << tdaot::verify_package(path, sha256, keys) << "\n";
+      return 0;
+    }
+    if (*bench_cmd) return bench(path, batch, iters, warmup, as_json);
+    const tdaot::lite::Policy policy(path);
+    tdaot::lite::Binding b = policy.bind(batch);
+    const nlohmann::json given = read_json(inputs);
+    if (given.is_array()) {
+      nlohmann::json out = nlohmann::json::array();
+      for (const auto& s : given) out.push_back(step(b, policy.manifest(), s));
+      std::cout << out.dump() << "\n";
+    } else {
+      std::cout << step(b, policy.manifest(), given).dump() << "\n";
+    }
+    return 0;
+  } catch (const tdaot::Error& e) {
+    std::cerr << "tdaot-lite: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,18 +1,18 @@
 // robot_service: a fixed-rate control loop around a tdaot package, the way a robot service
-// runs a policy. It binds the policy once at the control batch (tdaot::Binding, tdaot/binding.h:
-// inputs and outputs owned by the binding), then each tick writes fresh "sensor" values into
-// the bound inputs in place, runs the binding, reads the actions from the bound outputs in
-// place, and sleeps until the next tick. A recurrent package's binding is a bound session: it
-// carries the state from tick to tick itself, so the loop writes only the other inputs.
+// runs a policy, on the lite runtime (tdaot/lite.h: no libtorch in the process). It binds the
+// policy once at the control batch (tdaot::lite::Binding: inputs and outputs owned by the
+// binding), then each tick writes fresh "sensor" values into the bound inputs in place, runs the
+// binding (no heap allocation), reads the actions from the bound outputs in place, and sleeps
+// until the next tick. A recurrent package's binding is a bound session: it carries the state
+// from tick to tick itself, so the loop writes only the other inputs.
 //
-// A package with a deployment contract (tdaot/contract.h) is stepped through a tdaot::Session
-// instead: its safety envelope (held outputs on a NaN, max_delta rate limits) lives there, and
-// a robot should not run without it; the price is that the model call allocates its outputs.
-// The loop period is then the contract's control_dt unless --rate is given, and the contract
-// and the envelope's intervention counts are printed.
+// A package with a deployment contract (tdaot/contract.h) is bound with the safety envelope on
+// (held outputs on a NaN, max_delta rate limits; a robot should not run without it), the loop
+// period is the contract's control_dt unless --rate is given, and the contract and the
+// envelope's intervention counts are printed.
 //
 //   robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] [--joints FILE] [--sha256 HEX]
-//                 [--public-key PUB.pem]... [--op-lib LIB]
+//                 [--public-key PUB.pem]...
 //
 // --joints FILE lists the robot's joint names, one a line, in the service's order: checked
 // against the contract's first output signal with Contract::order (any name missing or extra
@@ -20,18 +20,14 @@
 // --sha256 pins the artifact the service was certified with: any other file is refused before
 // it is loaded. --public-key (repeatable) trusts that Ed25519 public key: a package without a
 // valid signature by one of the trusted keys is refused before it is loaded (tdaot sign).
-// --op-lib loads a library registering custom operators the package calls.
 //
-// Prints the model that serves the batch and whether its bound run is allocation-free (no heap
-// allocation per tick; the package's batch-specialised model, e.g. tdaot.build's "b1"), the
-// policy's compute time per tick (p50, p99, max), how late the loop woke up, and the missed
-// deadlines (ticks whose compute ended after the next tick was due).
+// Prints the model that serves the batch, the policy's compute time per tick (p50, p99, max),
+// how late the loop woke up, and the missed deadlines (ticks whose compute ended after the next
+// tick was due). The batch must be one a lite model of the package serves (tdaot-lite inspect
+// lists them; tdaot.build's default builds one for batch 1).
 // Exit codes: 0 success, 1 a tdaot error, 2 bad usage.
-#include <ATen/ATen.h>
-#include <tdaot/binding.h>
 #include <tdaot/contract.h>
-#include <tdaot/policy.h>
-#include <tdaot/session.h>
+#include <tdaot/lite.h>
 #include <tdaot/stats.h>
 
 #include <algorithm>
@@ -57,13 +53,13 @@ struct Args {
   int64_t steps = 1000;
   int64_t batch = 1;
   std::string joints_file;
-  tdaot::PolicyOptions options;  // defaults: one intra-op thread, a warm-up run at load
+  tdaot::lite::Options options;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "robot_service: " << problem
             << "\nusage: robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] "
-               "[--joints FILE] [--sha256 HEX] [--public-key PUB.pem]... [--op-lib LIB]\n";
+               "[--joints FILE] [--sha256 HEX] [--public-key PUB.pem]...\n";
   std::exit(2);
 }
 
@@ -94,8 +90,6 @@ Args parse_args(int argc, char** argv) {
       args.options.expected_sha256 = text();
     } else if (arg == "--public-key") {
       args.options.trusted_keys.push_back(text());
-    } else if (arg == "--op-lib") {
-      args.options.op_libraries.push_back(text());
     } else if (args.package.empty() && arg.rfind("--", 0) != 0) {
       args.package = arg;
     } else {
@@ -128,85 +122,61 @@ void print_stats(const char* name, std::vector<double> micros) {
             << " us  max " << summary.max << " us\n";
 }
 
-// One tick of the policy: a Binding (allocation-free where the package has a model for the
-// batch), or a Session for a package with a contract (its safety envelope guards each tick).
-// `sensors` are the tensors the loop writes; `action` holds the first output after a tick.
+// One tick of the policy: the lite binding, with the safety envelope on for a package with a
+// contract. `sensors` are the float32 inputs the loop writes (a recurrent package's state and
+// is_init are carried by the binding); `action` is the first output.
 class Controller {
  public:
-  Controller(const tdaot::Policy& policy, int64_t batch) {
+  Controller(const tdaot::lite::Policy& policy, int64_t batch)
+      : binding_(policy.bind(batch, tdaot::lite::BindOptions{policy.contract().has_value()})) {
     const tdaot::Manifest& manifest = policy.manifest();
-    if (policy.contract()) {
-      session_.emplace(policy, batch);
-      for (const auto& spec : session_->inputs()) {
-        std::vector<int64_t> shape{batch};
-        shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-        sensors_.push_back(at::zeros(shape, at::TensorOptions().dtype(tdaot::to_scalar_type(spec.dtype))));
-      }
-      return;
-    }
-    binding_.emplace(policy.bind(batch));
-    // Every input but a recurrent package's state and is_init, which the bound session carries.
     for (const auto& spec : manifest.inputs) {
       bool carried = false;
       if (manifest.recurrent) {
         carried = spec.key == manifest.recurrent->is_init;
         for (const auto& pair : manifest.recurrent->state) carried = carried || pair.input == spec.key;
       }
-      if (!carried) sensors_.push_back(binding_->input(spec.key));
+      if (carried || spec.dtype != tdaot::DType::Float32) continue;
+      int64_t count = 1;
+      for (int64_t d : binding_.input_shape(spec.key)) count *= d;
+      sensors_.push_back({binding_.input<float>(spec.key), count});
     }
-    action_ = binding_->output(manifest.outputs.front().key);
+    const tdaot::TensorSpec& first = manifest.outputs.front();
+    if (first.dtype == tdaot::DType::Float32) {
+      action_ = binding_.output<float>(first.key);
+      int64_t count = 1;
+      for (int64_t d : binding_.output_shape(first.key)) count *= d;
+      action_size_ = count;
+    }
   }
 
-  const std::vector<at::Tensor>& sensors() const { return sensors_; }
-  const at::Tensor& action() const { return action_; }
-  const tdaot::Session* session() const { return session_ ? &*session_ : nullptr; }
-  const tdaot::Binding* binding() const { return binding_ ? &*binding_ : nullptr; }
+  void tick() { binding_.run(); }
+  const tdaot::lite::Binding& binding() const { return binding_; }
 
-  void tick() {
-    if (session_) {
-      action_ = session_->step_positional(sensors_).front();
-    } else {
-      binding_->run();
-    }
+  // Stands in for reading the sensors: every float32 input follows a slow sine, in place.
+  void read_sensors(int64_t step) {
+    const auto value = static_cast<float>(std::sin(0.01 * static_cast<double>(step)));
+    for (const auto& [data, count] : sensors_) std::fill(data, data + count, value);
+  }
+
+  // Stands in for commanding the actuators: element `index` of the first output, in place.
+  double send_actuators(int64_t index) const {
+    return action_ != nullptr && index < action_size_ ? action_[index] : 0.0;
   }
 
  private:
-  std::optional<tdaot::Session> session_;
-  std::optional<tdaot::Binding> binding_;
-  std::vector<at::Tensor> sensors_;
-  at::Tensor action_;
+  tdaot::lite::Binding binding_;
+  std::vector<std::pair<float*, int64_t>> sensors_;
+  const float* action_ = nullptr;
+  int64_t action_size_ = 0;
 };
-
-// Stands in for reading the sensors: floating inputs follow a slow sine, written in place
-// (float32 on the CPU straight into the tensor's memory).
-void read_sensors(const std::vector<at::Tensor>& sensors, int64_t step) {
-  const double value = std::sin(0.01 * step);
-  for (const at::Tensor& sensor : sensors) {
-    if (sensor.is_cpu() && sensor.scalar_type() == at::kFloat && sensor.is_contiguous()) {
-      float* data = sensor.mutable_data_ptr<float>();
-      std::fill(data, data + sensor.numel(), static_cast<float>(value));
-    } else if (at::isFloatingType(sensor.scalar_type())) {
-      sensor.fill_(value);
-    }
-  }
-}
-
-// Stands in for commanding the actuators: reads the element `index` of the first row of the
-// first output in place (float32 on the CPU); returns it.
-double send_actuators(const at::Tensor& action, int64_t index) {
-  if (action.is_cpu() && action.scalar_type() == at::kFloat && action.numel() > index) {
-    return action.const_data_ptr<float>()[index];
-  }
-  return 0.0;
-}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const Args args = parse_args(argc, argv);
   try {
-    // The warm-up run at load (a default) keeps tick 0 from being the slow one.
-    const tdaot::Policy policy(args.package, args.options);
+    const tdaot::lite::Policy policy(args.package, args.options);
     std::cout << "loaded " << args.package << " (sha256 " << policy.sha256() << ")\n";
     const tdaot::Manifest& manifest = policy.manifest();
     const std::optional<tdaot::Contract>& contract = policy.contract();
@@ -228,15 +198,8 @@ int main(int argc, char** argv) {
       command_index = order.front();
     }
     Controller controller(policy, args.batch);
-    if (controller.binding() != nullptr) {
-      std::cout << "bound run on model " << controller.binding()->model()
-                << (controller.binding()->allocation_free()
-                        ? " (allocation-free)"
-                        : " (not allocation-free: AOTInductor's runner allocates its outputs)")
-                << "\n";
-    } else {
-      std::cout << "session run (the contract's safety envelope guards every tick)\n";
-    }
+    std::cout << "lite bound run on model " << controller.binding().model() << " (allocation-free)"
+              << (contract ? ", the contract's safety envelope guards every tick" : "") << "\n";
 
     const double rate_hz = args.rate_hz.value_or(contract ? 1.0 / contract->control_dt : 1000.0);
     const auto period = std::chrono::duration_cast<Clock::duration>(
@@ -251,9 +214,9 @@ int main(int argc, char** argv) {
     for (int64_t step = 0; step < args.steps; ++step) {
       const auto start = Clock::now();
       wake_late_us.push_back(std::chrono::duration<double, std::micro>(start - tick).count());
-      read_sensors(controller.sensors(), step);
+      controller.read_sensors(step);
       controller.tick();
-      command = send_actuators(controller.action(), command_index);
+      command = controller.send_actuators(command_index);
       const auto end = Clock::now();
       compute_us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
       tick += period;
@@ -272,16 +235,15 @@ int main(int argc, char** argv) {
               << std::chrono::duration<double, std::micro>(period).count() << " us"
               << (contract && !args.rate_hz ? ", the contract's control_dt" : "") << "), batch "
               << args.batch
-              << (manifest.recurrent ? (controller.binding() ? ", recurrent session (bound)"
-                                                             : ", recurrent session")
-                                     : "")
+              << (manifest.recurrent ? ", recurrent session (bound)" : "")
               << "\n";
     print_stats("compute", compute_us);
     print_stats("wake-up", wake_late_us);
     std::cout << "  missed deadlines " << missed << " of " << args.steps << "\n";
-    if (const tdaot::Session* session = controller.session()) {
-      std::cout << "  interventions: nonfinite " << session->interventions().nonfinite
-                << ", rate_limited " << session->interventions().rate_limited << "\n";
+    if (contract) {
+      const tdaot::Interventions& done = controller.binding().interventions();
+      std::cout << "  interventions: nonfinite " << done.nonfinite << ", rate_limited "
+                << done.rate_limited << "\n";
     }
     std::cout << "  last command " << command_name << " = " << std::setprecision(4) << command
               << "\n";

@@ -89,6 +89,9 @@ struct ModelSpec {
   std::optional<LiteSupport> lite;
 };
 
+// "lite" when the model runs on the lite runtime, else "needs libtorch: <why>" (tools' tables).
+std::string lite_text(const ModelSpec& model);
+
 // The model name of a package whose manifest lists no models (tdaot.build's first model).
 inline constexpr const char* kDefaultModelName = "model";
 

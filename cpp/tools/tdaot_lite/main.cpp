@@ -181,10 +181,7 @@ int inspect(const std::string& path) {
   for (const ModelSpec& model : m.models) {
     std::cout << "    " << model.name << "  batch " << model.batch.min;
     if (model.batch.dynamic()) std::cout << ".." << model.batch.max;
-    std::cout << "  " << model.tuning << "  "
-              << (model.lite && model.lite->runs ? "lite"
-                                                 : "needs libtorch: " + (model.lite ? model.lite->why : std::string("not recorded")))
-              << "\n";
+    std::cout << "  " << model.tuning << "  " << lite_text(model) << "\n";
   }
   std::cout << "  lite runtime serves batch sizes:";
   for (int64_t size : policy.batch_sizes()) std::cout << " " << size;
@@ -228,7 +225,7 @@ int main(int argc, char** argv) {
   using namespace tdaot::tool;
   CLI::App app{"tdaot-lite: run a tdaot package's lite models, no libtorch"};
   app.require_subcommand(1);
-  std::string path, inputs, sha256;
+  std::string path, inputs, sha256, maps;
   std::vector<std::string> keys;
   int64_t batch = 1;
   int iters = 10000, warmup = 100;
@@ -243,6 +240,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("package", path)->required();
   run_cmd->add_option("--batch", batch, "rows")->required();
   run_cmd->add_option("--inputs", inputs, "JSON file ('-': stdin); absent: zeros");
+  // Hidden: after the run, this process's /proc/self/maps is copied to the file, for
+  // tdaot.testing.assert_parity(runtime="lite")'s check that no libtorch or c10 is mapped.
+  run_cmd->add_option("--maps", maps)->group("");
   auto* bench_cmd = app.add_subcommand("bench", "time the bound run");
   bench_cmd->add_option("package", path)->required();
   bench_cmd->add_option("--batch", batch, "rows")->required();
@@ -266,6 +266,11 @@ int main(int argc, char** argv) {
       std::cout << out.dump() << "\n";
     } else {
       std::cout << step(b, policy.manifest(), given).dump() << "\n";
+    }
+    if (!maps.empty()) {
+      std::ifstream self("/proc/self/maps");
+      std::ofstream out(maps);
+      if (!(out << self.rdbuf())) throw tdaot::Error("cannot write /proc/self/maps to '" + maps + "'");
     }
     return 0;
   } catch (const tdaot::Error& e) {

@@ -41,11 +41,13 @@ void print_models(const std::vector<ModelSpec>& models) {
     name_width = std::max(name_width, model.name.size());
     batch_width = std::max(batch_width, batches_text(model.batch).size());
   }
-  std::cout << "models (each call runs on the narrowest model serving its batch)\n";
+  std::cout << "models (each call runs on the narrowest model serving its batch; \"lite\": also on\n"
+               "the lite runtime, tdaot-lite / tdaot::lite, without libtorch)\n";
   for (const auto& model : models) {
     std::cout << "  " << std::left << std::setw(static_cast<int>(name_width)) << model.name
               << "  batch " << std::setw(static_cast<int>(batch_width))
-              << batches_text(model.batch) << "  " << model.tuning << "\n";
+              << batches_text(model.batch) << "  " << std::setw(10) << model.tuning << "  "
+              << lite_text(model) << "\n";
   }
 }
 

@@ -139,6 +139,12 @@ bool digest_exempt(std::string_view name) {
          name.substr(name.size() - suffix.size()) == suffix;
 }
 
+std::string lite_text(const ModelSpec& model) {
+  if (model.lite && model.lite->runs) return "lite";
+  return "needs libtorch: " +
+         (model.lite ? model.lite->why : std::string("not recorded (built before tdaot recorded it)"));
+}
+
 std::string dtype_name(DType dtype) {
   for (const auto& [name, known] : kDtypes) {
     if (known == dtype) return std::string(name);

@@ -3,10 +3,11 @@ tuning ("auto": a throughput model plus a batch-1 latency model): tutorial, nest
 recurrent.pt2, custom_op.pt2 calling tdaot_test::scale_clamp (its library comes from
 $TDAOT_TEST_OPS_LIB), tutorial_b14.pt2 with latency models for batches 1 and 4,
 tutorial_throughput.pt2 with the throughput model alone, and legged.pt2 with the deployment
-contract of examples/policies.py:legged_contract.
+contract of examples/policies.py:legged_contract, and recurrent_b14.pt2 (batch-1 and batch-4
+recurrent models, for the lite runtime's reset masks).
 All in this one process through one artifact cache (a fresh one per run), as `tdaot build`
 would with the same factory and options: the tutorial variants' models that tutorial.pt2 already
-has (its throughput and batch-1 models) are copied, not compiled again, so 11 compiles, not 14.
+has (its throughput and batch-1 models) are copied, not compiled again (recurrent_b14's likewise).
 For the signature tests (no compile): two key pairs, keys/ and other_keys/ (`tdaot keygen`),
 tutorial_signed.pt2 (a copy of tutorial.pt2 signed with keys/private.pem by `tdaot sign`) and
 message.sig.json, signatures of the bytes "tdaot signature test message" by keys/private.pem.
@@ -16,11 +17,17 @@ its tensors made for tutorial_signed.pt2) tutorial_signed_v2.tdw signed with key
 by `tdaot sign`, tutorial_signed_v2_unsigned.tdw, tutorial_signed_v2_other.tdw signed with
 other_keys/private.pem, and tutorial_signed_v2_forged.tdw: one tensor changed and its digests
 recomputed under the signature of tutorial_signed_v2.tdw.
+Last, lite_expected.json (no compile), what the lite runtime's tests (tests/cpp/lite) compare
+with: for a few packages and batch sizes, seeded inputs and the outputs of the full runtime's
+bound run (tdaot.runtime, the same compiled model), over a few steps (a recurrent rollout with
+resets; a Session with its envelope, NaN and rate limit included), and the eager policy's
+outputs where it runs without state.
 
 Usage: build_test_packages.py OUTDIR.
 """
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -38,6 +45,16 @@ PACKAGES = {
     "tutorial_b14": (f"{POLICIES}:tutorial_policy", {"specialize": (1, 4)}),
     "tutorial_throughput": (f"{POLICIES}:tutorial_policy", {"tuning": "throughput"}),
     "legged": (f"{POLICIES}:legged_policy", {"contract": f"{POLICIES}:legged_contract"}),
+    "recurrent_b14": (f"{POLICIES}:recurrent_policy", {"specialize": (1, 4)}),
+}
+# lite_expected.json's cases: name -> (package, batch, steps, through a Session with its envelope).
+LITE_CASES = {
+    "tutorial_b1": ("tutorial", 1, 3, False),
+    "nested_b1": ("nested", 1, 3, False),
+    "tutorial_b14_b4": ("tutorial_b14", 4, 3, False),
+    "legged_b1": ("legged", 1, 3, False),
+    "recurrent_b14_b4": ("recurrent_b14", 4, 7, False),
+    "legged_envelope": ("legged", 1, 6, True),
 }
 
 
@@ -49,7 +66,9 @@ def main(outdir: str) -> int:
     if sign_packages(out) != 0:
         return 1
     write_weight_file(out)
-    return write_signed_weight_files(out)
+    if write_signed_weight_files(out) != 0:
+        return 1
+    return write_lite_expected(out)
 
 
 def build_packages(out: Path) -> int:
@@ -124,6 +143,82 @@ def write_signed_weight_files(out: Path) -> int:
     forged = write("tutorial_signed_v2_forged.tdw", {**tensors, first: torch.zeros_like(tensors[first])})
     signatures = json.loads(read_signatures(out / "tutorial_signed_v2.tdw"))
     write_signatures(forged, forged, signatures)
+    return 0
+
+
+def write_lite_expected(out: Path) -> int:
+    """lite_expected.json (see the module's docstring): {case: {"package", "batch", "envelope",
+    "steps": [{"reset": null | true | [bool per row], "inputs": {key: flat list},
+    "outputs": {key: flat list}, "eager": {...} (stateless cases), "interventions": {...}
+    (envelope cases)}]}}, lists row-major (null: NaN). A recurrent step gives only the
+    non-state inputs."""
+    import torch
+
+    from tdaot.builder.export import export_context
+    from tdaot.builder.factories import call_factory
+    from tdaot.runtime import load
+    from tdaot.runtime.inputs import as_tensordict, td_keys
+    from tdaot.testing import eager_run
+
+    def flat(tensor: torch.Tensor) -> list:
+        # JSON has no NaN: a non-finite value is written as null.
+        values = tensor.detach().reshape(-1).tolist()
+        return [None if isinstance(v, float) and not math.isfinite(v) else v for v in values]
+
+    cases = {}
+    for case, (name, batch, steps, envelope) in LITE_CASES.items():
+        native = load(out / f"{name}.pt2")
+        manifest = native.manifest
+        recurrent = manifest.recurrent
+        carried = {p.input for p in recurrent.state} | {recurrent.is_init} if recurrent else set()
+        module, _ = call_factory(PACKAGES[name][0])
+        generator = torch.Generator().manual_seed(len(cases) + 1)
+        runner = native.session(batch) if envelope else native.bind(batch)
+        records = []
+        for step in range(steps):
+            reset = None
+            if recurrent and step == 3:
+                reset = [row % 2 == 0 for row in range(batch)]
+            elif recurrent and step == 5:
+                reset = True
+            if reset is not None:
+                runner.reset(None if reset is True else torch.tensor(reset))
+            inputs = {}
+            for spec in manifest.inputs:
+                if spec.key in carried:
+                    continue
+                dtype = spec.torch_dtype
+                shape = (batch, *spec.shape)
+                if dtype.is_floating_point:
+                    value = torch.randn(shape, generator=generator, dtype=dtype)
+                    if envelope and step == 2:
+                        value = value * 20  # outputs move by more than max_delta
+                    if envelope and step == 3:
+                        value[0, 0] = float("nan")  # the previous outputs come back
+                elif dtype == torch.bool:
+                    value = torch.randint(0, 2, shape, generator=generator).bool()
+                else:
+                    value = torch.randint(-5, 6, shape, generator=generator).to(dtype)
+                inputs[spec.key] = value
+            record = {"reset": reset, "inputs": {k: flat(v) for k, v in inputs.items()}}
+            if envelope:
+                result = runner.step(inputs)
+                record["outputs"] = {s.key: flat(result.get(k)) for s, (_, k) in
+                                     zip(manifest.outputs, td_keys(manifest.output_keys))}
+                record["interventions"] = runner.interventions
+            else:
+                for key, value in inputs.items():
+                    runner.inputs[key].copy_(value)
+                runner.run()
+                record["outputs"] = {k: flat(v) for k, v in runner.outputs.items()}
+            if not recurrent and not envelope:
+                td = as_tensordict(td_keys(list(inputs)), inputs)
+                with export_context(manifest.interaction_type), torch.no_grad():
+                    eager = eager_run(module, td, manifest.contract)
+                record["eager"] = {s: flat(eager.get(k)) for s, k in td_keys(manifest.output_keys)}
+            records.append(record)
+        cases[case] = {"package": f"{name}.pt2", "batch": batch, "envelope": envelope, "steps": records}
+    (out / "lite_expected.json").write_text(json.dumps(cases, allow_nan=False))
     return 0
 
 

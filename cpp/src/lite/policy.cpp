@@ -56,8 +56,10 @@ std::string why_not_lite(const Manifest& manifest) {
   return text;
 }
 
-// The needed symbols this process does not provide.
-std::vector<std::string> unprovided(const std::vector<std::string>& needs) {
+}  // namespace
+}  // namespace tdaot::lite
+
+std::vector<std::string> tdaot::detail::unprovided(const std::vector<std::string>& needs) {
   std::vector<std::string> missing;
   for (const std::string& symbol : needs) {
     if (::dlsym(RTLD_DEFAULT, symbol.c_str()) == nullptr) missing.push_back(symbol);
@@ -65,7 +67,7 @@ std::vector<std::string> unprovided(const std::vector<std::string>& needs) {
   return missing;
 }
 
-}  // namespace
+namespace tdaot::lite {
 
 Policy::Impl::Impl(const std::string& package_path, const Options& options) : path(package_path) {
   make_provided_symbols_global();
@@ -89,7 +91,7 @@ Policy::Impl::Impl(const std::string& package_path, const Options& options) : pa
   }
   for (const ModelSpec& spec : manifest.models) {
     if (!runs_lite(spec)) continue;
-    const std::vector<std::string> missing = unprovided(spec.lite->needs);
+    const std::vector<std::string> missing = detail::unprovided(spec.lite->needs);
     if (!missing.empty()) {
       throw HostMismatchError(path, "package '" + path + "' model '" + spec.name +
                                         "' needs symbols the lite runtime does not provide: " +

@@ -9,6 +9,13 @@
 #include "core/run/model_library.h"
 #include "tdaot/lite.h"
 
+namespace tdaot::detail {
+// The symbols of `needs` (a model's recorded lite needs) that this process does not provide
+// (looked up in its global scope, where a model library resolves them), in order: what
+// lite::Policy refuses a model for before loading it. Exported for the tests.
+std::vector<std::string> unprovided(const std::vector<std::string>& needs);
+}  // namespace tdaot::detail
+
 namespace tdaot::lite {
 
 struct Policy::Impl {

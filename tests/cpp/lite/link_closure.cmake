@@ -1,0 +1,21 @@
+# cmake -DFILES=<file|file|...> -P link_closure.cmake
+# Fails when the dynamic link closure of any FILE (what `ldd` lists: every library the loader
+# maps for it, transitively) mentions torch or c10, or has a library the loader cannot find:
+# the lite runtime and what is linked only to it must run with no libtorch installed.
+string(REPLACE "|" ";" FILES "${FILES}")
+foreach(file IN LISTS FILES)
+  execute_process(COMMAND ldd "${file}" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("ldd ${file}:\n${out}${err}")
+  if(NOT code EQUAL 0)
+    message(FATAL_ERROR "ldd ${file} failed (exit ${code})")
+  endif()
+  string(REPLACE "\n" ";" lines "${out}")
+  foreach(line IN LISTS lines)
+    if(line MATCHES "torch|c10")
+      message(FATAL_ERROR "${file} links libtorch: ${line}")
+    endif()
+    if(line MATCHES "not found")
+      message(FATAL_ERROR "${file} needs a library the loader cannot find: ${line}")
+    endif()
+  endforeach()
+endforeach()

@@ -194,7 +194,9 @@ def output_clones_kept() -> Iterator[None]:
     output and its next hidden state, once the RNN op is decomposed) both become views of it.
     AOTInductor then gives the second a new tensor handle, which its array-ref wrapper cannot
     do ("cannot convert 'ArrayRefTensor<float>' to 'AtenTensorHandle'"). Kept, each clone is
-    a copy that inductor fuses into the kernel producing its source.
+    a copy that inductor fuses into the kernel producing its source. Not in a graph that calls
+    a higher-order op (scan): kept there, they make code the array-ref wrapper cannot build
+    either (a buffer handle declared twice).
     """
     from torch._inductor.fx_passes import post_grad
 
@@ -205,9 +207,11 @@ def output_clones_kept() -> Iterator[None]:
         return clone(*args, **kwargs)
 
     def remove_noop_ops(graph: torch.fx.Graph) -> None:
-        outputs = graph.output_node().args[0]
-        outputs = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
+        output = graph.output_node()
+        outputs = output.args[0] if isinstance(output.args[0], (list, tuple)) else (output.args[0],)
         kept = [n for n in outputs if isinstance(n, torch.fx.Node) and n.target is clone]
+        if any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in graph.nodes):
+            kept = []  # a scan's graph: kept clones there make code the wrapper cannot build
         for node in kept:
             node.target = kept_output_clone
         try:

@@ -35,20 +35,26 @@ def build_package(artifacts_dir):
     ``factory()``'s policy built with ``options`` as NAME.pt2, once per session (a second call
     with the same name returns the first build; test modules prefix their names). With
     ``static_batch`` None a StaticBatchWarning (the fallback to a static batch) fails the build;
-    else it is a regex the warning must match."""
+    else it is a regex the warning must match. A SpecialisationWarning (a batch-specialised model
+    not built as planned) fails it but for interaction_type "random": a warning every such build
+    prints is a bug to fix."""
     built: dict[str, tuple] = {}
 
     def get(name: str, factory, options: dict, static_batch: str | None = None):
         if name not in built:
             policy, example = factory()
             path = artifacts_dir / f"{name}.pt2"
-            if static_batch is None:
-                with warnings.catch_warnings():
+            with warnings.catch_warnings():
+                # Random sampling reaches some operators only through AOTInductor's proxy
+                # executor, which the bound run cannot call: its batch-1 model is built without.
+                if options.get("interaction_type") != "random":
+                    warnings.simplefilter("error", tdaot.SpecialisationWarning)
+                if static_batch is None:
                     warnings.simplefilter("error", tdaot.StaticBatchWarning)
                     artifact = tdaot.build(policy, example, path, **options)
-            else:
-                with pytest.warns(tdaot.StaticBatchWarning, match=static_batch):
-                    artifact = tdaot.build(policy, example, path, **options)
+                else:
+                    with pytest.warns(tdaot.StaticBatchWarning, match=static_batch):
+                        artifact = tdaot.build(policy, example, path, **options)
             built[name] = (policy, example, artifact)
         return built[name]
 

@@ -278,3 +278,25 @@ def test_a_cpu_target_level_is_refused_where_inductor_has_no_cpp_march(monkeypat
     ):
         targets.inductor_options(targets.CPU_TARGETS["x86-64-v3"])
     assert targets.inductor_options(targets.CPU_TARGETS["native"]) == {}
+
+
+def test_output_clones_are_kept_through_remove_noop_ops():
+    """Two outputs cloned from views of one intermediate (a GRU step's output and next state):
+    torch 2.13's remove_noop_ops makes both views of it; output_clones_kept keeps each clone."""
+    from torch._inductor.fx_passes import post_grad
+    from torch._inductor.fx_utils import get_node_storage
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def step(x):
+        h = x.relu()
+        return h.view(1, 4).clone(), h.view(1, 1, 4).clone()
+
+    def storages() -> int:
+        graph = make_fx(step, tracing_mode="fake")(torch.randn(4)).graph
+        post_grad.remove_noop_ops(graph)
+        return len({get_node_storage(node) for node in graph.output_node().args[0]})
+
+    assert storages() == 1, _changed("output_clones_kept", "remove_noop_ops keeps output clones now")
+    with compat.output_clones_kept():
+        assert storages() == 2
+    assert storages() == 1  # restored

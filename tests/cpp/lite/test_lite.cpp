@@ -494,6 +494,24 @@ TEST(LiteConcurrency, ASecondThreadIsRefused) {
   replay(b, policy.manifest(), c);
 }
 
+// Bindings of one Policy are independent: threads bind their own (at the same time) and each
+// steps through the expected outputs, many times over.
+TEST(LiteConcurrency, ThreadsWithTheirOwnBindingsOfOnePolicy) {
+  const lite::Policy policy(pkg("recurrent_b14.pt2"));
+  const json& c = lite_test::expected().at("recurrent_b14_b4");
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      lite::Binding b = policy.bind(4);
+      for (int round = 0; round < 20; ++round) {
+        b.reset();
+        replay(b, policy.manifest(), c);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+}
+
 TEST(LiteConcurrency, ResetWhileRunningIsRefused) {
   const lite::Policy policy(pkg("recurrent_b14.pt2"));
   lite::Binding b = policy.bind(4);

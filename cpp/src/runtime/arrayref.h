@@ -54,6 +54,19 @@ class ArrayrefLibrary {
   void* handle_;
 };
 
+// One model instance owned by its holder: deleted with it, also when the constructor that made
+// it throws afterwards (a raw handle member would then leak, with its copy of the weights).
+struct OwnedInstance {
+  OwnedInstance() = default;
+  ~OwnedInstance() {
+    if (handle != nullptr) library->destroy(handle);
+  }
+  OwnedInstance(const OwnedInstance&) = delete;
+  OwnedInstance& operator=(const OwnedInstance&) = delete;
+  const ArrayrefLibrary* library = nullptr;
+  AOTInductorModelHandle handle = nullptr;
+};
+
 // `count` model instances of one library for concurrent callers: a call takes a free one and
 // blocks while none is (as AOTInductor's container does with its runners).
 class InstancePool {

@@ -66,7 +66,8 @@ struct Binding::Impl {
   std::vector<at::Tensor> outputs;
   // The allocation-free path: this binding's model instance and the descriptors of its buffers.
   const detail::ArrayrefLibrary* library = nullptr;
-  AOTInductorModelHandle handle = nullptr;
+  detail::OwnedInstance instance;               // deleted with the Impl, or when set-up throws
+  AOTInductorModelHandle& handle = instance.handle;
   uint64_t weights_generation = 0;  // of the constants `handle` has (weights.h)
   std::vector<AOTInductorArrayRefTensor> in;
   std::vector<AOTInductorArrayRefTensor> out;  // filled by each call: the library's own arrays
@@ -131,6 +132,7 @@ void Binding::Impl::set_up_arrayref() {
   // Its own instance (with its own copy of the constants embedded in the library), used by
   // this binding's thread only: the Policy's instances serve its other callers.
   try {
+    instance.library = &lib;
     handle = lib.new_instance();
   } catch (const Error& e) {
     fail(e.what());
@@ -161,9 +163,7 @@ void Binding::Impl::set_up_arrayref() {
   }
 }
 
-Binding::Impl::~Impl() {
-  if (handle != nullptr) library->destroy(handle);
-}
+Binding::Impl::~Impl() = default;
 
 void Binding::Impl::fail(const std::string& problem) const {
   throw ExecutionError(policy->describe(*model) + ": the compiled model " + problem +

@@ -1,0 +1,87 @@
+"""Layering of the C++ tree, read from the sources (no compile): public headers include only
+public headers; the torch-free parts (the core, the lite runtime, the public headers the lite
+runtime exposes) include no torch, ATen or c10 header; the core includes nothing of either
+runtime. The folder names are the architecture (docs/architecture.md): a rule broken here is a
+dependency that goes the wrong way."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CPP = ROOT / "cpp"
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.MULTILINE)
+TORCH = re.compile(r"^(torch|ATen|c10)/")
+# What belongs to one of the two runtimes, never to the core they share.
+RUNTIME_INCLUDES = (
+    "runtime/", "lite/", "tdaot/policy.h", "tdaot/lite.h", "tdaot/session.h", "tdaot/binding.h"
+)
+
+
+def includes(path: Path) -> list[tuple[str, str]]:
+    return INCLUDE.findall(path.read_text())
+
+
+def sources(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.suffix in (".h", ".cpp"))
+
+
+def public_closure(header: str) -> set[str]:
+    """The public headers `header` reaches through its own "tdaot/..." includes."""
+    seen, todo = set(), [header]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += [inc for kind, inc in includes(CPP / "include" / name) if inc.startswith("tdaot/")]
+    return seen
+
+
+def test_public_headers_include_only_public_headers():
+    bad = [
+        f"{header.name}: {inc}"
+        for header in sources(CPP / "include" / "tdaot")
+        for kind, inc in includes(header)
+        if kind == '"' and not (inc.startswith("tdaot/") and (CPP / "include" / inc).is_file())
+    ]
+    assert bad == []
+
+
+@pytest.mark.parametrize("folder", ["src/core", "src/lite", "tools/tdaot_lite"])
+def test_torch_free_parts_include_no_torch(folder):
+    bad = [
+        f"{path.relative_to(CPP)}: {inc}"
+        for path in sources(CPP / folder)
+        for _, inc in includes(path)
+        if TORCH.match(inc)
+    ]
+    assert bad == []
+
+
+def test_lite_header_reaches_no_torch_header():
+    closure = public_closure("tdaot/lite.h")
+    assert "tdaot/manifest.h" in closure  # the check follows includes
+    headers = CPP / "include"
+    bad = [f"{name}: {inc}" for name in closure for _, inc in includes(headers / name) if TORCH.match(inc)]
+    assert bad == []
+
+
+def test_core_includes_neither_runtime():
+    bad = [
+        f"{path.relative_to(CPP)}: {inc}"
+        for path in sources(CPP / "src" / "core")
+        for _, inc in includes(path)
+        if inc.startswith(RUNTIME_INCLUDES)
+    ]
+    assert bad == []
+
+
+def test_a_torch_include_in_the_core_is_caught(tmp_path):
+    # The rule's own check: a file like this one would be reported.
+    fake = tmp_path / "x.cpp"
+    fake.write_text('#include <ATen/Tensor.h>\n#include "core/package/package.h"\n')
+    assert [inc for _, inc in includes(fake) if TORCH.match(inc)] == ["ATen/Tensor.h"]

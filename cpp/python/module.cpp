@@ -55,6 +55,8 @@ void translate(std::exception_ptr error) {
     raise_python("PackageError", e.what(), &e.path());
   } catch (const tdaot::ContractError& e) {
     raise_python("ContractError", e.what(), &e.key());
+  } catch (const tdaot::InvalidArgumentError& e) {
+    raise_python("InvalidArgumentError", e.what());
   } catch (const tdaot::ExecutionError& e) {
     raise_python("ExecutionError", e.what());
   } catch (const tdaot::WeightsError& e) {

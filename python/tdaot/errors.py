@@ -109,6 +109,13 @@ class ContractError(TdaotError):
         self.key = key
 
 
+class InvalidArgumentError(TdaotError):
+    """A caller's misuse rather than a bad package, input or internal failure: invalid load
+    options, a moved-from object, a single-thread object used from two threads at once, an
+    option or call that does not apply to this package (``cuda_graph`` on a CPU package,
+    ``reset`` of a package that is not recurrent)."""
+
+
 class ExecutionError(TdaotError):
     """The compiled model failed while running validated inputs."""
 

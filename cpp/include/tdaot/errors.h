@@ -145,6 +145,15 @@ class ContractError : public Error {
   std::string key_;
 };
 
+// A caller's misuse, as opposed to a bad package or input or an internal failure: invalid
+// options, a moved-from object, a single-thread object used from two threads at once, an option
+// or call that does not apply to this package (cuda_graph on a CPU package, reset of a package
+// that is not recurrent). Like ONNX Runtime's ORT_INVALID_ARGUMENT.
+class InvalidArgumentError : public Error {
+ public:
+  using Error::Error;
+};
+
 // The compiled model itself failed while running validated inputs.
 class ExecutionError : public Error {
  public:

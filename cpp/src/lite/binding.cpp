@@ -137,7 +137,7 @@ struct Binding::Impl {
 
   void require_recurrent() const {
     if (!manifest.recurrent) {
-      throw Error("package '" + policy->path +
+      throw InvalidArgumentError("package '" + policy->path +
                   "' is not recurrent (its manifest has no 'recurrent' section): a binding of it "
                   "has no state to reset");
     }
@@ -190,7 +190,7 @@ Binding& Binding::operator=(Binding&&) noexcept = default;
 
 Binding::Impl& Binding::impl() const {
   if (!impl_) {
-    throw Error("this tdaot::lite::Binding was moved from; use the Binding it was moved to");
+    throw InvalidArgumentError("this tdaot::lite::Binding was moved from; use the Binding it was moved to");
   }
   return *impl_;
 }

@@ -154,7 +154,7 @@ Policy::Policy(Policy&&) noexcept = default;
 Policy& Policy::operator=(Policy&&) noexcept = default;
 
 const Policy::Impl& Policy::impl() const {
-  if (!impl_) throw Error("this tdaot::lite::Policy was moved from; use the Policy it was moved to");
+  if (!impl_) throw InvalidArgumentError("this tdaot::lite::Policy was moved from; use the Policy it was moved to");
   return *impl_;
 }
 

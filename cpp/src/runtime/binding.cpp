@@ -113,7 +113,7 @@ Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
 
 void Binding::Impl::set_up_cuda_graph() {
   if (!policy->device.is_cuda()) {
-    throw Error("BindOptions::cuda_graph is for CUDA packages, but package '" + policy->path +
+    throw InvalidArgumentError("BindOptions::cuda_graph is for CUDA packages, but package '" + policy->path +
                 "' was built for device '" + manifest.device + "'");
   }
   // CUDA packages keep their extracted files while loaded (their kernels load lazily).
@@ -172,7 +172,7 @@ void Binding::Impl::fail(const std::string& problem) const {
 
 void Binding::Impl::require_recurrent() const {
   if (!manifest.recurrent) {
-    throw Error("package '" + policy->path +
+    throw InvalidArgumentError("package '" + policy->path +
                 "' is not recurrent (its manifest has no 'recurrent' section): a binding of it "
                 "has no state to reset");
   }
@@ -268,7 +268,7 @@ Binding::Binding(Binding&&) noexcept = default;
 Binding& Binding::operator=(Binding&&) noexcept = default;
 
 Binding::Impl& Binding::impl() const {
-  if (!impl_) throw Error("this tdaot::Binding was moved from; use the Binding it was moved to");
+  if (!impl_) throw InvalidArgumentError("this tdaot::Binding was moved from; use the Binding it was moved to");
   return *impl_;
 }
 

@@ -34,7 +34,7 @@ std::string exception_text(const std::exception& e) {
 void check_options(const PolicyOptions& options) {
   const auto require = [](bool ok, const char* name, int value, const char* rule) {
     if (!ok) {
-      throw Error(std::string("PolicyOptions.") + name + " must be " + rule + ", got " +
+      throw InvalidArgumentError(std::string("PolicyOptions.") + name + " must be " + rule + ", got " +
                   std::to_string(value));
     }
   };
@@ -353,7 +353,7 @@ Policy::Policy(Policy&&) noexcept = default;
 Policy& Policy::operator=(Policy&&) noexcept = default;
 
 const Policy::Impl& Policy::impl() const {
-  if (!impl_) throw Error("this tdaot::Policy was moved from; use the Policy it was moved to");
+  if (!impl_) throw InvalidArgumentError("this tdaot::Policy was moved from; use the Policy it was moved to");
   return *impl_;
 }
 

@@ -247,7 +247,7 @@ Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 
 Session::Impl& Session::impl() const {
-  if (!impl_) throw Error("this tdaot::Session was moved from; use the Session it was moved to");
+  if (!impl_) throw InvalidArgumentError("this tdaot::Session was moved from; use the Session it was moved to");
   return *impl_;
 }
 

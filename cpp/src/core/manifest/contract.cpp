@@ -29,9 +29,28 @@ std::string values_text(const SignalValues& values) {
   return out.str();
 }
 
+// One term: "base_ang_vel [3] scale 0.25, low -5", with history and parameters when present.
+void describe_term(std::ostringstream& out, const Term& term) {
+  out << "    term " << term.name << " [" << term.size;
+  if (term.history > 1) out << " x " << term.history << " steps";
+  out << "]";
+  if (!term.output.empty()) out << " of " << term.output;
+  for (const auto& [name, value] : term.params) out << ", " << name << " " << value;
+  out << ": scale " << values_text(term.scale) << ", offset " << values_text(term.offset);
+  if (term.low.present()) out << ", low " << values_text(term.low);
+  if (term.high.present()) out << ", high " << values_text(term.high);
+  out << "\n";
+}
+
 void describe_signals(std::ostringstream& out, const char* title,
                       const std::map<std::string, Signal>& signals) {
   for (const auto& [key, signal] : signals) {
+    if (!signal.terms.empty()) {
+      out << "  " << title << " " << key << " [" << signal.names.size() << "]: "
+          << signal.terms.size() << " terms\n";
+      for (const Term& term : signal.terms) describe_term(out, term);
+      continue;
+    }
     out << "  " << title << " " << key << " [" << signal.names.size() << "]: ";
     for (size_t i = 0; i < signal.names.size(); ++i) {
       if (i == 6) {
@@ -47,10 +66,47 @@ void describe_signals(std::ostringstream& out, const char* title,
       if (values->present()) out << ", " << name << " " << values_text(*values);
     }
     out << "\n";
+    if (signal.stiffness.present() || signal.damping.present()) {
+      out << "    gains";
+      if (signal.stiffness.present()) out << " stiffness " << values_text(signal.stiffness);
+      if (signal.stiffness.present() && signal.damping.present()) out << ",";
+      if (signal.damping.present()) out << " damping " << values_text(signal.damping);
+      out << "\n";
+    }
   }
 }
 
 }  // namespace
+
+const std::vector<std::string>& term_vocabulary() {
+  static const std::vector<std::string> names{
+      "base_lin_vel",  "base_ang_vel",  "projected_gravity", "velocity_commands",
+      "joint_pos_rel", "joint_vel_rel", "last_action",       "gait_phase"};
+  return names;
+}
+
+bool is_joint_term(const std::string& name) {
+  return name == "joint_pos_rel" || name == "joint_vel_rel" || name == "last_action";
+}
+
+std::vector<std::string> term_elements(const std::string& name,
+                                       const std::vector<std::string>& joints) {
+  if (name == "base_lin_vel" || name == "base_ang_vel" || name == "projected_gravity") {
+    return {"x", "y", "z"};
+  }
+  if (name == "velocity_commands") return {"lin_vel_x", "lin_vel_y", "ang_vel_z"};
+  if (name == "gait_phase") return {"sin", "cos"};
+  if (is_joint_term(name)) return joints;
+  return {};
+}
+
+const std::string* Contract::joint_output(const Term& term) const {
+  if (!term.output.empty()) {
+    auto it = outputs.find(term.output);
+    return it == outputs.end() ? nullptr : &it->first;
+  }
+  return outputs.empty() ? nullptr : &outputs.begin()->first;
+}
 
 double Signal::rest(size_t i) const {
   double value = offset[i];

@@ -70,7 +70,7 @@ std::string read_file(const std::string& path, uint64_t max_bytes) {
 
 std::string checked_expected_sha256(const std::string& expected) {
   if (!is_sha256_hex(expected)) {
-    throw Error("expected_sha256 must be a sha256 digest (64 hex digits), got '" +
+    throw InvalidArgumentError("expected_sha256 must be a sha256 digest (64 hex digits), got '" +
                 expected + "'");
   }
   return lowercase(expected);

@@ -12,7 +12,7 @@ namespace tdaot::detail {
 class BusyGuard {
  public:
   BusyGuard(std::atomic<bool>& busy, const char* message) : busy_(busy) {
-    if (busy_.exchange(true, std::memory_order_acquire)) throw Error(message);
+    if (busy_.exchange(true, std::memory_order_acquire)) throw InvalidArgumentError(message);
   }
   ~BusyGuard() { busy_.store(false, std::memory_order_release); }
   BusyGuard(const BusyGuard&) = delete;

@@ -22,11 +22,12 @@ APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev libzip-dev zipcmp zipme
 
 CPP_SOURCES := CMakeLists.txt $(shell find cpp tests/cpp tests/ops -name '*.cpp' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
-.PHONY: help setup demo test test-python test-cpp lint bench cpp install clean
+.PHONY: help setup demo test test-python test-cpp lint bench cpp install clean docs
 
 help:
 	@echo "make demo   build the example policy, check parity, run it natively"
-	@echo "make test   run every Python and C++ test"
+	@echo "make test   run every Python and C++ test (after make docs)"
+	@echo "make docs   the documentation site (mkdocs.yml, docs/) into build/docs, strict"
 	@echo "make bench  tdaot against other runtimes, side by side (benchmarks/results/, ~15 min)"
 	@echo "make soak   a million calls per package, RSS growth after warm-up under 1 MiB (~2 min)"
 	@echo "make test-asan  the C++ tests under AddressSanitizer + UBSan (build/asan, ~10 min)"
@@ -84,7 +85,7 @@ install: cpp
 # The suites run one after the other: side by side (make -j2) they raced in torch inductor's
 # shared cache (/tmp/torchinductor_<user>) when both compiled the same graph, and a package build
 # read a half-written model file (seen in a fresh-clone run, 2026-11-23).
-test: lint test-python test-cpp
+test: docs lint test-python test-cpp
 
 lint: $(VENV)/.deps-stamp
 	$(VENV)/bin/ruff check python tests examples benchmarks
@@ -95,6 +96,20 @@ test-python: setup cpp
 
 test-cpp: cpp
 	$(CTEST) --test-dir $(BUILD) --output-on-failure
+
+# The documentation site (mkdocs.yml, docs/; README.md links into it) built into build/docs in
+# strict mode: a broken link or anchor, or a page missing from the nav, fails it. The option
+# table of docs/build-options.md is rendered from tdaot.BuildOptions by a MkDocs hook
+# (docs/gen_build_options.py), hence `setup`. Then every docs/ link of README.md must resolve.
+DOCS_PY_DEPS := mkdocs==1.6.1 mkdocs-material==9.7.6
+
+$(VENV)/.docs-deps-stamp: $(VENV)/.deps-stamp
+	$(PIP) install -q --disable-pip-version-check $(DOCS_PY_DEPS)
+	@touch $@
+
+docs: setup $(VENV)/.docs-deps-stamp
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --clean
+	$(PY) docs/check_readme_links.py
 
 # Benchmark-only Python packages (pinned; torch pinned again so pip never swaps it) and the
 # C++ bench server, a separate CMake project against the venv's torch (benchmarks/cpp).

@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 
 from tdaot import _torch_compat
@@ -57,7 +58,8 @@ def write_package(
                 continue
             if not record.startswith(MODEL_DIR + "model/"):
                 raise BuildError(f"a compiled model holds an unexpected record {record!r}")
-            records[MODEL_DIR + name + "/" + record[len(MODEL_DIR + "model/") :]] = data
+            renamed = MODEL_DIR + name + "/" + record[len(MODEL_DIR + "model/") :]
+            records[renamed] = _reproducible(record, data)
     if bound is not None:
         manifest = dataclasses.replace(
             manifest,
@@ -81,6 +83,19 @@ def write_package(
             records[name] = json.dumps(metadata).encode()
     _torch_compat.write_archive(path, records)
     return sealed
+
+
+# Inductor appends "// Compile cmd" and "// Link cmd" comments (the g++ lines, with the cache's
+# paths) to a model's packaged .cpp sources each time it compiles them into the same cache
+# directory, so a rebuild of the same policy in one process gave other sources, digests and
+# package bytes although the libraries were identical. They are dropped: the package is then the
+# same bytes whenever the compiled code is.
+_BUILD_COMMANDS = re.compile(rb"\n*// Compile cmd\n//[^\n]*\n// Link cmd\n//[^\n]*(?=\n|$)")
+
+
+def _reproducible(record: str, data: bytes) -> bytes:
+    """``data`` of the archive record ``record`` without inductor's build-command comments."""
+    return _BUILD_COMMANDS.sub(b"", data) if record.endswith(".cpp") else data
 
 
 def _libraries(records: dict[str, bytes], model: str) -> list[bytes]:

@@ -14,7 +14,7 @@ import importlib
 
 from tdaot import errors
 from tdaot._version import __version__
-from tdaot.contract import Contract, Signal
+from tdaot.contract import Contract, Signal, Term
 from tdaot.errors import *  # noqa: F403 - the error classes are top-level API
 from tdaot.manifest import (
     BatchRange,
@@ -71,6 +71,7 @@ __all__ = [
     "Source",
     "StatePair",
     "TensorSpec",
+    "Term",
     "__version__",
     "build",  # noqa: F405 - imported on first use (__getattr__)
     "export_weights",  # noqa: F405 - imported on first use (__getattr__)

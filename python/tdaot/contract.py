@@ -17,6 +17,20 @@ one number or ``n`` numbers; without ``low``/``high`` nothing is clipped. The ma
 are compiled into the package (every run path applies them); ``max_delta``, the most an output
 element moves per step, is applied by a :class:`tdaot.NativeSession`.
 
+An input Signal may instead be a concatenation of observation :class:`Term` s, each a physical
+quantity of a documented vocabulary (docs/contract.md) with its own map, clip and history::
+
+    tdaot.Signal(terms=[tdaot.Term("base_ang_vel", scale=0.25), tdaot.Term("projected_gravity"),
+                        tdaot.Term("velocity_commands"), tdaot.Term("joint_pos_rel"),
+                        tdaot.Term("joint_vel_rel", scale=0.05), tdaot.Term("last_action"),
+                        tdaot.Term("gait_phase", period=0.8)])
+
+Its ``names`` ("base_ang_vel.x", "joint_pos_rel.left_knee_joint", "...@-1" for older steps of a
+term with history) and its per-element scale, offset, low and high are derived from the terms
+when the Contract is made. An output Signal of joint targets may carry PD gains,
+``stiffness`` and ``damping`` (one number or one per joint), for a service or a rehearsal to
+apply; the runner does not.
+
 Every mistake is a :class:`tdaot.ContractError` naming the key and the field, raised when the
 Contract is made or, for what depends on the policy (keys, shapes), by ``tdaot.build``. The C++
 manifest parser (cpp/src/manifest_contract.cpp) checks the same rules when a package is read.
@@ -40,7 +54,24 @@ from tdaot.errors import ContractError, KeyNameError
 
 Values = Union[float, tuple[float, ...]]
 _VALUE_FIELDS = ("scale", "offset", "low", "high", "max_delta")
-_SIGNAL_FIELDS = ("names", *_VALUE_FIELDS)
+_GAIN_FIELDS = ("stiffness", "damping")
+_SIGNAL_FIELDS = ("names", *_VALUE_FIELDS, "terms", *_GAIN_FIELDS)
+_TERM_FIELDS = ("name", "scale", "offset", "low", "high", "history", "output")
+
+#: The observation-term vocabulary (docs/contract.md): the element names of one step of each
+#: term; the joint terms have one element per joint of the joint output signal instead.
+TERM_ELEMENTS: dict[str, tuple[str, ...] | None] = {
+    "base_lin_vel": ("x", "y", "z"),
+    "base_ang_vel": ("x", "y", "z"),
+    "projected_gravity": ("x", "y", "z"),
+    "velocity_commands": ("lin_vel_x", "lin_vel_y", "ang_vel_z"),
+    "joint_pos_rel": None,
+    "joint_vel_rel": None,
+    "last_action": None,
+    "gait_phase": ("sin", "cos"),
+}
+#: The parameters each term requires (numbers > 0).
+TERM_PARAMS: dict[str, tuple[str, ...]] = {"gait_phase": ("period",)}
 
 
 def _plain(value: Any) -> Any:
@@ -57,25 +88,89 @@ def _plain(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True, init=False)
+class Term:
+    """One observation term of an input :class:`Signal`: ``name`` from the vocabulary
+    (:data:`TERM_ELEMENTS`), ``value = clip(raw * scale + offset, low, high)`` per element (each
+    one number or one per element of a step), ``history`` steps kept (oldest first), ``output``
+    the joint output signal's key for a joint term (None: the first output signal by key) and
+    the term's parameters (``Term("gait_phase", period=0.8)``). ``size``, the elements of one
+    step, is set when the Contract is made."""
+
+    name: str
+    scale: Values = 1.0
+    offset: Values = 0.0
+    low: Values | None = None
+    high: Values | None = None
+    history: int = 1
+    output: str | None = None
+    params: Mapping[str, float] = field(default_factory=dict, hash=False)
+    size: int = field(default=0, compare=False)
+
+    def __init__(
+        self,
+        name: str,
+        scale: Values = 1.0,
+        offset: Values = 0.0,
+        low: Values | None = None,
+        high: Values | None = None,
+        history: int = 1,
+        output: str | None = None,
+        **params: float,
+    ) -> None:
+        fields = {"name": name, "history": history, "output": output, "size": 0}
+        for key, value in (("scale", scale), ("offset", offset), ("low", low), ("high", high)):
+            fields[key] = None if value is None else _plain(value)
+        fields["params"] = {k: _plain(v) for k, v in params.items()}
+        for key, value in fields.items():
+            object.__setattr__(self, key, value)
+
+    def value(self, name: str, index: int) -> float | None:
+        values = getattr(self, name)
+        return values[index] if isinstance(values, tuple) else values
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "scale": self.scale, "offset": self.offset}
+        for key in ("low", "high"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        data["history"] = self.history
+        if self.output is not None:
+            data["output"] = self.output
+        data.update(self.params)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+    def _sized(self, size: int) -> Term:
+        term = Term(self.name, self.scale, self.offset, self.low, self.high, self.history,
+                    self.output, **self.params)
+        object.__setattr__(term, "size", size)
+        return term
+
+
 @dataclass(frozen=True)
 class Signal:
     """One key of per-sample shape [n]: ``names`` (n unique strings, the policy's order) and
     ``value = clip(raw * scale + offset, low, high)``; ``max_delta`` limits an output's move per
     session step. Each number is one float or n floats; ``low``, ``high``, ``max_delta`` are
-    optional."""
+    optional. An input may give ``terms`` instead of names and values (derived from them when the
+    Contract is made); an output of joint targets may carry ``stiffness`` and ``damping``."""
 
-    names: tuple[str, ...]
+    names: tuple[str, ...] = ()
     scale: Values = 1.0
     offset: Values = 0.0
     low: Values | None = None
     high: Values | None = None
     max_delta: Values | None = None
+    terms: tuple[Term, ...] = ()
+    stiffness: Values | None = None
+    damping: Values | None = None
 
     def __post_init__(self) -> None:
-        names = self.names
-        if not isinstance(names, str) and isinstance(names, Sequence):
-            object.__setattr__(self, "names", tuple(names))
-        for name in _VALUE_FIELDS:
+        for name in ("names", "terms"):
+            value = getattr(self, name)
+            if not isinstance(value, str) and isinstance(value, Sequence):
+                object.__setattr__(self, name, tuple(value))
+        for name in (*_VALUE_FIELDS, *_GAIN_FIELDS):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, _plain(value))
@@ -103,7 +198,10 @@ class Signal:
         return value
 
     def to_dict(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in _SIGNAL_FIELDS if getattr(self, name) is not None}
+        if self.terms:  # names and values are derived from the terms
+            return {"terms": [term.to_dict() for term in self.terms]}
+        fields = [name for name in _SIGNAL_FIELDS if name != "terms"]
+        data = {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
         return {name: list(v) if isinstance(v, tuple) else v for name, v in data.items()}
 
 
@@ -125,8 +223,10 @@ class Contract:
         if isinstance(dt, bool) or not isinstance(dt, (int, float)) or not math.isfinite(dt) or dt <= 0:
             raise ContractError(f"contract field 'control_dt': expected seconds per step > 0, got {dt!r}")
         object.__setattr__(self, "control_dt", float(dt))
-        for section in ("inputs", "outputs"):
-            object.__setattr__(self, section, _signals(section, getattr(self, section)))
+        # The outputs first: a joint term of an input has the joint output signal's names.
+        outputs = _signals("outputs", self.outputs, None)
+        object.__setattr__(self, "inputs", _signals("inputs", self.inputs, outputs))
+        object.__setattr__(self, "outputs", outputs)
         metadata = self.metadata
         if not isinstance(metadata, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
@@ -176,6 +276,16 @@ class Contract:
                     raise ContractError(
                         f"{where}: has per-sample shape {list(spec.shape)}; a signal describes a "
                         "one-dimensional [n] key",
+                        key,
+                    )
+                if spec.shape[0] != len(signal.names) and signal.terms:
+                    sizes = " + ".join(
+                        f"{t.name} {t.size}" + (f"x{t.history}" if t.history > 1 else "")
+                        for t in signal.terms
+                    )
+                    raise ContractError(
+                        f"{where}: field 'terms': the terms have {len(signal.names)} elements "
+                        f"({sizes}), but the policy's {key!r} has {spec.shape[0]} elements",
                         key,
                     )
                 if spec.shape[0] != len(signal.names):
@@ -237,6 +347,10 @@ class Contract:
         lines = [f"  control_dt        {self.control_dt:g} s ({1 / self.control_dt:g} Hz)"]
         for section in ("inputs", "outputs"):
             for key, signal in getattr(self, section).items():
+                if signal.terms:
+                    lines.append(f"  {section[:-1]:<6} {key} [{len(signal.names)}]: {len(signal.terms)} terms")
+                    lines += [_term_line(term) for term in signal.terms]
+                    continue
                 shown = ", ".join(signal.names[:6]) + (", ..." if len(signal.names) > 6 else "")
                 lines.append(f"  {section[:-1]:<6} {key} [{len(signal.names)}]: {shown}")
                 parts = [
@@ -245,8 +359,21 @@ class Contract:
                     if getattr(signal, name) is not None
                 ]
                 lines.append("    " + ", ".join(parts))
+                gains = [f"{n} {_short(getattr(signal, n))}" for n in _GAIN_FIELDS if getattr(signal, n) is not None]
+                if gains:
+                    lines.append("    gains " + ", ".join(gains))
         lines += [f"  {name}: {value}" for name, value in self.metadata.items()]
         return lines
+
+
+def _term_line(term: Term) -> str:
+    line = f"    term {term.name} [{term.size}" + (f" x {term.history} steps" if term.history > 1 else "") + "]"
+    if term.output is not None:
+        line += f" of {term.output}"
+    line += "".join(f", {name} {value:g}" for name, value in sorted(term.params.items()))
+    line += f": scale {_short(term.scale)}, offset {_short(term.offset)}"
+    line += "".join(f", {n} {_short(getattr(term, n))}" for n in ("low", "high") if getattr(term, n) is not None)
+    return line
 
 
 def _short(values: Values) -> str:
@@ -268,12 +395,25 @@ def _signal_from_dict(where: str, data: Any) -> Signal:
     unknown = sorted(set(data) - set(_SIGNAL_FIELDS))
     if unknown:
         raise ContractError(f"{where}: unknown field {unknown[0]!r} (known: {' '.join(_SIGNAL_FIELDS)})")
+    data = {k: v for k, v in data.items() if v is not None}
+    if "terms" in data:
+        terms = data["terms"]
+        if isinstance(terms, (str, bytes)) or not isinstance(terms, Sequence):
+            raise ContractError(f"{where}: field 'terms': expected a list of terms, got {terms!r}")
+        return Signal(**{**data, "terms": [_term_from_dict(f"{where} term {i}", t) for i, t in enumerate(terms)]})
     if "names" not in data:
         raise ContractError(f"{where}: field 'names' is missing")
     return Signal(**data)
 
 
-def _signals(section: str, signals: Any) -> dict[str, Signal]:
+def _term_from_dict(where: str, data: Any) -> Term:
+    if not isinstance(data, Mapping) or not isinstance(data.get("name"), str):
+        raise ContractError(f"{where}: expected a table of term fields with a 'name', got {data!r}")
+    return Term(**{k: v for k, v in data.items() if v is not None})
+
+
+def _signals(section: str, signals: Any, outputs: Mapping[str, Signal] | None) -> dict[str, Signal]:
+    """The checked signals of `section`; `outputs` (the checked outputs) for the inputs' terms."""
     if not isinstance(signals, Mapping):
         raise ContractError(
             f"contract field {section!r}: expected a mapping of keys to Signals, got {signals!r}"
@@ -284,9 +424,128 @@ def _signals(section: str, signals: Any) -> dict[str, Signal]:
         where = f"contract {section[:-1]} {key!r}"
         if not isinstance(signal, Signal):
             raise ContractError(f"{where}: expected a tdaot.Signal, got {type(signal).__name__}", key)
-        _check_signal(where, key, signal)
+        gain = next((n for n in _GAIN_FIELDS if getattr(signal, n) is not None), None)
+        if outputs is not None and gain is not None:
+            raise ContractError(
+                f"{where}: field {gain!r}: gains belong to an output signal of joint targets; "
+                f"{key!r} is an input",
+                key,
+            )
+        if signal.terms:
+            if outputs is None:
+                raise ContractError(
+                    f"{where}: field 'terms': terms describe an input's observations; {key!r} is an output",
+                    key,
+                )
+            signal = _resolve_terms(where, key, signal, outputs)
+        else:
+            _check_signal(where, key, signal)
         checked[key] = signal
     return checked
+
+
+def _resolve_terms(where: str, key: str, signal: Signal, outputs: Mapping[str, Signal]) -> Signal:
+    """The signal of `signal.terms` with its names and per-element values derived (each term
+    checked); a signal already derived is given back equal."""
+    terms = [_check_term(where, key, index, term, outputs) for index, term in enumerate(signal.terms)]
+    names: list[str] = []
+    values: dict[str, list[float]] = {n: [] for n in ("scale", "offset", "low", "high")}
+    seen: set[tuple[str, str | None]] = set()
+    for index, term in enumerate(terms):
+        if (term.name, term.output) in seen:
+            raise ContractError(f"{where}: term {index} {term.name!r}: field 'name': appears twice", key)
+        seen.add((term.name, term.output))
+        elements = _term_elements(term, outputs)
+        for step in range(term.history - 1, -1, -1):
+            suffix = f"@-{step}" if step else ""
+            for e, element in enumerate(elements):
+                names.append(f"{term.name}.{element}{suffix}")
+                for n, missing in (("scale", 1.0), ("offset", 0.0), ("low", -math.inf), ("high", math.inf)):
+                    value = term.value(n, e)
+                    values[n].append(missing if value is None else value)
+
+    def collapse(items: list[float]) -> Values:
+        return items[0] if all(v == items[0] for v in items) else tuple(items)
+
+    derived = {
+        "names": tuple(names),
+        "scale": collapse(values["scale"]),
+        "offset": collapse(values["offset"]),
+        "low": collapse(values["low"]) if any(t.low is not None for t in terms) else None,
+        "high": collapse(values["high"]) if any(t.high is not None for t in terms) else None,
+    }
+    unset = {"names": (), "scale": 1.0, "offset": 0.0, "low": None, "high": None}
+    for name, value in derived.items():
+        given = getattr(signal, name)
+        if given != unset[name] and given != value:
+            raise ContractError(
+                f"{where}: field {name!r}: a signal of terms derives its names, and each term has "
+                f"its own scale, offset, low and high; give terms or {name}, not both",
+                key,
+            )
+    if signal.max_delta is not None:
+        raise ContractError(f"{where}: field 'max_delta': a rate limit is for outputs, not terms", key)
+    return Signal(**derived, terms=tuple(terms))
+
+
+def _term_elements(term: Term, outputs: Mapping[str, Signal]) -> tuple[str, ...]:
+    elements = TERM_ELEMENTS[term.name]
+    if elements is None:  # a joint term: the joint output signal's names
+        return outputs[term.output if term.output is not None else sorted(outputs)[0]].names
+    return elements
+
+
+def _check_term(where: str, key: str, index: int, term: Any, outputs: Mapping[str, Signal]) -> Term:
+    if not isinstance(term, Term):
+        raise ContractError(f"{where}: term {index}: expected a tdaot.Term, got {type(term).__name__}", key)
+    name = term.name
+    at = f"{where}: term {index} {name!r}"
+
+    def fail(field_name: str, problem: str):
+        raise ContractError(f"{at}: field {field_name!r}: {problem}", key)
+
+    if name not in TERM_ELEMENTS:
+        fail("name", f"unknown term {name!r} (known: {' '.join(TERM_ELEMENTS)})")
+    params = TERM_PARAMS.get(name, ())
+    for param, value in term.params.items():
+        if param not in params:
+            fail(param, f"unknown term field (known: {' '.join((*_TERM_FIELDS, *params))})")
+        if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value) or value <= 0:
+            fail(param, f"{param} {value!r} is not a number > 0")
+    for param in params:
+        if param not in term.params:
+            fail(param, "missing (seconds per gait cycle)")
+    history = term.history
+    if isinstance(history, bool) or not isinstance(history, int) or history < 1:
+        fail("history", f"history {history!r} is not an integer >= 1 (the steps kept, newest included)")
+    joint = TERM_ELEMENTS[name] is None
+    if term.output is not None:
+        if not joint:
+            fail("output", "takes no output (only joint_pos_rel, joint_vel_rel and last_action "
+                 "follow a joint output signal)")
+        if not isinstance(term.output, str) or term.output not in outputs:
+            fail("output", f"{term.output!r} is not one of the contract's output signals "
+                 f"(it has: {', '.join(sorted(outputs)) or 'none'})")
+    if joint and not outputs:
+        fail("name", "has one element per joint of the contract's joint output signal, but the "
+             "contract has no output signal")
+    elements = _term_elements(term, outputs)
+    for field_name in ("scale", "offset", "low", "high"):
+        values = getattr(term, field_name)
+        if values is None:
+            if field_name in ("scale", "offset"):
+                fail(field_name, "expected a number or one per element, got None")
+            continue
+        items = values if isinstance(values, tuple) else (values,)
+        if isinstance(values, tuple) and len(values) != len(elements):
+            fail(field_name, f"has {len(values)} values, expected {len(elements)} (one per element) or one number")
+        if not all(isinstance(v, float) and math.isfinite(v) for v in items):
+            fail(field_name, f"expected finite numbers, got {values!r}")
+    for e, element in enumerate(elements):
+        low, high = term.value("low", e), term.value("high", e)
+        if low is not None and high is not None and low > high:
+            fail("low", f"low {low} > high {high} for {element!r}")
+    return term._sized(len(elements))
 
 
 def _check_signal(where: str, key: str, signal: Signal) -> None:
@@ -310,6 +569,18 @@ def _check_signal(where: str, key: str, signal: Signal) -> None:
             fail(name, f"has {len(values)} values, expected {len(names)} (one per name) or one number")
         if not all(isinstance(v, float) and math.isfinite(v) for v in items):
             fail(name, f"expected finite numbers, got {values!r}")
+    for name in _GAIN_FIELDS:
+        values = getattr(signal, name)
+        if values is None:
+            continue
+        items = values if isinstance(values, tuple) else (values,)
+        if isinstance(values, tuple) and len(values) != len(names):
+            fail(name, f"has {len(values)} values, expected {len(names)} (one per joint) or one number")
+        if not all(isinstance(v, float) and math.isfinite(v) for v in items):
+            fail(name, f"expected finite numbers, got {values!r}")
+        negative = next((n for i, n in enumerate(names) if signal.value(name, i) < 0), None)
+        if negative is not None:
+            fail(name, f"{name} for {negative!r} is negative")
     for index, element in enumerate(names):
         low, high, delta = (signal.value(n, index) for n in ("low", "high", "max_delta"))
         if low is not None and high is not None and low > high:

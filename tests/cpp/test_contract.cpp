@@ -7,13 +7,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "tdaot/contract.h"
 #include "tdaot/errors.h"
+#include "tdaot/manifest.h"
 #include "tdaot/session.h"
 #include "test_support.h"
 
@@ -174,6 +177,156 @@ TEST_F(ContractTest, ASessionStepsAPackageWithoutStateOrContract) {
   const TensorMap held = Session(tutorial, 1).step(
       {{"observation", at::full({1, 3}, std::numeric_limits<float>::quiet_NaN())}});
   EXPECT_TRUE(at::equal(held.at("sample"), at::zeros({1, 2})));
+}
+
+// The legged fixture's observation, Isaac Lab's velocity-tracking layout, written as terms (what
+// legged_contract gives as 48 names and scales): the same per-element map, names derived.
+nlohmann::json legged_terms() {
+  auto term = [](const char* name, double scale) {
+    return nlohmann::json{{"name", name}, {"scale", scale}, {"low", -100.0}, {"high", 100.0}};
+  };
+  return nlohmann::json::array({term("base_lin_vel", 2.0), term("base_ang_vel", 0.25),
+                                term("projected_gravity", 1.0), term("velocity_commands", 1.0),
+                                term("joint_pos_rel", 1.0), term("joint_vel_rel", 0.05),
+                                term("last_action", 1.0)});
+}
+
+// The legged package with its observation signal replaced by `terms` and `edit` applied to the
+// manifest's contract; loaded, or the ManifestError it gives.
+std::optional<ManifestError> load_with_terms(const Policy& original, const nlohmann::json& terms,
+                                             const std::function<void(nlohmann::json&)>& edit,
+                                             std::optional<Contract>* loaded = nullptr) {
+  (void)original;
+  const test::TempDir dir;
+  const std::string edited = dir.file("legged.pt2");
+  test::rewrite_manifest(test::package_path("legged.pt2"), edited, [&](nlohmann::json& manifest) {
+    manifest["contract"]["inputs"]["observation"] = {{"terms", terms}};
+    manifest["contract"]["outputs"]["action"]["stiffness"] = 20.0;
+    manifest["contract"]["outputs"]["action"]["damping"] =
+        nlohmann::json::array({0.5, 0.5, 0.5, 0.5, 0.6, 0.6, 0.6, 0.6, 0.7, 0.7, 0.7, 0.7});
+    edit(manifest["contract"]);
+  });
+  try {
+    const Policy policy(edited);
+    if (loaded != nullptr) *loaded = policy.contract();
+  } catch (const ManifestError& error) {
+    return error;
+  }
+  return std::nullopt;
+}
+
+TEST_F(ContractTest, TermsDeriveTheNamesAndTheMapOfAnInput) {
+  std::optional<Contract> loaded;
+  const auto error = load_with_terms(policy(), legged_terms(), [](nlohmann::json&) {}, &loaded);
+  ASSERT_FALSE(error) << error->what();
+  ASSERT_TRUE(loaded);
+  const Signal& observation = loaded->inputs.at("observation");
+  const Signal& original = contract().inputs.at("observation");
+  ASSERT_EQ(observation.terms.size(), 7u);
+  ASSERT_EQ(observation.names.size(), 48u);
+  EXPECT_EQ(observation.names[0], "base_lin_vel.x");
+  EXPECT_EQ(observation.names[9], "velocity_commands.lin_vel_x");
+  EXPECT_EQ(observation.names[11], "velocity_commands.ang_vel_z");
+  EXPECT_EQ(observation.names[12], "joint_pos_rel.FL_hip_joint");
+  EXPECT_EQ(observation.names[47], "last_action.RR_calf_joint");
+  for (size_t i = 0; i < 48; ++i) {  // the same map as the 48 names and scales it replaces
+    EXPECT_DOUBLE_EQ(observation.scale[i], original.scale[i]) << i;
+    EXPECT_DOUBLE_EQ(observation.offset[i], 0.0) << i;
+    EXPECT_DOUBLE_EQ(observation.low[i], -100.0) << i;
+    EXPECT_DOUBLE_EQ(observation.high[i], 100.0) << i;
+  }
+  const Term& last_action = observation.terms.back();
+  EXPECT_EQ(last_action.name, "last_action");
+  EXPECT_EQ(last_action.size, 12);
+  EXPECT_EQ(last_action.history, 1);
+  EXPECT_EQ(*loaded->joint_output(last_action), "action");
+  const Signal& action = loaded->outputs.at("action");
+  EXPECT_DOUBLE_EQ(action.stiffness[11], 20.0);
+  EXPECT_DOUBLE_EQ(action.damping[4], 0.6);
+  const std::string text = loaded->describe();
+  EXPECT_TRUE(Contains(text, "input observation [48]: 7 terms")) << text;
+  EXPECT_TRUE(Contains(text, "term joint_vel_rel [12]: scale 0.05, offset 0, low -100, high 100"))
+      << text;
+  EXPECT_TRUE(Contains(text, "gains stiffness 20, damping [0.5, 0.5, 0.5, 0.5, ...]")) << text;
+}
+
+TEST_F(ContractTest, HistoryAndGaitPhaseDeriveOlderStepsFirst) {
+  // The legged manifest with an observation of 50: 3 + 12 x 2 steps + 2 + 3 + 12 + 3 + 3.
+  nlohmann::json terms = nlohmann::json::array(
+      {{{"name", "projected_gravity"}},
+       {{"name", "joint_pos_rel"}, {"history", 2}, {"scale", 0.5}},
+       {{"name", "gait_phase"}, {"period", 0.8}},
+       {{"name", "base_ang_vel"}, {"low", -1.0}},
+       {{"name", "joint_vel_rel"}, {"output", "action"}},
+       {{"name", "base_lin_vel"}},
+       {{"name", "velocity_commands"}, {"high", 1.0}}});
+  nlohmann::json manifest = nlohmann::json::parse(policy().manifest().to_json());
+  for (auto& input : manifest["inputs"]) {
+    if (input["key"] == "observation") input["shape"] = {50};
+  }
+  manifest["contract"]["inputs"]["observation"] = {{"terms", terms}};
+  const Manifest parsed = Manifest::from_json(manifest.dump(), "edited");
+  const std::optional<Contract>& loaded = parsed.contract;
+  // Written back as terms, and read again the same.
+  EXPECT_EQ(Manifest::from_json(parsed.to_json(), "again").to_json(), parsed.to_json());
+  EXPECT_TRUE(Contains(parsed.to_json(), R"("terms":[{"name":"projected_gravity","scale":1.0)"))
+      << parsed.to_json();
+  const Signal& observation = loaded->inputs.at("observation");
+  ASSERT_EQ(observation.names.size(), 50u);
+  EXPECT_EQ(observation.names[3], "joint_pos_rel.FL_hip_joint@-1");
+  EXPECT_EQ(observation.names[15], "joint_pos_rel.FL_hip_joint");
+  EXPECT_EQ(observation.names[27], "gait_phase.sin");
+  EXPECT_EQ(observation.names[28], "gait_phase.cos");
+  EXPECT_DOUBLE_EQ(observation.scale[3], 0.5);
+  EXPECT_DOUBLE_EQ(observation.scale[27], 1.0);
+  EXPECT_TRUE(observation.scale.per_element);
+  EXPECT_FALSE(observation.offset.per_element);  // every term's offset is 0: one number
+  EXPECT_EQ(observation.low[29], -1.0);  // base_ang_vel
+  EXPECT_EQ(observation.low[0], -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(observation.high[49], 1.0);
+  EXPECT_EQ(observation.high[47], 1.0);
+  EXPECT_EQ(observation.high[46], std::numeric_limits<double>::infinity());  // base_lin_vel.z
+  EXPECT_EQ(observation.high[0], std::numeric_limits<double>::infinity());
+  EXPECT_DOUBLE_EQ(observation.terms[2].params.at("period"), 0.8);
+  EXPECT_EQ(observation.terms[1].size, 12);
+  EXPECT_EQ(observation.terms[1].history, 2);
+  EXPECT_TRUE(Contains(loaded->describe(), "term joint_pos_rel [12 x 2 steps]: scale 0.5"));
+  EXPECT_TRUE(Contains(loaded->describe(), "term gait_phase [2], period 0.8: scale 1"));
+}
+
+TEST_F(ContractTest, AHandEditedTermMistakeIsRefusedAtLoadNamingKeyTermAndField) {
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    std::string expected;
+  };
+  const std::string terms = "field 'contract.inputs.observation.terms";
+  const std::vector<Case> cases{
+      {[](nlohmann::json& c) { c["inputs"]["observation"]["terms"][2]["name"] = "gravity"; },
+       terms + "[2].name': unknown term 'gravity' (known: base_lin_vel base_ang_vel"},
+      {[](nlohmann::json& c) { c["inputs"]["observation"]["terms"][0]["name"] = "gait_phase";
+                               c["inputs"]["observation"]["terms"][0]["period"] = 1.0; },
+       terms + "': the terms have 47 elements (gait_phase 2 + base_ang_vel 3 + projected_gravity 3 "
+               "+ velocity_commands 3 + joint_pos_rel 12 + joint_vel_rel 12 + last_action 12), but "
+               "'observation' has 48"},
+      {[](nlohmann::json& c) { c["inputs"]["observation"]["terms"][4]["history"] = 0; },
+       terms + "[4].history': term 'joint_pos_rel': history 0 is not >= 1"},
+      {[](nlohmann::json& c) { c["inputs"]["observation"]["terms"][6]["output"] = "observation"; },
+       terms + "[6].output': term 'last_action': 'observation' is not one of the contract's "
+               "output signals (it has: action)"},
+      {[](nlohmann::json& c) { c["outputs"] = nlohmann::json::object(); },
+       terms + "[4].name': term 'joint_pos_rel': has one element per joint of the contract's joint "
+               "output signal, but the contract has no output signal"},
+      {[](nlohmann::json& c) { c["outputs"]["action"]["stiffness"] = {1.0, 2.0}; },
+       "field 'contract.outputs.action.stiffness': has 2 values, expected 12 (one per joint)"},
+      {[](nlohmann::json& c) { c["inputs"]["observation"]["damping"] = 1.0; },
+       "field 'contract.inputs.observation.damping': gains belong to an output signal of joint "
+       "targets; 'observation' is an input"},
+  };
+  for (const Case& c : cases) {
+    const auto error = load_with_terms(policy(), legged_terms(), c.edit);
+    ASSERT_TRUE(error) << c.expected;
+    EXPECT_TRUE(Contains(error->what(), c.expected)) << error->what();
+  }
 }
 
 }  // namespace

@@ -11,6 +11,11 @@
 //
 // A service checks its own element order against the policy's with order(): a service that
 // disagrees with the artifact is refused (ContractError) instead of driving the wrong joint.
+//
+// An input signal may be a concatenation of observation terms (Term: what each element is, in
+// the vocabulary of docs/contract.md, with its own map, clip and history), and an output signal
+// of joint targets may carry PD gains (stiffness, damping) for a service or rehearsal to apply.
+// The manifest parser checks both and derives the signal's names and per-element map.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +36,31 @@ struct SignalValues {
   double operator[](size_t i) const { return per_element ? values[i] : values[0]; }
 };
 
+// One observation term of an input Signal (docs/contract.md, "Observation terms"): a physical
+// quantity of the vocabulary (base_lin_vel, base_ang_vel, projected_gravity, velocity_commands,
+// joint_pos_rel, joint_vel_rel, last_action, gait_phase), its own map and clip, and its history.
+// One step of the term has `size` elements; with history K the signal holds the last K steps,
+// oldest first. value = clip(raw * scale + offset, low, high) per element, as for a Signal;
+// scale, offset, low and high are one number or `size` numbers (the same for every step).
+struct Term {
+  std::string name;
+  SignalValues scale{{1.0}, false};
+  SignalValues offset{{0.0}, false};
+  SignalValues low;   // absent: no lower clip
+  SignalValues high;  // absent: no upper clip
+  int64_t history = 1;                   // steps kept, >= 1 (newest last)
+  std::map<std::string, double> params;  // the term's parameters (gait_phase: "period", seconds)
+  std::string output;  // joint terms: the joint output signal's key; empty: the first (by key)
+  int64_t size = 0;    // elements of one step, derived when the contract is parsed
+};
+
 // One manifest key of per-sample shape [n], its n elements named.
+//
+// An input Signal may instead be a concatenation of `terms` (in order; each term's steps oldest
+// first). Then `names` are derived ("base_ang_vel.x", "joint_pos_rel.left_knee_joint", and for
+// older steps of a term with history K "joint_pos_rel.left_knee_joint@-1" .. "@-(K-1)"), and
+// scale, offset, low and high hold each element's value from its term (low/high: -inf/+inf for
+// the elements of terms without one; absent when no term clips).
 struct Signal {
   std::vector<std::string> names;  // n unique names, in the policy's order
   SignalValues scale{{1.0}, false};
@@ -39,6 +68,11 @@ struct Signal {
   SignalValues low;        // absent: no lower clip
   SignalValues high;       // absent: no upper clip
   SignalValues max_delta;  // absent: no rate limit; outputs only in effect (Session)
+  std::vector<Term> terms;  // inputs only; empty: a plain signal of `names`
+  // PD gains of an output signal of joint targets (one number or one per joint; absent: none).
+  // Carried for a service or the rehearsal to apply; the runner does not.
+  SignalValues stiffness;
+  SignalValues damping;
 
   // offset clipped to [low, high] for element i: what an output holds before the first step.
   double rest(size_t i) const;
@@ -62,7 +96,23 @@ struct Contract {
 
   // The contract as indented text lines, for inspect tools and services.
   std::string describe() const;
+
+  // The key of the joint output signal a joint term (joint_pos_rel, joint_vel_rel, last_action)
+  // refers to: term.output when given, else the first output signal by key; nullptr when the
+  // contract has no output signal (the parser refuses such a term).
+  const std::string* joint_output(const Term& term) const;
 };
+
+// The observation-term vocabulary, in the order of docs/contract.md.
+const std::vector<std::string>& term_vocabulary();
+
+// The element names of one step of term `name` ("x", "sin", or the joint names `joints` for
+// joint terms); empty for an unknown name.
+std::vector<std::string> term_elements(const std::string& name,
+                                       const std::vector<std::string>& joints);
+
+// Whether term `name` has one element per joint of the joint output signal.
+bool is_joint_term(const std::string& name);
 
 // Contract::order on one signal's names; `key` is for messages.
 std::vector<int64_t> order_names(const std::string& key, const std::vector<std::string>& policy,

@@ -64,8 +64,16 @@ $(VENV)/.tdaot-stamp: $(VENV)/.deps-stamp build/.apt-stamp pyproject.toml $(CPP_
 
 setup: $(VENV)/.tdaot-stamp
 
+# MuJoCo 4's C library and headers, from the mujoco-core wheel (its Python bindings too): CMake
+# finds them in the venv and builds tdaot-rehearse (and its tests) only where they are.
+REHEARSE_PY_DEPS := mujoco-core==4.0.0
+
+$(VENV)/.rehearse-deps-stamp: $(VENV)/.deps-stamp
+	$(PIP) install -q --disable-pip-version-check $(REHEARSE_PY_DEPS)
+	@touch $@
+
 # -DTDAOT_WERROR=ON: a warning in tdaot's own code fails `make test` (and CI).
-$(BUILD)/build.ninja: $(VENV)/.deps-stamp build/.apt-stamp
+$(BUILD)/build.ninja: $(VENV)/.deps-stamp $(VENV)/.rehearse-deps-stamp build/.apt-stamp
 	$(CMAKE) -S . -B $(BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA)) \
 		-DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=Release -DTDAOT_WERROR=ON
 

@@ -249,7 +249,15 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--iters", iters, "timed runs")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
   bench_cmd->add_flag("--json", as_json, "one JSON line");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help
+  } catch (const CLI::ParseError& e) {
+    // A usage error exits 2, as tdaot-run's (CLI11's own codes would be 105, 106...).
+    std::cerr << "tdaot-lite: " << e.what() << "\n\n" << app.help();
+    return 2;
+  }
   try {
     if (*inspect_cmd) return inspect(path);
     if (*verify_cmd) {

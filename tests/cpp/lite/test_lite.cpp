@@ -454,8 +454,8 @@ TEST(LiteEnvelope, ANonfiniteRunCarriesNoState) {
 // ---- one thread at a time ----
 
 // Two threads run one binding: sooner or later one finds the other inside run() and is refused
-// with tdaot::Error (exactly, not a subclass) and the one-thread message; nothing else fails and
-// the binding still computes the right outputs afterwards.
+// with InvalidArgumentError (a caller's misuse; a tdaot::Error) and the one-thread message;
+// nothing else fails and the binding still computes the right outputs afterwards.
 TEST(LiteConcurrency, ASecondThreadIsRefused) {
   const json& c = lite_test::expected().at("tutorial_b1");
   const lite::Policy policy(pkg("tutorial.pt2"));
@@ -475,7 +475,7 @@ TEST(LiteConcurrency, ASecondThreadIsRefused) {
         try {
           b.run();
         } catch (const Error& e) {
-          if (typeid(e) == typeid(Error) && e.what() == message) {
+          if (typeid(e) == typeid(InvalidArgumentError) && e.what() == message) {
             refused = true;
           } else if (other_errors++ == 0) {
             other_error = lite_test::type_name(typeid(e)) + ": " + e.what();

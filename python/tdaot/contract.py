@@ -141,8 +141,9 @@ class Term:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
     def _sized(self, size: int) -> Term:
-        term = Term(self.name, self.scale, self.offset, self.low, self.high, self.history,
-                    self.output, **self.params)
+        term = Term(
+            self.name, self.scale, self.offset, self.low, self.high, self.history, self.output, **self.params
+        )
         object.__setattr__(term, "size", size)
         return term
 
@@ -348,7 +349,9 @@ class Contract:
         for section in ("inputs", "outputs"):
             for key, signal in getattr(self, section).items():
                 if signal.terms:
-                    lines.append(f"  {section[:-1]:<6} {key} [{len(signal.names)}]: {len(signal.terms)} terms")
+                    lines.append(
+                        f"  {section[:-1]:<6} {key} [{len(signal.names)}]: {len(signal.terms)} terms"
+                    )
                     lines += [_term_line(term) for term in signal.terms]
                     continue
                 shown = ", ".join(signal.names[:6]) + (", ..." if len(signal.names) > 6 else "")
@@ -359,7 +362,11 @@ class Contract:
                     if getattr(signal, name) is not None
                 ]
                 lines.append("    " + ", ".join(parts))
-                gains = [f"{n} {_short(getattr(signal, n))}" for n in _GAIN_FIELDS if getattr(signal, n) is not None]
+                gains = [
+                    f"{n} {_short(getattr(signal, n))}"
+                    for n in _GAIN_FIELDS
+                    if getattr(signal, n) is not None
+                ]
                 if gains:
                     lines.append("    gains " + ", ".join(gains))
         lines += [f"  {name}: {value}" for name, value in self.metadata.items()]
@@ -367,12 +374,16 @@ class Contract:
 
 
 def _term_line(term: Term) -> str:
-    line = f"    term {term.name} [{term.size}" + (f" x {term.history} steps" if term.history > 1 else "") + "]"
+    line = (
+        f"    term {term.name} [{term.size}" + (f" x {term.history} steps" if term.history > 1 else "") + "]"
+    )
     if term.output is not None:
         line += f" of {term.output}"
     line += "".join(f", {name} {value:g}" for name, value in sorted(term.params.items()))
     line += f": scale {_short(term.scale)}, offset {_short(term.offset)}"
-    line += "".join(f", {n} {_short(getattr(term, n))}" for n in ("low", "high") if getattr(term, n) is not None)
+    line += "".join(
+        f", {n} {_short(getattr(term, n))}" for n in ("low", "high") if getattr(term, n) is not None
+    )
     return line
 
 
@@ -400,7 +411,9 @@ def _signal_from_dict(where: str, data: Any) -> Signal:
         terms = data["terms"]
         if isinstance(terms, (str, bytes)) or not isinstance(terms, Sequence):
             raise ContractError(f"{where}: field 'terms': expected a list of terms, got {terms!r}")
-        return Signal(**{**data, "terms": [_term_from_dict(f"{where} term {i}", t) for i, t in enumerate(terms)]})
+        return Signal(
+            **{**data, "terms": [_term_from_dict(f"{where} term {i}", t) for i, t in enumerate(terms)]}
+        )
     if "names" not in data:
         raise ContractError(f"{where}: field 'names' is missing")
     return Signal(**data)
@@ -521,14 +534,23 @@ def _check_term(where: str, key: str, index: int, term: Any, outputs: Mapping[st
     joint = TERM_ELEMENTS[name] is None
     if term.output is not None:
         if not joint:
-            fail("output", "takes no output (only joint_pos_rel, joint_vel_rel and last_action "
-                 "follow a joint output signal)")
+            fail(
+                "output",
+                "takes no output (only joint_pos_rel, joint_vel_rel and last_action "
+                "follow a joint output signal)",
+            )
         if not isinstance(term.output, str) or term.output not in outputs:
-            fail("output", f"{term.output!r} is not one of the contract's output signals "
-                 f"(it has: {', '.join(sorted(outputs)) or 'none'})")
+            fail(
+                "output",
+                f"{term.output!r} is not one of the contract's output signals "
+                f"(it has: {', '.join(sorted(outputs)) or 'none'})",
+            )
     if joint and not outputs:
-        fail("name", "has one element per joint of the contract's joint output signal, but the "
-             "contract has no output signal")
+        fail(
+            "name",
+            "has one element per joint of the contract's joint output signal, but the "
+            "contract has no output signal",
+        )
     elements = _term_elements(term, outputs)
     for field_name in ("scale", "offset", "low", "high"):
         values = getattr(term, field_name)
@@ -538,7 +560,10 @@ def _check_term(where: str, key: str, index: int, term: Any, outputs: Mapping[st
             continue
         items = values if isinstance(values, tuple) else (values,)
         if isinstance(values, tuple) and len(values) != len(elements):
-            fail(field_name, f"has {len(values)} values, expected {len(elements)} (one per element) or one number")
+            fail(
+                field_name,
+                f"has {len(values)} values, expected {len(elements)} (one per element) or one number",
+            )
         if not all(isinstance(v, float) and math.isfinite(v) for v in items):
             fail(field_name, f"expected finite numbers, got {values!r}")
     for e, element in enumerate(elements):

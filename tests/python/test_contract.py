@@ -270,16 +270,26 @@ def test_terms_derive_the_names_and_the_map_of_an_input():
     signal = contract.inputs["observation"]
     assert len(signal.names) == 21
     assert signal.names[:3] == ("base_ang_vel.x", "base_ang_vel.y", "base_ang_vel.z")
-    assert signal.names[6:9] == ("velocity_commands.lin_vel_x", "velocity_commands.lin_vel_y",
-                                 "velocity_commands.ang_vel_z")
+    assert signal.names[6:9] == (
+        "velocity_commands.lin_vel_x",
+        "velocity_commands.lin_vel_y",
+        "velocity_commands.ang_vel_z",
+    )
     # History 3: the oldest step first, the newest without a suffix.
     assert signal.names[9:15] == (
-        "joint_pos_rel.left_knee_joint@-2", "joint_pos_rel.right_knee_joint@-2",
-        "joint_pos_rel.left_knee_joint@-1", "joint_pos_rel.right_knee_joint@-1",
-        "joint_pos_rel.left_knee_joint", "joint_pos_rel.right_knee_joint",
+        "joint_pos_rel.left_knee_joint@-2",
+        "joint_pos_rel.right_knee_joint@-2",
+        "joint_pos_rel.left_knee_joint@-1",
+        "joint_pos_rel.right_knee_joint@-1",
+        "joint_pos_rel.left_knee_joint",
+        "joint_pos_rel.right_knee_joint",
     )
-    assert signal.names[-4:] == ("last_action.left_knee_joint", "last_action.right_knee_joint",
-                                 "gait_phase.sin", "gait_phase.cos")
+    assert signal.names[-4:] == (
+        "last_action.left_knee_joint",
+        "last_action.right_knee_joint",
+        "gait_phase.sin",
+        "gait_phase.cos",
+    )
     assert [t.size for t in signal.terms] == [3, 3, 3, 2, 2, 2, 2]
     assert signal.scale[:3] == (0.25,) * 3 and signal.scale[6:9] == (2.0, 2.0, 0.25)
     assert signal.scale[15:17] == (0.05, 0.05) and signal.offset == 0.0
@@ -295,7 +305,11 @@ def test_terms_derive_the_names_and_the_map_of_an_input():
     assert tdaot.Contract.from_dict(contract.to_dict()) == contract
     assert tdaot.Contract(0.02, inputs=contract.inputs, outputs=contract.outputs) == contract
     assert contract.to_dict()["inputs"]["observation"]["terms"][6] == {
-        "name": "gait_phase", "scale": 1.0, "offset": 0.0, "history": 1, "period": 0.8
+        "name": "gait_phase",
+        "scale": 1.0,
+        "offset": 0.0,
+        "history": 1,
+        "period": 0.8,
     }
     text = "\n".join(contract.describe())
     assert "input  observation [21]: 7 terms" in text
@@ -313,60 +327,117 @@ _ACTION = {"action": tdaot.Signal(names=KNEES)}
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda: _terms_contract(tdaot.Term("base_height")),
-         r"contract input 'observation': term 0 'base_height': field 'name': unknown term 'base_height' "
-         r"\(known: base_lin_vel base_ang_vel"),
-        (lambda: _terms_contract(tdaot.Term("base_ang_vel"), tdaot.Term("joint_pos_rel", history=0)),
-         r"term 1 'joint_pos_rel': field 'history': history 0 is not an integer >= 1"),
-        (lambda: _terms_contract(tdaot.Term("joint_pos_rel", history=1.5)),
-         r"term 0 'joint_pos_rel': field 'history': history 1.5 is not an integer >= 1"),
-        (lambda: _terms_contract(tdaot.Term("last_action"), outputs={}),
-         r"term 0 'last_action': field 'name': has one element per joint of the contract's joint output "
-         r"signal, but the contract has no output signal"),
-        (lambda: _terms_contract(tdaot.Term("last_action", output="observation")),
-         r"term 0 'last_action': field 'output': 'observation' is not one of the contract's output "
-         r"signals \(it has: action\)"),
-        (lambda: _terms_contract(tdaot.Term("base_lin_vel", output="action")),
-         r"term 0 'base_lin_vel': field 'output': takes no output"),
-        (lambda: _terms_contract(tdaot.Term("gait_phase")),
-         r"term 0 'gait_phase': field 'period': missing \(seconds per gait cycle\)"),
-        (lambda: _terms_contract(tdaot.Term("gait_phase", period=-1)),
-         r"term 0 'gait_phase': field 'period': period -1.0 is not a number > 0"),
-        (lambda: _terms_contract(tdaot.Term("gait_phase", period=1, perod=1)),
-         r"term 0 'gait_phase': field 'perod': unknown term field \(known: name scale offset low high "
-         r"history output period\)"),
-        (lambda: _terms_contract(tdaot.Term("joint_vel_rel", scale=[1, 2, 3])),
-         r"term 0 'joint_vel_rel': field 'scale': has 3 values, expected 2 \(one per element\)"),
-        (lambda: _terms_contract(tdaot.Term("base_ang_vel", low=1, high=0)),
-         r"term 0 'base_ang_vel': field 'low': low 1.0 > high 0.0 for 'x'"),
-        (lambda: _terms_contract(tdaot.Term("base_ang_vel", offset=math.nan)),
-         r"term 0 'base_ang_vel': field 'offset': expected finite numbers"),
-        (lambda: _terms_contract(tdaot.Term("base_ang_vel"), tdaot.Term("base_ang_vel")),
-         r"term 1 'base_ang_vel': field 'name': appears twice"),
-        (lambda: _terms_contract("base_ang_vel"),
-         r"contract input 'observation': term 0: expected a tdaot.Term, got str"),
-        (lambda: tdaot.Contract(0.02, inputs={"o": tdaot.Signal(names=["x", "y", "z"],
-                                                                terms=[tdaot.Term("base_ang_vel")])}),
-         r"contract input 'o': field 'names': a signal of terms derives its names"),
-        (lambda: tdaot.Contract(0.02, inputs={"o": tdaot.Signal(terms=[tdaot.Term("base_ang_vel")],
-                                                                max_delta=1.0)}),
-         r"contract input 'o': field 'max_delta': a rate limit is for outputs"),
-        (lambda: tdaot.Contract(0.02, outputs={"a": tdaot.Signal(terms=[tdaot.Term("base_ang_vel")])}),
-         r"contract output 'a': field 'terms': terms describe an input's observations; 'a' is an output"),
-        (lambda: _terms_contract(stiffness=[1.0, 2.0, 3.0]),
-         r"contract output 'action': field 'stiffness': has 3 values, expected 2 \(one per joint\)"),
-        (lambda: _terms_contract(damping=[1.0, -2.0]),
-         r"contract output 'action': field 'damping': damping for 'right_knee_joint' is negative"),
-        (lambda: tdaot.Contract(0.02, inputs={"o": tdaot.Signal(names=["x"], stiffness=1.0)}),
-         r"contract input 'o': field 'stiffness': gains belong to an output signal of joint targets; "
-         r"'o' is an input"),
+        (
+            lambda: _terms_contract(tdaot.Term("base_height")),
+            r"contract input 'observation': term 0 'base_height': field 'name': unknown term 'base_height' "
+            r"\(known: base_lin_vel base_ang_vel",
+        ),
+        (
+            lambda: _terms_contract(tdaot.Term("base_ang_vel"), tdaot.Term("joint_pos_rel", history=0)),
+            r"term 1 'joint_pos_rel': field 'history': history 0 is not an integer >= 1",
+        ),
+        (
+            lambda: _terms_contract(tdaot.Term("joint_pos_rel", history=1.5)),
+            r"term 0 'joint_pos_rel': field 'history': history 1.5 is not an integer >= 1",
+        ),
+        (
+            lambda: _terms_contract(tdaot.Term("last_action"), outputs={}),
+            r"term 0 'last_action': field 'name': has one element per joint of the contract's joint output "
+            r"signal, but the contract has no output signal",
+        ),
+        (
+            lambda: _terms_contract(tdaot.Term("last_action", output="observation")),
+            r"term 0 'last_action': field 'output': 'observation' is not one of the contract's output "
+            r"signals \(it has: action\)",
+        ),
+        (
+            lambda: _terms_contract(tdaot.Term("base_lin_vel", output="action")),
+            r"term 0 'base_lin_vel': field 'output': takes no output",
+        ),
+        (
+            lambda: _terms_contract(tdaot.Term("gait_phase")),
+            r"term 0 'gait_phase': field 'period': missing \(seconds per gait cycle\)",
+        ),
+        (
+            lambda: _terms_contract(tdaot.Term("gait_phase", period=-1)),
+            r"term 0 'gait_phase': field 'period': period -1.0 is not a number > 0",
+        ),
+        (
+            lambda: _terms_contract(tdaot.Term("gait_phase", period=1, perod=1)),
+            r"term 0 'gait_phase': field 'perod': unknown term field \(known: name scale offset low high "
+            r"history output period\)",
+        ),
+        (
+            lambda: _terms_contract(tdaot.Term("joint_vel_rel", scale=[1, 2, 3])),
+            r"term 0 'joint_vel_rel': field 'scale': has 3 values, expected 2 \(one per element\)",
+        ),
+        (
+            lambda: _terms_contract(tdaot.Term("base_ang_vel", low=1, high=0)),
+            r"term 0 'base_ang_vel': field 'low': low 1.0 > high 0.0 for 'x'",
+        ),
+        (
+            lambda: _terms_contract(tdaot.Term("base_ang_vel", offset=math.nan)),
+            r"term 0 'base_ang_vel': field 'offset': expected finite numbers",
+        ),
+        (
+            lambda: _terms_contract(tdaot.Term("base_ang_vel"), tdaot.Term("base_ang_vel")),
+            r"term 1 'base_ang_vel': field 'name': appears twice",
+        ),
+        (
+            lambda: _terms_contract("base_ang_vel"),
+            r"contract input 'observation': term 0: expected a tdaot.Term, got str",
+        ),
+        (
+            lambda: tdaot.Contract(
+                0.02, inputs={"o": tdaot.Signal(names=["x", "y", "z"], terms=[tdaot.Term("base_ang_vel")])}
+            ),
+            r"contract input 'o': field 'names': a signal of terms derives its names",
+        ),
+        (
+            lambda: tdaot.Contract(
+                0.02, inputs={"o": tdaot.Signal(terms=[tdaot.Term("base_ang_vel")], max_delta=1.0)}
+            ),
+            r"contract input 'o': field 'max_delta': a rate limit is for outputs",
+        ),
+        (
+            lambda: tdaot.Contract(0.02, outputs={"a": tdaot.Signal(terms=[tdaot.Term("base_ang_vel")])}),
+            r"contract output 'a': field 'terms': terms describe an input's observations; 'a' is an output",
+        ),
+        (
+            lambda: _terms_contract(stiffness=[1.0, 2.0, 3.0]),
+            r"contract output 'action': field 'stiffness': has 3 values, expected 2 \(one per joint\)",
+        ),
+        (
+            lambda: _terms_contract(damping=[1.0, -2.0]),
+            r"contract output 'action': field 'damping': damping for 'right_knee_joint' is negative",
+        ),
+        (
+            lambda: tdaot.Contract(0.02, inputs={"o": tdaot.Signal(names=["x"], stiffness=1.0)}),
+            r"contract input 'o': field 'stiffness': gains belong to an output signal of joint targets; "
+            r"'o' is an input",
+        ),
     ],
     ids=[
-        "unknown_term", "history_zero", "history_float", "joint_term_without_output",
-        "last_action_not_a_joint_signal", "output_on_base_term", "gait_phase_no_period",
-        "gait_phase_negative_period", "unknown_param", "scale_length", "low_above_high",
-        "offset_nan", "term_twice", "not_a_term", "terms_and_names", "terms_and_max_delta",
-        "terms_on_output", "gains_length", "gains_negative", "gains_on_input",
+        "unknown_term",
+        "history_zero",
+        "history_float",
+        "joint_term_without_output",
+        "last_action_not_a_joint_signal",
+        "output_on_base_term",
+        "gait_phase_no_period",
+        "gait_phase_negative_period",
+        "unknown_param",
+        "scale_length",
+        "low_above_high",
+        "offset_nan",
+        "term_twice",
+        "not_a_term",
+        "terms_and_names",
+        "terms_and_max_delta",
+        "terms_on_output",
+        "gains_length",
+        "gains_negative",
+        "gains_on_input",
     ],
 )
 def test_a_term_or_gain_mistake_is_refused_when_made(make, message):
@@ -416,10 +487,19 @@ def test_the_config_and_contract_files_take_terms_and_gains(tmp_path):
     (spec,) = parse_config(data, Path(tmp_path), "tdaot.toml")
     expected = tdaot.Contract(
         0.02,
-        inputs={"observation": tdaot.Signal(terms=[
-            tdaot.Term("base_ang_vel", scale=0.25), tdaot.Term("joint_pos_rel", history=3),
-            tdaot.Term("last_action"), tdaot.Term("gait_phase", period=0.8)])},
-        outputs={"action": tdaot.Signal(names=KNEES, offset=[0.3, 0.3], stiffness=[150.0, 150.0], damping=2.0)},
+        inputs={
+            "observation": tdaot.Signal(
+                terms=[
+                    tdaot.Term("base_ang_vel", scale=0.25),
+                    tdaot.Term("joint_pos_rel", history=3),
+                    tdaot.Term("last_action"),
+                    tdaot.Term("gait_phase", period=0.8),
+                ]
+            )
+        },
+        outputs={
+            "action": tdaot.Signal(names=KNEES, offset=[0.3, 0.3], stiffness=[150.0, 150.0], damping=2.0)
+        },
     )
     assert spec.options.contract == expected
     assert len(expected.inputs["observation"].names) == 3 + 6 + 2 + 2

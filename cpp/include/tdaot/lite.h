@@ -124,7 +124,9 @@ class Binding {
   void run();
 
   // Recurrent packages (a bound session, as tdaot::Binding): zeroes the state of every row and
-  // marks it is_init for the next run. Throws tdaot::Error for a package that is not recurrent.
+  // marks it is_init for the next run; with the envelope, its previous outputs are forgotten too
+  // (the next run is not rate limited). Throws InvalidArgumentError when there is nothing to
+  // reset: a package that is not recurrent, bound without the envelope.
   void reset();
   // The same for the rows where `mask` (one bool per row) is true; throws ShapeError when it
   // does not hold batch() values.

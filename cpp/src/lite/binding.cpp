@@ -135,11 +135,13 @@ struct Binding::Impl {
     if (is_init) std::memset(inputs[*is_init].data.get(), 0, inputs[*is_init].bytes);
   }
 
-  void require_recurrent() const {
-    if (!manifest.recurrent) {
+  // A reset needs something to forget: a recurrent package's state, or the envelope's previous
+  // outputs (so the first run after it is not rate limited), as Session::reset does.
+  void require_resettable() const {
+    if (!manifest.recurrent && !envelope) {
       throw InvalidArgumentError("package '" + policy->path +
-                  "' is not recurrent (its manifest has no 'recurrent' section): a binding of it "
-                  "has no state to reset");
+                  "' is not recurrent (its manifest has no 'recurrent' section) and the binding "
+                  "has no envelope: a binding of it has no state to reset");
     }
   }
 
@@ -236,7 +238,7 @@ void Binding::run() {
 
 void Binding::reset() {
   Impl& self = impl();
-  self.require_recurrent();
+  self.require_resettable();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
   self.mark_all_new();
   if (self.envelope) self.envelope->reset();
@@ -244,7 +246,7 @@ void Binding::reset() {
 
 void Binding::reset(const std::vector<bool>& mask) {
   Impl& self = impl();
-  self.require_recurrent();
+  self.require_resettable();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
   if (static_cast<int64_t>(mask.size()) != self.batch) {
     throw ShapeError("", "the reset mask has " + std::to_string(mask.size()) +

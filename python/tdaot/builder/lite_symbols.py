@@ -32,6 +32,7 @@ SHIM_FUNCTIONS: frozenset[str] = frozenset(
         # Grad mode, a per-thread flag.
         "aoti_torch_grad_mode_is_enabled",
         "aoti_torch_grad_mode_set_enabled",
+        "aoti_torch_check",
         # Handles: made over a blob, allocated, cloned, shared, viewed, freed.
         "aoti_torch__reinterpret_tensor",
         "aoti_torch_clone",

@@ -307,7 +307,12 @@ TEST(LiteRecurrent, ResetNeedsARecurrentPackageAndAMaskOfOneBoolPerRow) {
     const auto error = catch_error<Error>(call);
     ASSERT_TRUE(error);
     EXPECT_TRUE(Contains(error->what(), "package '" + pkg("tutorial.pt2") + "' is not recurrent"));
+    EXPECT_TRUE(Contains(error->what(), "has no envelope"));
   }
+  // With the envelope there is something to forget: its previous outputs.
+  lite::Binding enveloped = tutorial.bind(1, lite::BindOptions{true});
+  EXPECT_NO_THROW(enveloped.reset());
+  EXPECT_NO_THROW(enveloped.reset({true}));
   const lite::Policy recurrent(pkg("recurrent_b14.pt2"));
   lite::Binding r = recurrent.bind(4);
   for (const std::vector<bool>& mask : {std::vector<bool>{true, false, true}, std::vector<bool>{},

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -294,6 +296,18 @@ TEST_F(Shim, GradModeIsPerThreadAndOnByDefault) {
   EXPECT_TRUE(other);  // another thread still has its own default
   aoti_torch_grad_mode_set_enabled(true);
   EXPECT_TRUE(aoti_torch_grad_mode_is_enabled());
+}
+
+TEST_F(Shim, CheckThrowsWithTheModelsMessageOnlyWhenFalse) {
+  EXPECT_NO_THROW(aoti_torch_check(true, "f", "k.cpp", 7, "never"));
+  try {
+    aoti_torch_check(false, "kernel", "k.cpp", 42, "index 9 is out of bounds for size 4");
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 9 is out of bounds for size 4 (kernel at k.cpp:42)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

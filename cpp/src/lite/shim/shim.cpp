@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 namespace tdaot::lite::shim {
 namespace {
@@ -232,6 +234,16 @@ size_t aoti_torch_dtype_element_size(int32_t dtype) { return element_size(dtype)
 
 bool aoti_torch_grad_mode_is_enabled() { return grad_mode; }
 void aoti_torch_grad_mode_set_enabled(bool enabled) { grad_mode = enabled; }
+
+// A model's runtime check (AOTI_TORCH_CHECK: an index in range, a size as compiled). torch throws
+// a c10::Error; a C++ exception likewise, which the model's entry point turns into an error code
+// and the message AOTInductorGetLastError returns.
+void aoti_torch_check(bool cond, const char* func, const char* file, uint32_t line, const char* msg) {
+  if (cond) return;
+  throw std::runtime_error(std::string(msg != nullptr ? msg : "check failed") + " (" +
+                           (func != nullptr ? func : "?") + " at " + (file != nullptr ? file : "?") +
+                           ":" + std::to_string(line) + ")");
+}
 
 AOTITorchError aoti_torch_create_tensor_from_blob(void* data, int64_t ndim, const int64_t* sizes_ptr,
                                                   const int64_t* strides_ptr, int64_t storage_offset,

@@ -36,6 +36,10 @@ TDAOT_SHIM_EXPORT size_t aoti_torch_dtype_element_size(int32_t dtype);
 TDAOT_SHIM_EXPORT bool aoti_torch_grad_mode_is_enabled();
 TDAOT_SHIM_EXPORT void aoti_torch_grad_mode_set_enabled(bool enabled);
 
+// Runtime checks in a model: throws std::runtime_error with the message when `cond` is false.
+TDAOT_SHIM_EXPORT void aoti_torch_check(bool cond, const char* func, const char* file, uint32_t line,
+                                        const char* msg);
+
 // Handles.
 TDAOT_SHIM_EXPORT AOTITorchError aoti_torch_create_tensor_from_blob(
     void* data, int64_t ndim, const int64_t* sizes_ptr, const int64_t* strides_ptr,

@@ -22,10 +22,11 @@ APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev libzip-dev zipcmp zipme
 
 CPP_SOURCES := CMakeLists.txt $(shell find cpp tests/cpp tests/ops -name '*.cpp' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
-.PHONY: help setup demo test test-python test-cpp lint bench cpp install clean docs
+.PHONY: help setup demo rehearse test test-python test-cpp lint bench cpp install clean docs
 
 help:
 	@echo "make demo   build the example policy, check parity, run it natively"
+	@echo "make rehearse  the Unitree H1 walking policy (../shared) built and walked in MuJoCo (tdaot-rehearse)"
 	@echo "make test   run every Python and C++ test (after make docs)"
 	@echo "make docs   the documentation site (mkdocs.yml, docs/) into build/docs, strict"
 	@echo "make bench  tdaot against other runtimes, side by side (benchmarks/results/, ~15 min)"
@@ -83,6 +84,22 @@ cpp: $(BUILD)/build.ninja setup
 # --- README entry points ------------------------------------------------------------
 demo: cpp
 	$(PY) examples/demo.py --tdaot-run $(BUILD)/tdaot-run --output dist/tutorial.pt2
+
+# The Unitree H1 walking policy of ../shared/robots/unitree_h1 (not in this repository) as a
+# torchrl module with a contract of observation terms and gains, built, then 60 s of simulated
+# walking in MuJoCo through tdaot-rehearse and the lite runtime (examples/h1/README.md).
+H1_DIR ?= ../shared/robots/unitree_h1
+REHEARSE_ARGS ?= --seconds 60 --command 0.5,0,0
+rehearse: cpp
+	@if [ ! -f $(H1_DIR)/motion.pt ]; then \
+		echo "rehearse: skipped, $(H1_DIR) is absent (the H1 policy and robot are not part of this repository)"; \
+	elif [ ! -x $(BUILD)/tdaot-rehearse ]; then \
+		echo "rehearse: $(BUILD)/tdaot-rehearse was not built (no MuJoCo found: see the CMake output)"; exit 1; \
+	else \
+		$(PY) examples/h1/build_h1.py --h1 $(H1_DIR) --output dist/h1_walk.pt2 && \
+		$(BUILD)/tdaot-rehearse dist/h1_walk.pt2 --mjcf $(H1_DIR)/scene.xml \
+			--trajectory dist/h1_walk.csv $(REHEARSE_ARGS); \
+	fi
 
 # Headers, libtdaot_runtime.a, tdaot-run and lib/cmake/tdaot for find_package(tdaot).
 PREFIX ?= $(abspath build/install)

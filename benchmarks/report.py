@@ -91,6 +91,7 @@ def markdown(results: dict) -> str:
         "",
     ]
     lines += summary_tables(results)
+    lines += lite_tables(results)
     for policy, info in results["policies"].items():
         lines += [f"## {policy}: {info['description']}", ""]
         lines += [
@@ -198,6 +199,157 @@ def markdown(results: dict) -> str:
         ]
         lines += [""]
     return "\n".join(lines)
+
+
+LITE, FULL_BOUND = "tdaot-lite-bound", "tdaot-bound"
+
+
+def lite_tables(results: dict) -> list[str]:
+    """The lite runtime beside the full runtime's bound run at batch 1 (the rounds, then the
+    command-line tools), and the footprint table."""
+    timing = _timing_index(results)
+    labels = results["runtimes"]
+    lines: list[str] = []
+    rows = [
+        (p, timing[FULL_BOUND, p, 1], timing[LITE, p, 1])
+        for p in results["policies"]
+        if (FULL_BOUND, p, 1) in timing and (LITE, p, 1) in timing
+    ]
+    if rows:
+        lines += [
+            f"## {labels[LITE]} vs {labels[FULL_BOUND]}, batch 1",
+            "",
+            "The same package (policy.pt2) and the same batch-1 model, bound once, each call `run()` "
+            "alone; the lite runtime in a process with no libtorch. Timed in the same rounds, rotated "
+            "with every other runtime. Ratio: lite / full (goal: p50 <= 1.05x, 0 allocations per call).",
+            "",
+            "| policy | full p50 | full p99 | full p99.9 | lite p50 | lite p99 | lite p99.9 "
+            "| p50 ratio | p99 ratio | allocs/call full, lite |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for policy, full, lite in rows:
+
+            def allocs(t):
+                return "–" if t.get("allocs_per_call") is None else f"{t['allocs_per_call']:g}"
+
+            lines.append(
+                f"| {policy} | "
+                + " | ".join(fmt_time_us(full[k]) for k in ("p50_us", "p99_us", "p999_us"))
+                + " | "
+                + " | ".join(fmt_time_us(lite[k]) for k in ("p50_us", "p99_us", "p999_us"))
+                + f" | {lite['p50_us'] / full['p50_us']:.3f}x | {lite['p99_us'] / full['p99_us']:.3f}x"
+                f" | {allocs(full)}, {allocs(lite)} |"
+            )
+        lines += [""]
+    check = results.get("lite_crosscheck") or {}
+    if check:
+        lines += [
+            "Through the tools: `tdaot-run bench PKG --batch 1 --bind --threads 1` and `tdaot-lite bench "
+            "PKG --batch 1`, 5000 calls after 500 untimed, alternated 3 times per policy (same CPU pin, "
+            "allocation counter preloaded); the median run's numbers, and every run's p50.",
+            "",
+            "| policy | full p50 | full p99 | lite p50 | lite p99 | p50 ratio | allocs/call full, lite "
+            "| full p50 runs | lite p50 runs |",
+            "|---|---:|---:|---:|---:|---:|---:|---|---|",
+        ]
+        for policy, entry in check.items():
+            full, lite = entry.get("full", {}), entry.get("lite", {})
+            if "error" in full or "error" in lite:
+                lines.append(f"| {policy} | {(full.get('error') or lite.get('error'))[:120]} | | | | | | | |")
+                continue
+
+            def count(e):
+                return "–" if e.get("allocations_per_call") is None else f"{e['allocations_per_call']:g}"
+
+            lines.append(
+                f"| {policy} | {fmt_time_us(full['p50_us'])} | {fmt_time_us(full['p99_us'])} "
+                f"| {fmt_time_us(lite['p50_us'])} | {fmt_time_us(lite['p99_us'])} "
+                f"| {lite['p50_us'] / full['p50_us']:.3f}x | {count(full)}, {count(lite)} "
+                f"| {', '.join(f'{v:.2f}' for v in full['p50_us_runs'])} "
+                f"| {', '.join(f'{v:.2f}' for v in lite['p50_us_runs'])} |"
+            )
+        lines += [""]
+    lines += footprint_table(results)
+    return lines
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "–"
+    if n >= 2**20:
+        return f"{n / 2**20:.1f} MiB"
+    return f"{n / 2**10:.0f} KiB"
+
+
+def footprint_table(results: dict) -> list[str]:
+    fp = results.get("footprint")
+    if not fp:
+        return []
+    ctx = results["context"]
+    lines = [
+        f"## Footprint: {fp.get('policy', '')} package ({fmt_bytes(fp['package_bytes'])}; "
+        f"ONNX file {fmt_bytes(fp['onnx_bytes'])})",
+        "",
+        "On disk: the runtime's file and every shared library it loads (ldd closure, each file "
+        "once) beyond glibc (libc, libm, libdl, libpthread, librt, ld-linux), libstdc++ and libgcc_s; "
+        "the package is not counted. maxrss: the process's peak resident set (ru_maxrss, read by "
+        "benchmarks/cpp/maxrss.c) after "
+        f"loading the package and {fp['steps']} calls at batch 1. Start: wall time from spawning the "
+        "process to its first line of output, printed after its first call (median and min of "
+        f"{fp['starts']} starts, the commands interleaved, after one untimed round), and the CPU "
+        "time (user + sys, median) of those runs to their exit, less inflated by a loaded machine "
+        "than wall time. The ONNX Runtime "
+        "numbers are from a Python harness (benchmarks/footprint.py ort-child): its rss and start "
+        "include the interpreter and numpy, shown alone in the last row. Goals (issue 25): lite on "
+        "disk <= 10 MB; robot_service maxrss <= 15 MB, start to first action <= 20 ms.",
+        f"Load average at the start of this part: {ctx.get('load_average_footprint_start', '–')}.",
+        "",
+        "| runtime | on disk | maxrss after steps | start to first output (median, min) "
+        "| CPU time of a start | measured with |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for row in fp["rows"].values():
+        size = row.get("disk", {}).get("bytes")
+        rss = row.get("maxrss_kib")
+        start = row.get("start_median_s")
+        start_text = (
+            "–" if start is None else f"{start * 1e3:.1f} ms, {row['start_min_s'] * 1e3:.1f} ms"
+        )
+        if start is not None and row.get("start_measure") != "to first output":
+            start_text += f" ({row['start_measure']})"
+        cpu = row.get("start_cpu_median_s")
+        cpu_text = "–" if cpu is None else f"{cpu * 1e3:.1f} ms"
+        used = "; ".join(f"`{row[k]}`" for k in ("rss_command", "start_command") if row.get(k))
+        if row.get("error"):
+            used += f" (error: {row['error'][:100]})"
+        lines.append(
+            f"| {row['label']} | {fmt_bytes(size)} | {'–' if rss is None else fmt_bytes(rss * 1024)} "
+            f"| {start_text} | {cpu_text} | {used or '–'} |"
+        )
+    lines += ["", "Files counted on disk:", ""]
+    for row in fp["rows"].values():
+        files = row.get("disk", {}).get("files")
+        if files:
+            lines.append(
+                f"- {row['label']}: "
+                + ", ".join(f"{f['name']} {fmt_bytes(f['bytes'])}" for f in files)
+            )
+    lite = fp["rows"].get("lite", {})
+    if "torch_mapped" in lite:
+        lines += [
+            "",
+            "The lite process (`tdaot-lite run`) maps "
+            + (
+                "no libtorch or c10"
+                if not lite["torch_mapped"]
+                else "**" + ", ".join(lite["torch_mapped"]) + "**"
+            )
+            + "; its shared libraries beyond the C/C++ runtime: "
+            + ", ".join(lite.get("mapped_libraries", []))
+            + ".",
+        ]
+    lines += [""]
+    return lines
 
 
 def summary_tables(results: dict) -> list[str]:

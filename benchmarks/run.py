@@ -2,18 +2,24 @@
 
 For each policy (benchmarks/policies.py) it builds every runtime's artifact from the same
 weights, timing export and compile cold (empty inductor cache) and cached, then starts one
-process per (runtime, policy): a Python worker (benchmarks/worker.py) or the C++ server
-(benchmarks/cpp/bench_server.cpp). Each process loads its model (load time), makes a first
-call (first-call time) and is checked against the eager policy's outputs. Then the timing
-rounds: every round visits every policy and batch size, and at each one runs a chunk of calls
-in every runtime, in an order rotated from round to round, so drift on the machine hits all
-runtimes alike. Samples are pooled over the rounds. Peak RSS is each process's VmHWM at the end.
-Every process gets one intra-op thread (OMP/MKL_NUM_THREADS=1, set_num_threads(1), ONNX
-Runtime intra_op_num_threads=1) and is pinned to one CPU (--cpu).
+process per (runtime, policy): a Python worker (benchmarks/worker.py), the C++ server
+(benchmarks/cpp/bench_server.cpp) or, for the lite runtime (tdaot::lite, no libtorch), its own
+server linked only to it (benchmarks/cpp/lite_server.cpp), timed at the batch sizes the
+package's lite models serve (batch 1 for tdaot.build's default). Each process loads its model
+(load time), makes a first call (first-call time) and is checked against the eager policy's
+outputs. Then the timing rounds: every round visits every policy and batch size, and at each
+one runs a chunk of calls in every runtime, in an order rotated from round to round, so drift
+on the machine hits all runtimes alike. Samples are pooled over the rounds. Peak RSS is each
+process's VmHWM at the end. Every process gets one intra-op thread (OMP/MKL_NUM_THREADS=1,
+set_num_threads(1), ONNX Runtime intra_op_num_threads=1) and is pinned to one CPU (--cpu).
+After the rounds: the
+cross-checks through the command-line tools (tdaot-run bench; tdaot-run bench --bind beside
+tdaot-lite bench) and the footprint table of the lite runtime, the full runtime and ONNX
+Runtime for the mlp package (benchmarks/footprint.py).
 
     .venv/bin/python benchmarks/run.py --server build/bench/cpp/tdaot-bench-server [--rounds 5]
 
-Writes benchmarks/results/<date>-<host>.json, .md and .png (see benchmarks/report.py).
+Writes benchmarks/results/<date>-<host>[-<tag>].json, .md and .png (see benchmarks/report.py).
 """
 
 from __future__ import annotations
@@ -35,10 +41,12 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import footprint  # noqa: E402
 import report  # noqa: E402
 from policies import DESCRIPTIONS, POLICIES  # noqa: E402
 
-# (key, label, kind): kind "py" runs in benchmarks/worker.py, "cpp" in the C++ server.
+# (key, label, kind): kind "py" runs in benchmarks/worker.py, "cpp" in the C++ server, "lite" in
+# the lite runtime's server (no libtorch in its process).
 RUNTIMES = [
     ("eager", "eager TensorDictModule (Py)", "py"),
     ("export-module", "ExportedProgram.module() (Py)", "py"),
@@ -55,7 +63,9 @@ RUNTIMES = [
     ("tdaot-latency", "tdaot native, latency build (C++)", "cpp"),
     ("tdaot", "tdaot native (C++)", "cpp"),
     ("tdaot-bound", "tdaot native, bound (C++)", "cpp"),
+    ("tdaot-lite-bound", "tdaot lite, bound (C++)", "lite"),
 ]
+NATIVE_KINDS = ("cpp", "lite")
 NATIVE = "tdaot"
 LABELS = {key: label for key, label, _ in RUNTIMES}
 
@@ -76,6 +86,7 @@ ARTIFACT_FILE = {
     "aoti-single-threaded": "policy-throughput.pt2",
     "tdaot": "policy.pt2",
     "tdaot-bound": "policy.pt2",
+    "tdaot-lite-bound": "policy.pt2",
     "tdaot-python-latency": "policy-latency.pt2",
     "tdaot-latency": "policy-latency.pt2",
     "eager": "weights.pt",
@@ -168,11 +179,13 @@ class Worker:
         self.error: str | None = None
         if kind == "py":
             command = [args.python, str(HERE / "worker.py"), runtime, policy, str(self.artifacts)]
+        elif kind == "lite":
+            command = [str(args.lite_server)]
         else:
             command = [str(args.server)]
         env = base_env(work / "inductor-cache" / policy)
-        counter = Path(args.server).parent / "libtdaot-alloc-counter.so"
-        if kind == "cpp" and counter.is_file():
+        counter = alloc_counter(args)
+        if kind in NATIVE_KINDS and counter is not None:
             env["LD_PRELOAD"] = str(counter)  # allocations per call, counted from outside
         self.log = open(work / "logs" / f"{runtime}-{policy}.log", "w")
         self.proc = subprocess.Popen(
@@ -224,13 +237,16 @@ def start_worker(runtime: str, kind: str, policy: str, args, work: Path, info: d
     worker = Worker(runtime, kind, policy, args, work)
     try:
         load = {"cmd": "load"}
-        if kind == "cpp":
+        if kind in NATIVE_KINDS:
             load.update(
                 runtime=SERVER_RUNTIME.get(runtime, runtime),
                 path=str(worker.artifacts / ARTIFACT_FILE[runtime]),
                 inputs=info["inputs"],
             )
-        record["load_s"] = worker.ask(load)["seconds"]
+        loaded = worker.ask(load)
+        record["load_s"] = loaded["seconds"]
+        if "batch_sizes" in loaded:  # the lite server: only what the package's lite models serve
+            record["batch_sizes"] = loaded["batch_sizes"]
         record["first_call_s"] = worker.ask({"cmd": "first", "batch": 1})["seconds"]
         record["rss_after_first_call_mib"] = worker.ask({"cmd": "memory"})["VmRSS_kib"] / 1024
         if kind == "py":
@@ -239,9 +255,11 @@ def start_worker(runtime: str, kind: str, policy: str, args, work: Path, info: d
         else:
             record["parity_max_abs_error"] = None  # the same files the Python rows checked
         for batch in args.batches:
+            if batch not in record.get("batch_sizes", [batch]):
+                continue
             iters, budget = WARMUP[batch]
             worker.ask({"cmd": "run", "batch": batch, "iters": iters, "min_iters": 1, "max_seconds": budget})
-            if kind == "cpp":
+            if kind in NATIVE_KINDS:
                 counted = worker.ask({"cmd": "allocs", "batch": batch, "calls": ALLOC_CALLS[batch]})
                 record.setdefault("allocs_per_call", {})[str(batch)] = counted["per_call"]
     except RuntimeError as err:
@@ -250,10 +268,19 @@ def start_worker(runtime: str, kind: str, policy: str, args, work: Path, info: d
     return worker
 
 
-def skipped(runtime: str, policy: str, batch: int, args) -> str | None:
+def alloc_counter(args) -> Path | None:
+    """The malloc-family counter the C++ rows preload (benchmarks/cpp/alloc_counter.c), if built."""
+    counter = Path(args.server).parent / "libtdaot-alloc-counter.so"
+    return counter if counter.is_file() else None
+
+
+def skipped(runtime: str, policy: str, batch: int, args, record: dict | None = None) -> str | None:
     """Why a combination is not timed, or None."""
     if runtime in args.skip_runtimes:
         return "skipped by --skip"
+    served = (record or {}).get("batch_sizes")
+    if served is not None and batch not in served:
+        return f"the package's lite models serve batch {', '.join(map(str, served)) or 'none'} only"
     return None
 
 
@@ -271,6 +298,20 @@ def main() -> int:
         default=str(ROOT / "build/cpp/tdaot-run"),
         help="tdaot-run, for a cross-check of the native numbers (skipped if missing)",
     )
+    parser.add_argument(
+        "--lite-server",
+        default=None,
+        help="the lite runtime's bench server (default: tdaot-bench-lite-server beside --server)",
+    )
+    parser.add_argument(
+        "--tdaot-lite",
+        default=None,
+        help="tdaot-lite, for its cross-check and the footprint table (default: beside --tdaot-run)",
+    )
+    parser.add_argument(
+        "--footprint-policy", default="mlp", help="the package of the footprint table ('' to skip it)"
+    )
+    parser.add_argument("--tag", default="", help="appended to the results' file names (<date>-<host>-<tag>)")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--policies", default=",".join(POLICIES))
@@ -288,6 +329,8 @@ def main() -> int:
     parser.add_argument("--no-build", action="store_true", help="reuse the artifacts of the last run")
     args = parser.parse_args()
     args.cpu = None if args.cpu < 0 else args.cpu
+    args.lite_server = args.lite_server or str(Path(args.server).parent / "tdaot-bench-lite-server")
+    args.tdaot_lite = args.tdaot_lite or str(Path(args.tdaot_run).parent / "tdaot-lite")
     args.batches = [int(b) for b in args.batches.split(",")]
     args.skip_runtimes = set(filter(None, args.skip_runtimes.split(",")))
     policies = args.policies.split(",")
@@ -350,7 +393,7 @@ def main() -> int:
                 shift = round_index % len(runtimes)
                 for runtime, _ in runtimes[shift:] + runtimes[:shift]:
                     worker = workers[runtime, policy]
-                    reason = skipped(runtime, policy, batch, args)
+                    reason = skipped(runtime, policy, batch, args, startup[policy][runtime])
                     if reason or worker.error or "error" in startup[policy][runtime]:
                         skips[f"{runtime}/{policy}/{batch}"] = (
                             reason or startup[policy][runtime].get("error") or worker.error
@@ -382,6 +425,23 @@ def main() -> int:
         worker.close()
 
     crosscheck = tdaot_run_crosscheck(args, work, policies)
+    lite_check = lite_crosscheck(args, work, policies)
+    context["load_average_footprint_start"] = load_average()
+    footprints = None
+    if args.footprint_policy and args.footprint_policy in policies:
+        log(f"footprint ({args.footprint_policy})")
+        footprints = footprint.measure(
+            work / "artifacts" / args.footprint_policy,
+            tdaot_lite=Path(args.tdaot_lite),
+            tdaot_run=Path(args.tdaot_run),
+            robot_service=Path(args.server).parent / "robot_service",
+            maxrss_tool=Path(args.server).parent / "tdaot-bench-maxrss",
+            python=args.python,
+            env=base_env(),
+            cpu=args.cpu,
+        )
+        footprints["policy"] = args.footprint_policy
+    context["load_average_end"] = load_average()
     context["total_seconds"] = time.perf_counter() - started
 
     results = {
@@ -403,16 +463,23 @@ def main() -> int:
         "builds": builds,
         "skipped": skips,
         "tdaot_run_crosscheck": crosscheck,
+        "lite_crosscheck": lite_check,
+        "footprint": footprints,
     }
     results_dir = Path(args.results)
     results_dir.mkdir(parents=True, exist_ok=True)
-    stem = results_dir / f"{now.strftime('%Y-%m-%d')}-{context['host']}"
+    stem = results_dir / "-".join(filter(None, (now.strftime("%Y-%m-%d"), context["host"], args.tag)))
     stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
     markdown = report.markdown(results)
     stem.with_suffix(".md").write_text(markdown)
-    report.plot(results, stem.with_suffix(".png"))
+    try:
+        report.plot(results, stem.with_suffix(".png"))
+        written = ".json, .md, .png"
+    except ImportError as err:  # matplotlib is a make bench dependency; a bare venv lacks it
+        log(f"no plot: {err}")
+        written = ".json, .md"
     print(markdown)
-    log(f"wrote {stem}.json, .md, .png in {context['total_seconds']:.0f} s")
+    log(f"wrote {stem}{written} in {context['total_seconds']:.0f} s")
     return 0
 
 
@@ -440,6 +507,56 @@ def tdaot_run_crosscheck(args, work: Path, policies: list[str]) -> dict:
         if result.returncode == 0:
             data = json.loads(result.stdout)
             out[policy] = {k: data[k] for k in ("p50_us", "p99_us", "p999_us", "max_us") if k in data}
+    return out
+
+
+def lite_crosscheck(args, work: Path, policies: list[str], repeats: int = 3) -> dict:
+    """`tdaot-run bench --bind` and `tdaot-lite bench` at batch 1, alternated `repeats` times per
+    policy (same CPU pin, the allocation counter preloaded): the lite row's check through the
+    command-line tools. Per tool: the p50 of every repeat, and the median repeat's summary."""
+    out = {}
+    tools = {"full": Path(args.tdaot_run), "lite": Path(args.tdaot_lite)}
+    if not all(tool.exists() for tool in tools.values()):
+        return out
+    env = base_env()
+    counter = alloc_counter(args)
+    if counter is not None:
+        env["LD_PRELOAD"] = str(counter)
+    for policy in policies:
+        package = str(work / "artifacts" / policy / "policy.pt2")
+        commands = {
+            "full": [str(tools["full"]), "bench", package, "--batch", "1", "--bind", "--threads", "1"],
+            "lite": [str(tools["lite"]), "bench", package, "--batch", "1"],
+        }
+        runs: dict[str, list[dict]] = {"full": [], "lite": []}
+        for index in range(repeats):
+            order = ("full", "lite") if index % 2 == 0 else ("lite", "full")
+            for which in order:
+                result = subprocess.run(
+                    [*commands[which], "--iters", "5000", "--warmup", "500", "--json"],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    preexec_fn=pinned(args.cpu),
+                )
+                if result.returncode != 0:
+                    runs[which].append({"error": (result.stderr.strip() or "failed")[-300:]})
+                    continue
+                text = result.stdout  # tdaot-run prints indented JSON, tdaot-lite one line
+                runs[which].append(json.JSONDecoder().raw_decode(text[text.index("{") :])[0])
+        entry = {}
+        for which, done in runs.items():
+            good = sorted((r for r in done if "error" not in r), key=lambda r: r["p50_us"])
+            if not good:
+                entry[which] = {"error": done[0]["error"] if done else "not run"}
+                continue
+            median = good[len(good) // 2]
+            entry[which] = {
+                k: median.get(k) for k in ("p50_us", "p99_us", "p999_us", "max_us", "allocations_per_call")
+            }
+            entry[which]["p50_us_runs"] = [r["p50_us"] for r in done if "error" not in r]
+        out[policy] = entry
+        log(f"  cross-check {policy}: " + ", ".join(f"{w} {e.get('p50_us')}" for w, e in entry.items()))
     return out
 
 

@@ -75,12 +75,12 @@ std::vector<at::Tensor> make_inputs(const std::vector<InputSpec>& specs, int64_t
   for (const auto& spec : specs) {
     std::vector<int64_t> shape{batch};
     shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-    const auto options = at::TensorOptions().dtype(tdaot::to_scalar_type(spec.dtype));
+    const auto options = at::TensorOptions().dtype(spec.dtype);
     if (spec.dtype == at::kBool) {
       out.push_back(at::zeros(shape, options));
     } else if (spec.dtype == at::kByte) {
       out.push_back(at::randint(0, 256, shape, options));
-    } else if (c10::isIntegralType(tdaot::to_scalar_type(spec.dtype), /*includeBool=*/false)) {
+    } else if (c10::isIntegralType(spec.dtype, /*includeBool=*/false)) {
       out.push_back(at::randint(0, 10, shape, options));
     } else {
       out.push_back(at::randn(shape, options));

@@ -74,6 +74,9 @@ struct ObservationInput {
   std::vector<std::string> names;
   std::vector<TermSlot> terms;
   std::vector<double> values;  // this step's raw values, in the signal's order
+  // Whether the rehearsal writes each element: not the slots the package carries itself (a
+  // last_action term, the older steps of a history term: docs/contract.md).
+  std::vector<bool> written;
 };
 
 class Rehearsal {
@@ -108,6 +111,8 @@ class Rehearsal {
   std::vector<ObservationInput> inputs_;
   std::vector<double> targets_;     // joint targets (the mapped action), held between policy steps
   std::vector<double> raw_action_;  // the raw action of the last policy step (last_action)
+  std::string carried_action_;      // the package's next-step output of the raw action, if it carries one
+  DType carried_dtype_ = DType::Float32;
   std::FILE* trajectory_ = nullptr;
   std::vector<char> row_;
 };
@@ -285,6 +290,14 @@ void Rehearsal::match_joints() {
 // --- the observation terms ----------------------------------------------------------------------
 void Rehearsal::plan_inputs() {
   const Manifest& manifest = policy_->manifest();
+  // The next-step output of the recurrent state whose input is `prefix` or `prefix@...`.
+  auto carried_state = [&](const std::string& prefix) -> const std::string* {
+    if (!manifest.recurrent) return nullptr;
+    for (const StatePair& pair : manifest.recurrent->state) {
+      if (pair.input == prefix || pair.input.rfind(prefix + "@", 0) == 0) return &pair.output;
+    }
+    return nullptr;
+  };
   for (const TensorSpec& spec : manifest.inputs) {
     if (manifest.recurrent) {
       if (spec.key == manifest.recurrent->is_init) continue;  // the binding sets it
@@ -335,6 +348,21 @@ void Rehearsal::plan_inputs() {
         slot.period = period->second;
       }
       slot.window.assign(slot.size * static_cast<size_t>(slot.history), 0.0);
+      // A package built with the carried terms (the default) has them as recurrent state:
+      // the caller then writes only the newest step of a history term and no last_action.
+      const std::string* carried_la = carried_state("tdaot.last_action." + spec.key + "." + term.name);
+      const std::string* carried_history = carried_state("tdaot.history." + spec.key + "." + term.name);
+      const size_t older = slot.window.size() - slot.size;
+      for (size_t i = 0; i < slot.window.size(); ++i) {
+        input.written.push_back(!(carried_la || (carried_history && i < older)));
+      }
+      if (carried_la && carried_action_.empty()) {
+        const std::string* output = contract_->joint_output(term);
+        if (output && *output == joint_key_) {
+          carried_action_ = *carried_la;
+          carried_dtype_ = spec.dtype;  // the state has its observation's dtype
+        }
+      }
       at += slot.window.size();
       input.terms.push_back(std::move(slot));
     }
@@ -420,11 +448,18 @@ void Rehearsal::compute_terms(double t) {
       }
       std::copy(slot.window.begin(), slot.window.end(), input.values.begin() + static_cast<long>(slot.first));
     }
+    // The carried slots are the package's: left alone (the values above mirror them, for the
+    // trajectory).
     if (input.dtype == DType::Float32) {
       float* out = static_cast<float*>(input.data);
-      for (size_t i = 0; i < input.values.size(); ++i) out[i] = static_cast<float>(input.values[i]);
+      for (size_t i = 0; i < input.values.size(); ++i) {
+        if (input.written[i]) out[i] = static_cast<float>(input.values[i]);
+      }
     } else {
-      std::memcpy(input.data, input.values.data(), input.values.size() * sizeof(double));
+      double* out = static_cast<double*>(input.data);
+      for (size_t i = 0; i < input.values.size(); ++i) {
+        if (input.written[i]) out[i] = input.values[i];
+      }
     }
   }
 }
@@ -439,6 +474,14 @@ void Rehearsal::step_policy(double t) {
     targets_[i] = target;
     // The raw action, recovered from the mapped one: exact unless a limit or max_delta held it.
     raw_action_[i] = (target - joints_[i].offset) / joints_[i].scale;
+  }
+  if (!carried_action_.empty()) {  // the package's own: exact
+    const DType dtype = carried_dtype_;
+    const void* raw = binding_->output_data(carried_action_, dtype);
+    for (size_t i = 0; i < joints_.size(); ++i) {
+      raw_action_[i] = dtype == DType::Float32 ? static_cast<const float*>(raw)[i]
+                                               : static_cast<const double*>(raw)[i];
+    }
   }
 }
 

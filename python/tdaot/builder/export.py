@@ -28,6 +28,7 @@ from tdaot.errors import BuildError, ExportError, StaticBatchWarning
 from tdaot.manifest import BatchRange, Recurrent, StatePair, TensorSpec, dtype_name
 
 DEFAULT_BATCH_RANGE = BatchRange(1, 1 << 20)
+_DTYPES = {dtype_name(t): t for t in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 # The batch size the program is traced with; torch.export specialises sizes 0 and 1.
 _MIN_TRACE_BATCH = 2
 
@@ -57,6 +58,7 @@ class PositionalPolicy(nn.Module):
         nested_batch_shapes: dict[tuple[str, ...], torch.Size],
         own_outputs: bool = False,
         contract: Contract | None = None,
+        carry: CarriedTerms | None = None,
     ) -> None:
         super().__init__()
         self.own_outputs = own_outputs
@@ -71,6 +73,8 @@ class PositionalPolicy(nn.Module):
         # them to the module; the module's raw outputs in, the caller's values out.
         self.in_signals = [contract and contract.inputs.get(keyutil.to_manifest(k)) for k in self.in_keys]
         self.out_signals = [contract and contract.outputs.get(keyutil.to_manifest(k)) for k in self.out_keys]
+        # The contract's last_action and history terms, carried as recurrent state (or None).
+        self.carry = carry
 
     def make_tensordict(self, tensors: Sequence[torch.Tensor]) -> TensorDict:
         """The TensorDict the module expects, rebuilt from positional tensors."""
@@ -84,11 +88,173 @@ class PositionalPolicy(nn.Module):
         return td
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        carry = self.carry
+        if carry is not None:
+            tensors, state = list(tensors[: len(self.in_keys)]), tensors[len(self.in_keys) :]
+            windows = carry.fill(tensors, state)
         tensors = tuple(s.apply(t) if s else t for s, t in zip(self.in_signals, tensors))
         out = self.module(self.make_tensordict(tensors))
-        outputs = tuple(out.get(keyutil.td_key(k)) for k in self.out_keys)
-        outputs = tuple(s.apply(t) if s else t for s, t in zip(self.out_signals, outputs))
+        raw = tuple(out.get(keyutil.td_key(k)) for k in self.out_keys)
+        outputs = tuple(s.apply(t) if s else t for s, t in zip(self.out_signals, raw))
+        if carry is not None:
+            outputs = outputs + carry.next_state(tensors, raw, windows)
         return tuple(t.clone() for t in outputs) if self.own_outputs else outputs
+
+
+@dataclass(frozen=True)
+class CarriedTerm:
+    """One last_action term, or one term with history > 1, of an input signal: its slots
+    ``[start, start + size * history)`` of input ``input`` (oldest step first)."""
+
+    input: int  # the wrapper's input index of the observation
+    start: int
+    size: int
+    history: int
+    action: int | None  # last_action: the wrapper's output index of its joint output signal
+    last_action_state: int | None  # the state index of the previous raw action (last_action)
+    history_state: int | None  # the state index of the window (history > 1)
+
+
+@dataclass(frozen=True)
+class CarriedTerms:
+    """The contract's last_action and history terms, carried by the runner as recurrent state:
+    ``keys`` the state inputs (each with its ``next.`` output), then ``is_init`` when the wrapper
+    adds that input (``is_init_input`` is the wrapper's input index of the flag either way)."""
+
+    terms: tuple[CarriedTerm, ...]
+    keys: tuple[str, ...]
+    specs: tuple[TensorSpec, ...]  # of the state inputs (dtype and per-sample shape)
+    is_init_input: int | None  # the wrapper's input index of is_init (None: not needed)
+    adds_is_init: bool
+
+    def fill(self, tensors: list[torch.Tensor], state: Sequence[torch.Tensor]) -> list:
+        """Writes the carried slots into the observations in ``tensors`` (in place of the
+        list); returns each term's window, for :meth:`next_state`."""
+        everything = [*tensors, *state]
+        new = None
+        if self.is_init_input is not None:
+            flag = everything[self.is_init_input]
+            new = (flag.reshape(flag.shape[0], -1) if flag.dim() > 1 else flag.unsqueeze(1)).any(
+                1, keepdim=True
+            )
+        windows = []
+        replaced: dict[int, list[tuple[int, int, torch.Tensor]]] = {}
+        for term in self.terms:
+            obs = tensors[term.input]
+            end = term.start + term.size * term.history
+            if term.last_action_state is not None:
+                newest = state[term.last_action_state].to(obs.dtype)
+                if new is not None:
+                    newest = torch.where(new, torch.zeros_like(newest), newest)
+            else:
+                newest = obs[:, end - term.size : end]
+            if term.history_state is not None:
+                older = state[term.history_state][:, term.size :]
+                window = torch.cat([older, newest], dim=1)
+                if new is not None:
+                    window = torch.where(new, newest.repeat(1, term.history), window)
+            else:
+                window = newest
+            windows.append(window)
+            replaced.setdefault(term.input, []).append((term.start, end, window))
+        for index, pieces in replaced.items():
+            obs, parts, at = tensors[index], [], 0
+            for start, end, window in sorted(pieces, key=lambda piece: piece[0]):
+                parts += [obs[:, at:start], window]
+                at = end
+            parts.append(obs[:, at:])
+            tensors[index] = torch.cat(parts, dim=1)
+        return windows
+
+    def next_state(self, tensors, raw: Sequence[torch.Tensor], windows: list) -> tuple[torch.Tensor, ...]:
+        """The next step's state, in ``keys`` order: each previous raw action, each window."""
+        out: list[torch.Tensor | None] = [None] * len(self.keys)
+        for term, window in zip(self.terms, windows):
+            if term.last_action_state is not None:
+                out[term.last_action_state] = raw[term.action].to(window.dtype)
+            if term.history_state is not None:
+                out[term.history_state] = window
+        return tuple(out)
+
+
+#: The first part of every state key the carried terms add (a policy's own keys must not use it).
+CARRY_PREFIX = "tdaot"
+
+
+def carried_terms(
+    contract: Contract | None,
+    in_keys: Sequence[tuple[str, ...]],
+    out_keys: Sequence[tuple[str, ...]],
+    tensors: Sequence[torch.Tensor],
+) -> CarriedTerms | None:
+    """The state that carries ``contract``'s last_action terms and terms with history > 1 for
+    a policy with ``in_keys`` (example ``tensors``) and ``out_keys``; None when there is none."""
+    if contract is None:
+        return None
+    manifest_in = [keyutil.to_manifest(k) for k in in_keys]
+    manifest_out = [keyutil.to_manifest(k) for k in out_keys]
+    terms, keys, specs = [], [], []
+    needs_is_init = False
+    for index, key in enumerate(manifest_in):
+        signal = contract.inputs.get(key)
+        if signal is None or not signal.terms:
+            continue
+        names = [t.name for t in signal.terms]
+        start = 0
+        for term in signal.terms:
+            span = term.size * term.history
+            carried = term.name == "last_action" or term.history > 1
+            if not carried:
+                start += span
+                continue
+            label = term.name
+            if names.count(term.name) > 1:  # one per joint output signal
+                label += "@" + (term.output or sorted(contract.outputs)[0]).replace(keyutil.SEPARATOR, ":")
+            dtype = dtype_name(tensors[index].dtype)
+            action = la_state = hist_state = None
+            if term.name == "last_action":
+                output = term.output if term.output is not None else sorted(contract.outputs)[0]
+                if output not in manifest_out:
+                    raise BuildError(
+                        f"contract input {key!r}: term {term.name!r} follows output {output!r}, which "
+                        f"is not one of the package's out keys ({', '.join(manifest_out)}); the runner "
+                        "carries the previous raw action from it (or build with caller_terms=True)"
+                    )
+                action = manifest_out.index(output)
+                la_state = len(keys)
+                keys.append(keyutil.SEPARATOR.join((CARRY_PREFIX, "last_action", key, label)))
+                specs.append(TensorSpec(keys[-1], dtype, (term.size,)))
+            if term.history > 1:
+                needs_is_init = True
+                hist_state = len(keys)
+                keys.append(keyutil.SEPARATOR.join((CARRY_PREFIX, "history", key, label)))
+                specs.append(TensorSpec(keys[-1], dtype, (span,)))
+            terms.append(CarriedTerm(index, start, term.size, term.history, action, la_state, hist_state))
+            start += span
+    if not terms:
+        return None
+    taken = {*manifest_in, *manifest_out}
+    clash = next((k for k in keys if k in taken or f"next.{k}" in taken), None)
+    if clash is None:
+        clash = next((k for k in taken if keyutil.from_manifest(k)[0] == CARRY_PREFIX), None)
+    if clash is not None:
+        raise BuildError(
+            f"the policy's key {clash!r} starts with {CARRY_PREFIX!r}, which the state that carries the "
+            "contract's last_action and history terms uses; rename it, or build with caller_terms=True"
+        )
+    is_init = next(
+        (i for i, k in enumerate(in_keys) if k[-1] == "is_init" and tensors[i].dtype == torch.bool),
+        None,
+    )
+    adds = False
+    if is_init is None and needs_is_init:
+        if "is_init" in manifest_in:
+            raise BuildError(
+                "the policy's input 'is_init' is not bool; the history terms of its contract need a "
+                "bool is_init to refill after a reset (or build with caller_terms=True)"
+            )
+        is_init, adds = len(in_keys) + len(keys), True
+    return CarriedTerms(tuple(terms), tuple(keys), tuple(specs), is_init, adds)
 
 
 @contextlib.contextmanager
@@ -133,6 +299,9 @@ def export_policy(
     input_tensors = _input_tensors(module, example, in_keys)
     batch_range = resolve_batch(options.batch, example.batch_size[0])
     interaction_type = options.interaction_type
+    carry = None
+    if not options.caller_terms:
+        carry = carried_terms(options.contract, in_keys, out_keys, input_tensors)
 
     wrapper = PositionalPolicy(
         module,
@@ -151,6 +320,20 @@ def export_policy(
         eager = checks.check_eager_run(wrapper, input_tensors, out_keys, interaction_type)
         if options.contract is not None:
             options.contract.check_specs(inputs, _eager_specs(eager, out_keys))
+    all_out_keys = list(out_keys)
+    if carry is not None:
+        # The carried terms' state: zeros in, as after a reset; is_init (added) true.
+        batch = input_tensors[0].shape[0]
+        device = input_tensors[0].device
+        for spec in carry.specs:
+            input_tensors.append(torch.zeros(batch, *spec.shape, dtype=_DTYPES[spec.dtype], device=device))
+        inputs += carry.specs
+        all_out_keys += [keyutil.from_manifest(f"next.{k}") for k in carry.keys]
+        if carry.adds_is_init:
+            input_tensors.append(torch.ones(batch, 1, dtype=torch.bool, device=device))
+            inputs += (TensorSpec("is_init", "bool", (1,)),)
+        wrapper.carry = carry
+    with export_context(interaction_type):
         # The user's module as it comes ran above (materialising its lazy modules, whose
         # weights a copy must share); what is traced from here on is the rewritten copy.
         wrapper.module, applied = rewrites.for_export(module)
@@ -165,7 +348,7 @@ def export_policy(
         checks.check_no_sampling(program, describe_module(module), interaction_type)
     checks.check_native_kernels(program, input_tensors[0].device.type)
 
-    outputs = _output_specs(program, out_keys, batch_range)
+    outputs = _output_specs(program, all_out_keys, batch_range)
     return ExportedPolicy(
         program=program,
         inputs=inputs,

@@ -320,6 +320,13 @@ class BuildOptions:
         from_text=_contract_from_text,
         from_config=_contract_from_config,
     )
+    caller_terms: bool = option(
+        False,
+        "the caller writes every slot of the contract's last_action terms and terms with history "
+        "itself (default: the runner carries them as recurrent state, and the caller writes only "
+        "the newest step of a history term)",
+        _check_flag,
+    )
     sign_key: str | None = option(
         None,
         "sign the package with this Ed25519 private key (a PEM file from tdaot keygen; relative to "

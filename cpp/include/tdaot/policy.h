@@ -71,8 +71,8 @@ struct PolicyOptions : PackageOptions {
 class Policy {
  public:
   // Loads the package at `package_path`. The file is read once; its sha256 is compared with
-  // options.expected_sha256 when set, and every file inside it with the digest its manifest
-  // records, before its library is loaded. Throws PackageError (IntegrityError for a digest
+  // options.expected_sha256 when set, and every file it loads with the digest its manifest
+  // records, before its library is loaded (verify_package checks every file). Throws PackageError (IntegrityError for a digest
   // mismatch, SignatureError for a missing or bad signature with trusted_keys set,
   // ManifestError, HostMismatchError, MissingOperatorError for an unregistered custom operator),
   // tdaot::Error for invalid options, ExecutionError when a warm-up run fails.

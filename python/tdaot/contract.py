@@ -44,108 +44,30 @@ import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import torch
 
 from tdaot import _C
 from tdaot import keys as keyutil
+from tdaot.contract_terms import (
+    TERM_ELEMENTS,  # noqa: F401 - re-exported: the vocabulary is part of tdaot.contract
+    TERM_PARAMS,  # noqa: F401
+    Term,
+    Values,
+    _check_term,
+    _plain,
+    _short,
+    _term_elements,
+    _term_from_dict,
+    _term_line,
+)
 from tdaot.errors import ContractError, KeyNameError
 
-Values = Union[float, tuple[float, ...]]
 _VALUE_FIELDS = ("scale", "offset", "low", "high", "max_delta")
 _GAIN_FIELDS = ("stiffness", "damping")
 _SIGNAL_FIELDS = ("names", *_VALUE_FIELDS, "terms", *_GAIN_FIELDS)
-_TERM_FIELDS = ("name", "scale", "offset", "low", "high", "history", "output")
 
-#: The observation-term vocabulary (docs/contract.md): the element names of one step of each
-#: term; the joint terms have one element per joint of the joint output signal instead.
-TERM_ELEMENTS: dict[str, tuple[str, ...] | None] = {
-    "base_lin_vel": ("x", "y", "z"),
-    "base_ang_vel": ("x", "y", "z"),
-    "projected_gravity": ("x", "y", "z"),
-    "velocity_commands": ("lin_vel_x", "lin_vel_y", "ang_vel_z"),
-    "joint_pos_rel": None,
-    "joint_vel_rel": None,
-    "last_action": None,
-    "gait_phase": ("sin", "cos"),
-}
-#: The parameters each term requires (numbers > 0).
-TERM_PARAMS: dict[str, tuple[str, ...]] = {"gait_phase": ("period",)}
-
-
-def _plain(value: Any) -> Any:
-    """Numbers as floats and sequences (lists, tensors, arrays) as tuples; anything else as
-    given, for the Contract to refuse with the key in its message."""
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
-        value = value.tolist()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (list, tuple)):
-        return tuple(
-            float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value
-        )
-    return value
-
-
-@dataclass(frozen=True, init=False)
-class Term:
-    """One observation term of an input :class:`Signal`: ``name`` from the vocabulary
-    (:data:`TERM_ELEMENTS`), ``value = clip(raw * scale + offset, low, high)`` per element (each
-    one number or one per element of a step), ``history`` steps kept (oldest first), ``output``
-    the joint output signal's key for a joint term (None: the first output signal by key) and
-    the term's parameters (``Term("gait_phase", period=0.8)``). ``size``, the elements of one
-    step, is set when the Contract is made."""
-
-    name: str
-    scale: Values = 1.0
-    offset: Values = 0.0
-    low: Values | None = None
-    high: Values | None = None
-    history: int = 1
-    output: str | None = None
-    params: Mapping[str, float] = field(default_factory=dict, hash=False)
-    size: int = field(default=0, compare=False)
-
-    def __init__(
-        self,
-        name: str,
-        scale: Values = 1.0,
-        offset: Values = 0.0,
-        low: Values | None = None,
-        high: Values | None = None,
-        history: int = 1,
-        output: str | None = None,
-        **params: float,
-    ) -> None:
-        fields = {"name": name, "history": history, "output": output, "size": 0}
-        for key, value in (("scale", scale), ("offset", offset), ("low", low), ("high", high)):
-            fields[key] = None if value is None else _plain(value)
-        fields["params"] = {k: _plain(v) for k, v in params.items()}
-        for key, value in fields.items():
-            object.__setattr__(self, key, value)
-
-    def value(self, name: str, index: int) -> float | None:
-        values = getattr(self, name)
-        return values[index] if isinstance(values, tuple) else values
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"name": self.name, "scale": self.scale, "offset": self.offset}
-        for key in ("low", "high"):
-            if getattr(self, key) is not None:
-                data[key] = getattr(self, key)
-        data["history"] = self.history
-        if self.output is not None:
-            data["output"] = self.output
-        data.update(self.params)
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
-
-    def _sized(self, size: int) -> Term:
-        term = Term(
-            self.name, self.scale, self.offset, self.low, self.high, self.history, self.output, **self.params
-        )
-        object.__setattr__(term, "size", size)
-        return term
 
 
 @dataclass(frozen=True)
@@ -373,26 +295,6 @@ class Contract:
         return lines
 
 
-def _term_line(term: Term) -> str:
-    line = (
-        f"    term {term.name} [{term.size}" + (f" x {term.history} steps" if term.history > 1 else "") + "]"
-    )
-    if term.output is not None:
-        line += f" of {term.output}"
-    line += "".join(f", {name} {value:g}" for name, value in sorted(term.params.items()))
-    line += f": scale {_short(term.scale)}, offset {_short(term.offset)}"
-    line += "".join(
-        f", {n} {_short(getattr(term, n))}" for n in ("low", "high") if getattr(term, n) is not None
-    )
-    return line
-
-
-def _short(values: Values) -> str:
-    if not isinstance(values, tuple):
-        return f"{values:g}"
-    return "[" + ", ".join(f"{v:g}" for v in values[:4]) + (", ...]" if len(values) > 4 else "]")
-
-
 def _manifest_key(key: Any, where: str) -> str:
     try:
         return keyutil.to_manifest(key)
@@ -417,12 +319,6 @@ def _signal_from_dict(where: str, data: Any) -> Signal:
     if "names" not in data:
         raise ContractError(f"{where}: field 'names' is missing")
     return Signal(**data)
-
-
-def _term_from_dict(where: str, data: Any) -> Term:
-    if not isinstance(data, Mapping) or not isinstance(data.get("name"), str):
-        raise ContractError(f"{where}: expected a table of term fields with a 'name', got {data!r}")
-    return Term(**{k: v for k, v in data.items() if v is not None})
 
 
 def _signals(section: str, signals: Any, outputs: Mapping[str, Signal] | None) -> dict[str, Signal]:
@@ -499,78 +395,6 @@ def _resolve_terms(where: str, key: str, signal: Signal, outputs: Mapping[str, S
     if signal.max_delta is not None:
         raise ContractError(f"{where}: field 'max_delta': a rate limit is for outputs, not terms", key)
     return Signal(**derived, terms=tuple(terms))
-
-
-def _term_elements(term: Term, outputs: Mapping[str, Signal]) -> tuple[str, ...]:
-    elements = TERM_ELEMENTS[term.name]
-    if elements is None:  # a joint term: the joint output signal's names
-        return outputs[term.output if term.output is not None else sorted(outputs)[0]].names
-    return elements
-
-
-def _check_term(where: str, key: str, index: int, term: Any, outputs: Mapping[str, Signal]) -> Term:
-    if not isinstance(term, Term):
-        raise ContractError(f"{where}: term {index}: expected a tdaot.Term, got {type(term).__name__}", key)
-    name = term.name
-    at = f"{where}: term {index} {name!r}"
-
-    def fail(field_name: str, problem: str):
-        raise ContractError(f"{at}: field {field_name!r}: {problem}", key)
-
-    if name not in TERM_ELEMENTS:
-        fail("name", f"unknown term {name!r} (known: {' '.join(TERM_ELEMENTS)})")
-    params = TERM_PARAMS.get(name, ())
-    for param, value in term.params.items():
-        if param not in params:
-            fail(param, f"unknown term field (known: {' '.join((*_TERM_FIELDS, *params))})")
-        if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value) or value <= 0:
-            fail(param, f"{param} {value!r} is not a number > 0")
-    for param in params:
-        if param not in term.params:
-            fail(param, "missing (seconds per gait cycle)")
-    history = term.history
-    if isinstance(history, bool) or not isinstance(history, int) or history < 1:
-        fail("history", f"history {history!r} is not an integer >= 1 (the steps kept, newest included)")
-    joint = TERM_ELEMENTS[name] is None
-    if term.output is not None:
-        if not joint:
-            fail(
-                "output",
-                "takes no output (only joint_pos_rel, joint_vel_rel and last_action "
-                "follow a joint output signal)",
-            )
-        if not isinstance(term.output, str) or term.output not in outputs:
-            fail(
-                "output",
-                f"{term.output!r} is not one of the contract's output signals "
-                f"(it has: {', '.join(sorted(outputs)) or 'none'})",
-            )
-    if joint and not outputs:
-        fail(
-            "name",
-            "has one element per joint of the contract's joint output signal, but the "
-            "contract has no output signal",
-        )
-    elements = _term_elements(term, outputs)
-    for field_name in ("scale", "offset", "low", "high"):
-        values = getattr(term, field_name)
-        if values is None:
-            if field_name in ("scale", "offset"):
-                fail(field_name, "expected a number or one per element, got None")
-            continue
-        items = values if isinstance(values, tuple) else (values,)
-        if isinstance(values, tuple) and len(values) != len(elements):
-            fail(
-                field_name,
-                f"has {len(values)} values, expected {len(elements)} (one per element) or one number",
-            )
-        if not all(isinstance(v, float) and math.isfinite(v) for v in items):
-            fail(field_name, f"expected finite numbers, got {values!r}")
-    for e, element in enumerate(elements):
-        low, high = term.value("low", e), term.value("high", e)
-        if low is not None and high is not None and low > high:
-            fail("low", f"low {low} > high {high} for {element!r}")
-    return term._sized(len(elements))
 
 
 def _check_signal(where: str, key: str, signal: Signal) -> None:

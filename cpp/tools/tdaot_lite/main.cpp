@@ -62,6 +62,23 @@ void store(void* data, const std::vector<double>& flat) {
   for (size_t i = 0; i < flat.size(); ++i) out[i] = static_cast<T>(flat[i]);
 }
 
+// bfloat16 is float32's upper half (rounded to nearest even; a NaN stays NaN); float16 is the
+// compiler's IEEE binary16 (_Float16, GCC and Clang on x86-64 and AArch64).
+uint16_t to_bfloat16(double value) {
+  const float f = static_cast<float>(value);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+float from_bfloat16(uint16_t half) {
+  const uint32_t bits = static_cast<uint32_t>(half) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 void write_input(lite::Binding& b, const TensorSpec& spec, const json& value) {
   const std::vector<int64_t> shape = b.input_shape(spec.key);
   std::vector<double> flat;
@@ -76,6 +93,10 @@ void write_input(lite::Binding& b, const TensorSpec& spec, const json& value) {
     case DType::Int8: store<int8_t>(data, flat); break;
     case DType::UInt8: store<uint8_t>(data, flat); break;
     case DType::Bool: store<bool>(data, flat); break;
+    case DType::Float16: store<_Float16>(data, flat); break;
+    case DType::BFloat16:
+      for (size_t i = 0; i < flat.size(); ++i) static_cast<uint16_t*>(data)[i] = to_bfloat16(flat[i]);
+      break;
     default:
       throw DtypeError(spec.key, "input '" + spec.key + "' has dtype " + dtype_name(spec.dtype) +
                                      ", which tdaot-lite run does not read from JSON");
@@ -103,6 +124,15 @@ json read_output(const lite::Binding& b, const TensorSpec& spec) {
     case DType::Int8: return nest(static_cast<const int8_t*>(data), shape, 0, at);
     case DType::UInt8: return nest(static_cast<const uint8_t*>(data), shape, 0, at);
     case DType::Bool: return nest(static_cast<const bool*>(data), shape, 0, at);
+    case DType::Float16:
+    case DType::BFloat16: {
+      std::vector<float> values(static_cast<size_t>(numel(shape)));
+      for (size_t i = 0; i < values.size(); ++i) {
+        values[i] = spec.dtype == DType::Float16 ? static_cast<float>(static_cast<const _Float16*>(data)[i])
+                                                 : from_bfloat16(static_cast<const uint16_t*>(data)[i]);
+      }
+      return nest(values.data(), shape, 0, at);
+    }
     default: return json(dtype_name(spec.dtype) + " output not printed");
   }
 }

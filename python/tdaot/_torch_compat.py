@@ -10,11 +10,9 @@ tdaot then does without (has_arrayref_entry_point, inductor_has_option("cpp.marc
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import io
 import logging
-import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -340,18 +338,6 @@ def write_archive(path: str, records: dict[str, bytes]) -> None:
             writer.write_bytes(name, data)
 
 
-def _libtorch_symbols_global() -> None:
-    """Make libtorch_cpu's symbols visible to libraries loaded later in this process.
-
-    A bound model is linked without libtorch (``aot_inductor.link_libtorch = False``, so the lite
-    runtime can run it): torch's C shim functions must be global when it is dlopen-ed, and
-    ``import torch`` maps libtorch_cpu with RTLD_LOCAL. tdaot._C does this itself before it loads
-    a model; torch's own runner, used below, does not."""
-    library = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
-    if os.path.exists(library):
-        ctypes.CDLL(library, mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
-
-
 def compiled_constants(records: dict[str, bytes]) -> dict[str, torch.Tensor]:
     """Every constant of the one CPU model in ``records`` (of a package aoti_compile_and_package
     made) by AOTInductor's internal name, packed ones included: loaded through torch's
@@ -360,7 +346,6 @@ def compiled_constants(records: dict[str, bytes]) -> dict[str, torch.Tensor]:
     import tempfile
 
     (library,) = [data for name, data in records.items() if name.endswith(".wrapper.so")]
-    _libtorch_symbols_global()
     with tempfile.TemporaryDirectory(prefix="tdaot-") as directory:
         path = f"{directory}/model.so"
         with open(path, "wb") as file:

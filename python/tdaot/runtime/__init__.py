@@ -4,8 +4,30 @@ Imports nothing from the build side (tdaot.builder): a service that only runs pa
 loads torch.export or inductor through tdaot.
 """
 
+import ctypes
+import os
+
+import torch
+
 from tdaot.runtime.binding import NativeBinding
 from tdaot.runtime.policy import NativePolicy, load, verify, verify_weights
 from tdaot.runtime.session import NativeSession
+
+
+def _libtorch_symbols_global() -> None:
+    """Make libtorch_cpu's symbols visible to libraries loaded later.
+
+    A bound model is compiled without linking libtorch (``aot_inductor.link_libtorch =
+    False``, tdaot.builder.tuning): torch's C shim functions it calls must already be global
+    in the process when the runner dlopens it, and Python's ``import torch`` maps
+    libtorch_cpu with RTLD_LOCAL. The C++ runtime promotes it itself before its dlopen; this
+    does the same for a Python process whose ``tdaot._C`` predates that (harmless after).
+    """
+    library = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+    if os.path.exists(library):
+        ctypes.CDLL(library, mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
+
+
+_libtorch_symbols_global()
 
 __all__ = ["NativeBinding", "NativePolicy", "NativeSession", "load", "verify", "verify_weights"]

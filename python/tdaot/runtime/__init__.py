@@ -20,8 +20,9 @@ def _libtorch_symbols_global() -> None:
     A bound model is compiled without linking libtorch (``aot_inductor.link_libtorch =
     False``, tdaot.builder.tuning): torch's C shim functions it calls must already be global
     in the process when the runner dlopens it, and Python's ``import torch`` maps
-    libtorch_cpu with RTLD_LOCAL. The C++ runtime promotes it itself before its dlopen; this
-    does the same for a Python process whose ``tdaot._C`` predates that (harmless after).
+    libtorch_cpu with RTLD_LOCAL. tdaot._C promotes it itself before its own dlopen; this is for
+    torch's own loaders in a process that imported tdaot (``load_package``, the container runner
+    ``tdaot.export_weights`` reads constants with), which do not.
     """
     library = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
     if os.path.exists(library):

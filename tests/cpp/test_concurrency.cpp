@@ -301,7 +301,7 @@ TEST(HeldCall, ASessionRefusesEveryOtherCallWhileAStepRuns) {
       call();
       ADD_FAILURE() << "accepted while another step runs";
     } catch (const Error& e) {
-      EXPECT_EQ(typeid(e), typeid(Error)) << c10::demangle(typeid(e).name());
+      EXPECT_EQ(typeid(e), typeid(InvalidArgumentError)) << c10::demangle(typeid(e).name());
       EXPECT_EQ(e.what(), message);
     }
   }
@@ -361,7 +361,7 @@ TEST(HeldCall, ABindingRefusesEveryOtherCallWhileItRuns) {
       call();
       ADD_FAILURE() << "accepted while another run runs";
     } catch (const Error& e) {
-      EXPECT_EQ(typeid(e), typeid(Error)) << c10::demangle(typeid(e).name());
+      EXPECT_EQ(typeid(e), typeid(InvalidArgumentError)) << c10::demangle(typeid(e).name());
       EXPECT_EQ(e.what(), message);
     }
   }

@@ -85,6 +85,44 @@ def test_vector_isa_limits_and_restores():
         assert isinstance(compat.picked_vector_isa(), str)
 
 
+_POISON_THEN_PROBE = """
+import sys
+from torch._inductor import config, cpu_vec_isa
+from tdaot import _torch_compat as compat
+if sys.argv[1] == "poison":
+    # What a bound model's compile did before: inductor probed AVX2 without libtorch linked.
+    with config.patch({"aot_inductor.link_libtorch": False}):
+        print("avx2" in [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()])
+else:
+    print("avx2" in [str(isa) for isa in compat.probed_vector_isas()])
+"""
+
+
+@pytest.mark.skipif(
+    "avx2" not in Path("/proc/cpuinfo").read_text(), reason="the host has no AVX2 to probe"
+)
+def test_vector_isas_are_probed_with_libtorch_and_a_poisoned_probe_is_redone(tmp_path):
+    # A probe under link_libtorch=False used to drop AVX2 for the process and, through the
+    # probe library left in inductor's cache, for every later one (CI: x86-64-v3 built scalar).
+    import subprocess
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+
+    def probe(mode: str) -> str:
+        run = subprocess.run(
+            [sys.executable, "-c", _POISON_THEN_PROBE, mode], env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        return run.stdout.strip().splitlines()[-1]
+
+    assert probe("poison") == "False", _changed(
+        "probed_vector_isas", "inductor's ISA probe now succeeds without libtorch linked"
+    )
+    assert probe("probe") == "True", _changed(
+        "probed_vector_isas", "the poisoned probe library was not found where VecISA.check_build puts it"
+    )
+
+
 def test_inductor_config_and_gemm_filter():
     import torch._inductor.config as config
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from tdaot import _torch_compat
 from tdaot import keys as keyutil
-from tdaot.builder import checks, rewrites
+from tdaot.builder import checks, rewrites, tuning
 from tdaot.builder.carried_terms import CarriedTerms, carried_terms
 from tdaot.builder.messages import describe_module, export_message, first_line, module_class_name
 from tdaot.builder.options import BatchSpec, BuildOptions
@@ -76,6 +76,8 @@ class PositionalPolicy(nn.Module):
         self.out_signals = [contract and contract.outputs.get(keyutil.to_manifest(k)) for k in self.out_keys]
         # The contract's last_action and history terms, carried as recurrent state (or None).
         self.carry = carry
+        # Rows per chunk of a large static batch (tdaot.builder.tuning.chunk_rows), or None.
+        self.chunk_rows: int | None = None
 
     def make_tensordict(self, tensors: Sequence[torch.Tensor]) -> TensorDict:
         """The TensorDict the module expects, rebuilt from positional tensors."""
@@ -89,6 +91,14 @@ class PositionalPolicy(nn.Module):
         return td
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rows = self.chunk_rows
+        if rows is None or tensors[0].shape[0] <= rows:
+            return self._forward(*tensors)
+        # The batch's rows are independent: the policy on each slice, the outputs joined.
+        parts = [self._forward(*chunk) for chunk in zip(*(t.split(rows) for t in tensors))]
+        return tuple(torch.cat(outputs) for outputs in zip(*parts))
+
+    def _forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         carry = self.carry
         if carry is not None:
             tensors, state = list(tensors[: len(self.in_keys)]), tensors[len(self.in_keys) :]
@@ -189,6 +199,10 @@ def export_policy(
         with checks.no_python_side_effects(wrapper.module), torch.no_grad():
             wrapper.module(wrapper.make_tensordict([t.clone() for t in input_tensors]))
         program, batch_range = _export_with_fallback(wrapper, input_tensors, batch_range)
+        wrapper.chunk_rows = None if batch_range.dynamic else tuning.chunk_rows(program, batch_range.min)
+        if wrapper.chunk_rows is not None:
+            # A large static batch: traced again in chunks (tdaot.builder.tuning says why).
+            program = _export(wrapper, input_tensors, batch_range)
     if interaction_type != "random":
         checks.check_no_sampling(program, describe_module(module), interaction_type)
     checks.check_native_kernels(program, input_tensors[0].device.type)

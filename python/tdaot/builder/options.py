@@ -296,8 +296,9 @@ class BuildOptions:
     )
     tuning: str = option(
         DEFAULT_TUNING,
-        "auto (a throughput model for every batch plus latency models for the specialize "
-        "batches), throughput (ATen's GEMM and RNN kernels) or latency (inductor's C++ GEMM "
+        "auto (a throughput model for every batch plus a static model per specialize batch: "
+        "latency tuned up to 16 rows, throughput tuned above), throughput (ATen's GEMM and RNN "
+        "kernels) or latency (inductor's C++ GEMM "
         "template, recurrent layers decomposed: faster at batch 1, slower at large batch; CPU only)",
         _check_tuning,
         choices=TUNINGS,
@@ -305,7 +306,8 @@ class BuildOptions:
     )
     specialize: tuple[int, ...] | None = option(
         None,
-        "batch sizes that get their own static latency model under tuning='auto' (default: 1)",
+        "batch sizes that get their own static model under tuning='auto' (default: 1): latency "
+        "tuned up to 16 rows, throughput tuned above, a large batch traced in chunks of rows",
         _check_specialize,
         metavar="N[,N...]",
         from_text=_specialize_from_text,

@@ -1,10 +1,21 @@
 """Build tunings: which models a CPU package holds, and what their kernels are fast at.
 
 ``"auto"`` (the default): the package holds a dynamic-batch ``"throughput"`` model for every
-batch, and beside it one ``"latency"`` model per batch size in ``specialize`` (default: 1),
-compiled for that static batch and for the allocation-free bound run (below). The runner sends
-each call to the model for its batch. A package whose batch is static holds one latency model.
-On CUDA, ``"auto"`` is ``"throughput"``.
+batch, and beside it one static model per batch size in ``specialize`` (default: 1): a
+``"latency"`` model up to ``BOUND_MAX_BATCH`` rows, compiled for that static batch and for the
+allocation-free bound run (below), a ``"throughput"`` model above it (ATen's kernels win there:
+the latency tuning's C++ GEMM template was 1.2-2.4x slower from batch 64 up). The runner sends
+each call to the model for its batch. A package whose batch is static holds one model of that
+kind. On CUDA, ``"auto"`` is ``"throughput"``.
+
+A static batch above ``CHUNK_BYTES`` worth of the largest intermediate is traced in chunks
+(:func:`chunk_rows`, tdaot.builder.export): the graph runs the policy on slices of the batch
+and concatenates the outputs, so no intermediate outgrows the chunk. At batch 4096 the conv
+benchmark policy's float copy of its uint8 pixels alone is 201 MB; glibc serves any block over
+32 MB by a fresh mmap, so every call page-faulted ~64k times (about 100 ms of kernel time a
+call) and streamed every layer through memory; in 256-row chunks the same model ran 1.6x
+faster, level with ONNX Runtime (benchmarks/README.md). Rows must be independent, as a batch
+of environments is: a policy that mixes rows (batch statistics) gives other results chunked.
 
 ``"throughput"`` is inductor's own choice: matrix products call ATen (MKL), recurrent layers
 call ATen's fused RNN op (one oneDNN RNN primitive). Best from batch ~64 up.
@@ -51,7 +62,14 @@ DEFAULT_TUNING = "auto"
 # The batch sizes "auto" specialises for when specialize is not given.
 DEFAULT_SPECIALIZE = (1,)
 # Largest static batch compiled for the bound run: its intermediates live on the stack.
+# It is also the largest a specialised model gets the latency tuning for.
 BOUND_MAX_BATCH = 16
+# A static batch whose largest intermediate is over this many bytes is traced in chunks of at
+# most this many bytes (a power of two of rows): below glibc's 32 MB mmap threshold, so blocks
+# are reused from the heap. The conv benchmark policy at batch 4096 (its largest buffer 48 KiB a
+# row), p50 against the whole batch: 256 or 512 rows 0.73-0.75x, 128 0.81x, 64 0.90x (more
+# calls, a larger package), 1024 0.94x (50 MB buffers: mmap again).
+CHUNK_BYTES = 16 << 20
 
 # Inductor options per model tuning; part of the cache key (tdaot.builder.cache.artifact_key).
 _OPTIONS = {
@@ -103,17 +121,39 @@ def plan_models(
     if tuning == "throughput":
         return [ModelPlan("model", "throughput")]
     static = low == high
-    # The bound run's entry point needs torch 2.13's AOTInductor (_torch_compat says why).
-    bound = _torch_compat.has_arrayref_entry_point()
-    if tuning == "latency" or static:
-        bound = bound and static and high <= BOUND_MAX_BATCH
+    if tuning == "latency":
+        bound = static and low <= BOUND_MAX_BATCH and _torch_compat.has_arrayref_entry_point()
         return [ModelPlan("model", "latency", low if static else None, bound)]
+    if static:
+        return [_specialised("model", low)]
     sizes = DEFAULT_SPECIALIZE if specialize is None else specialize
     return [ModelPlan("model", "throughput")] + [
-        ModelPlan(f"b{size}", "latency", size, bound and size <= BOUND_MAX_BATCH)
-        for size in sizes
-        if low <= size <= high
+        _specialised(f"b{size}", size) for size in sizes if low <= size <= high
     ]
+
+
+def _specialised(name: str, batch: int) -> ModelPlan:
+    """The model of a static ``batch`` under "auto": latency tuned and bound up to
+    BOUND_MAX_BATCH rows, throughput tuned above."""
+    if batch > BOUND_MAX_BATCH:
+        return ModelPlan(name, "throughput", batch)
+    # The bound run's entry point needs torch 2.13's AOTInductor (_torch_compat says why).
+    return ModelPlan(name, "latency", batch, _torch_compat.has_arrayref_entry_point())
+
+
+def chunk_rows(program: torch.export.ExportedProgram, batch: int) -> int | None:
+    """Rows per chunk for ``program`` traced at the static ``batch``: the largest power of two
+    that keeps its largest batch-sized intermediate within CHUNK_BYTES, or None where the whole
+    batch does already."""
+    largest = 0
+    for node in program.graph.nodes:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == batch:
+            largest = max(largest, value.numel() * value.element_size())
+    if largest <= CHUNK_BYTES:
+        return None
+    rows = max(1, CHUNK_BYTES * batch // largest)
+    return 1 << (rows.bit_length() - 1)
 
 
 def tuning_options(tuning: str) -> dict:

@@ -7,11 +7,12 @@ benchmarks/run.py, run once per policy in a fresh process with an empty inductor
 OUT_DIR receives: weights.pt (the eager state dict), policy.pt2 (tdaot.build as it comes:
 tuning="auto", a dynamic model plus a batch-1 model), policy-throughput.pt2 (one dynamic
 model, tuning="throughput": what the raw AOTInductor loaders run, as a user of plain
-AOTInductor would have it), policy-latency.pt2 (tuning="latency"), program.pt2
+AOTInductor would have it), policy-latency.pt2 (tuning="latency"), policy-specialized.pt2
+(the default plus static models at every benchmarked batch, specialize=SPECIALIZE), program.pt2
 (torch.export.save of the same ExportedProgram, for ExportedProgram.module() and
 torch.compile), policy.ts (torch.jit.trace of that program's module, frozen), policy.onnx
 (torch.onnx.export of that program), check.pt (reference inputs and eager outputs) and
-info.json (input and output specs). The inductor cache is whatever
+info.json (input and output specs, FLOPs per sample: benchmarks/flops.py). The inductor cache is whatever
 TORCHINDUCTOR_CACHE_DIR names; the driver sets it.
 """
 
@@ -32,11 +33,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+import flops  # noqa: E402
 import tdaot  # noqa: E402
 from common import as_tensordict, make_inputs  # noqa: E402
 from policies import POLICIES  # noqa: E402
 from tdaot import keys as keyutil  # noqa: E402
 from tdaot.builder.export import export_context, export_policy  # noqa: E402
+
+# The batch sizes make bench times, each with a model of its own in policy-specialized.pt2.
+SPECIALIZE = (1, 64, 256, 4096)
 
 
 def timed(fn):
@@ -75,6 +80,14 @@ def build_all(name: str, out: Path) -> dict:
         "export_s": latency.export_seconds,
         "compile_s": latency.compile_seconds,
         "bytes": latency.size_bytes,
+    }
+    # The default package plus static models at the benchmark's batch sizes (above 16 rows:
+    # throughput tuned, a large batch in chunks; tdaot.builder.tuning): the "specialize" row.
+    specialized = tdaot.build(policy, example, out / "policy-specialized.pt2", specialize=SPECIALIZE)
+    timings["tdaot .pt2, specialize=" + ",".join(map(str, SPECIALIZE))] = {
+        "export_s": specialized.export_seconds,
+        "compile_s": specialized.compile_seconds,
+        "bytes": specialized.size_bytes,
     }
     if "cache" in inspect.signature(tdaot.build).parameters:
         # tdaot's own artifact cache (a content-addressed copy): store once, then time a hit.
@@ -184,6 +197,7 @@ def build_all(name: str, out: Path) -> dict:
         "batch": [manifest.batch.min, manifest.batch.max],
         "interaction_type": manifest.interaction_type,
         "onnx_exporter": exporter,
+        "flops_per_sample": flops.flops_per_sample(policy, example, manifest.interaction_type),
     }
     (out / "info.json").write_text(json.dumps(info, indent=2) + "\n")
     return timings

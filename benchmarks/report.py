@@ -10,6 +10,8 @@ import math
 import sys
 from pathlib import Path
 
+import flops
+
 
 def stats(ns: list[int], batch: int) -> dict:
     """Nearest-rank percentiles in µs, and throughput in samples/s over the timed calls."""
@@ -91,6 +93,7 @@ def markdown(results: dict) -> str:
         "",
     ]
     lines += summary_tables(results)
+    lines += flops.roofline_table(results)
     lines += lite_tables(results)
     for policy, info in results["policies"].items():
         lines += [f"## {policy}: {info['description']}", ""]
@@ -312,9 +315,7 @@ def footprint_table(results: dict) -> list[str]:
         size = row.get("disk", {}).get("bytes")
         rss = row.get("maxrss_kib")
         start = row.get("start_median_s")
-        start_text = (
-            "–" if start is None else f"{start * 1e3:.1f} ms, {row['start_min_s'] * 1e3:.1f} ms"
-        )
+        start_text = "–" if start is None else f"{start * 1e3:.1f} ms, {row['start_min_s'] * 1e3:.1f} ms"
         if start is not None and row.get("start_measure") != "to first output":
             start_text += f" ({row['start_measure']})"
         cpu = row.get("start_cpu_median_s")
@@ -331,8 +332,7 @@ def footprint_table(results: dict) -> list[str]:
         files = row.get("disk", {}).get("files")
         if files:
             lines.append(
-                f"- {row['label']}: "
-                + ", ".join(f"{f['name']} {fmt_bytes(f['bytes'])}" for f in files)
+                f"- {row['label']}: " + ", ".join(f"{f['name']} {fmt_bytes(f['bytes'])}" for f in files)
             )
     lite = fp["rows"].get("lite", {})
     if "torch_mapped" in lite:

@@ -41,6 +41,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
+import flops  # noqa: E402
 import footprint  # noqa: E402
 import report  # noqa: E402
 from policies import DESCRIPTIONS, POLICIES  # noqa: E402
@@ -62,6 +63,7 @@ RUNTIMES = [
     ("aoti-single-threaded", "AOTI loader, run_single_threaded (C++)", "cpp"),
     ("tdaot-latency", "tdaot native, latency build (C++)", "cpp"),
     ("tdaot", "tdaot native (C++)", "cpp"),
+    ("tdaot-specialized", "tdaot native, specialize=1,64,256,4096 (C++)", "cpp"),
     ("tdaot-bound", "tdaot native, bound (C++)", "cpp"),
     ("tdaot-lite-bound", "tdaot lite, bound (C++)", "lite"),
 ]
@@ -70,9 +72,9 @@ NATIVE = "tdaot"
 LABELS = {key: label for key, label, _ in RUNTIMES}
 
 # Per batch size: calls per chunk, the fewest calls per chunk, and a chunk's time budget.
-CHUNKS = {1: (2000, 20, 0.2), 64: (500, 10, 0.2), 4096: (40, 2, 0.3)}
+CHUNKS = {1: (2000, 20, 0.2), 64: (500, 10, 0.2), 256: (200, 5, 0.25), 4096: (40, 2, 0.3)}
 # Untimed calls before the rounds (or their time budget), per batch size.
-WARMUP = {1: (300, 0.15), 64: (100, 0.15), 4096: (2, 0.3)}
+WARMUP = {1: (300, 0.15), 64: (100, 0.15), 256: (20, 0.15), 4096: (2, 0.3)}
 ARTIFACT_FILE = {
     "export-module": "program.pt2",
     "torch-compile": "program.pt2",
@@ -85,6 +87,7 @@ ARTIFACT_FILE = {
     "aoti": "policy-throughput.pt2",
     "aoti-single-threaded": "policy-throughput.pt2",
     "tdaot": "policy.pt2",
+    "tdaot-specialized": "policy-specialized.pt2",
     "tdaot-bound": "policy.pt2",
     "tdaot-lite-bound": "policy.pt2",
     "tdaot-python-latency": "policy-latency.pt2",
@@ -93,9 +96,9 @@ ARTIFACT_FILE = {
 }
 # The C++ server's runner for a runtime key, where they differ (the latency build is the
 # same tdaot::Policy on another package).
-SERVER_RUNTIME = {"tdaot-latency": "tdaot"}
+SERVER_RUNTIME = {"tdaot-latency": "tdaot", "tdaot-specialized": "tdaot"}
 # Calls over which the C++ rows' allocations are counted (N and 2N), per batch size.
-ALLOC_CALLS = {1: 200, 64: 50, 4096: 5}
+ALLOC_CALLS = {1: 200, 64: 50, 256: 20, 4096: 5}
 COMMAND_TIMEOUT_S = 600
 
 
@@ -317,7 +320,7 @@ def main() -> int:
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--runtimes", default=",".join(key for key, _, _ in RUNTIMES))
     parser.add_argument("--skip", dest="skip_runtimes", default="", help="runtimes to leave out")
-    parser.add_argument("--batches", default="1,64,4096")
+    parser.add_argument("--batches", default="1,64,256,4096")
     parser.add_argument(
         "--cpu",
         type=int,
@@ -383,6 +386,8 @@ def main() -> int:
             record = startup[policy].setdefault(runtime, {})
             workers[runtime, policy] = start_worker(runtime, kind, policy, args, work, infos[policy], record)
 
+    peak_tool = Path(args.server).parent / "tdaot-bench-fma-peak"
+    context["fma_peak"] = [flops.measure_peak(peak_tool, pinned(args.cpu))]
     context["load_average_rounds_start"] = load_average()
     samples: dict[tuple[str, str, int], list[int]] = {}
     skips: dict[str, str] = {}
@@ -415,6 +420,7 @@ def main() -> int:
                         continue
                     samples.setdefault((runtime, policy, batch), []).extend(ns)
     context["load_average_rounds_end"] = load_average()
+    context["fma_peak"].append(flops.measure_peak(peak_tool, pinned(args.cpu)))
 
     for (runtime, policy), worker in workers.items():
         try:

@@ -10,7 +10,8 @@ gait_phase, projected_gravity, velocity_commands), the eager policy fed the reco
 observations equal to the C++ loop's actions, and the arm settled. Refused with exit code 2 and
 a message naming what is wrong: a contract joint missing from the MJCF, an actuated MJCF joint
 the contract lacks, a package without a contract, a contract without gains, a control period
-that is not a whole number of physics steps. One compile (the arm's package, batch 1); the
+that is not a whole number of physics steps. The full runtime (--runtime torch) rehearses the
+same trajectory as the lite runtime. One compile (the arm's package, batch 1); the
 packages without a contract or gains are conftest's session packages.
 """
 
@@ -235,9 +236,43 @@ def test_bad_options_exit_2(arm, tmp_path):
     for args, message in (
         (["--command", "1,2"], "--command: expected vx,vy,yaw_rate"),
         (["--seconds", "0"], "--seconds must be > 0"),
-        (["--runtime", "torch"], "runs the lite runtime only"),
+        (["--runtime", "torch", "--no-envelope"], "always runs the safety envelope"),
     ):
         done = _rehearse(arm[2].path, _mjcf(tmp_path), *args)
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
     done = _rehearse(arm[2].path, str(tmp_path / "absent.xml"))
     assert done.returncode == 2 and "cannot load the MJCF" in done.stderr
+
+
+def test_the_full_runtime_rehearses_the_same_trajectory(arm, tmp_path):
+    """--runtime torch: tdaot-rehearse-torch, the same loop on tdaot::Session (libtorch), with the
+    same contract and envelope: the same trajectory as the lite runtime's bound run."""
+    rows = {}
+    for runtime in ("lite", "torch"):
+        trajectory = tmp_path / f"{runtime}.csv"
+        done = _rehearse(
+            arm[2].path,
+            _mjcf(tmp_path),
+            "--seconds",
+            "2",
+            "--runtime",
+            runtime,
+            "--command",
+            ",".join(map(str, COMMAND)),
+            "--trajectory",
+            str(trajectory),
+            "--json",
+        )
+        assert done.returncode == 0, done.stderr
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        assert summary["runtime"] == runtime and summary["control_steps"] == 100
+        with open(trajectory, newline="") as file:
+            rows[runtime] = list(csv.DictReader(file))
+    assert "tdaot::Session" in done.stdout
+    assert rows["lite"][0].keys() == rows["torch"][0].keys() and len(rows["lite"]) == 100
+    worst = max(
+        abs(float(a[k]) - float(b[k])) for a, b in zip(rows["lite"], rows["torch"]) for k in a
+    )
+    assert worst < 1e-6, f"lite and torch trajectories differ by {worst:.2e}"
+    # The arm moved: the comparison is not of two idle runs.
+    assert abs(float(rows["torch"][-1]["q.shoulder"]) - float(rows["torch"][0]["q.shoulder"])) > 0.3

@@ -1,7 +1,9 @@
 // tdaot-rehearse: a package with a contract (observation terms, joint names, PD gains, control
-// period) closed loop in MuJoCo through the lite runtime, before it meets the robot:
+// period) closed loop in MuJoCo through the lite runtime (or, with --runtime torch, the full
+// runtime: this executable then runs tdaot-rehearse-torch from its own folder, the same program
+// linked to tdaot::runtime instead of tdaot::lite), before it meets the robot:
 //
-//   tdaot-rehearse PKG --mjcf scene.xml [--seconds 60] [--command 0.5,0,0] [--runtime lite]
+//   tdaot-rehearse PKG --mjcf scene.xml [--seconds 60] [--command 0.5,0,0] [--runtime lite|torch]
 //                  [--trajectory out.csv] [--keyframe NAME] [--no-envelope] [--json]
 //
 // Prints what it matched and a summary (simulated seconds, distance, mean forward speed, lowest
@@ -11,6 +13,10 @@
 // option; 1 the package could not be read or run.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -18,6 +24,7 @@
 
 #include "tdaot/errors.h"
 #include "tdaot_rehearse/rehearsal.h"
+#include "tdaot_rehearse/runner.h"
 
 namespace {
 
@@ -41,10 +48,24 @@ std::array<double, 3> parse_command(const std::string& text) {
   return command;
 }
 
+// The executable of `runtime` beside this one: tdaot-rehearse (lite) or tdaot-rehearse-torch.
+std::string sibling(const std::string& runtime) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) throw tdaot::rehearse::UsageError("--runtime " + runtime + ": cannot find this executable's folder");
+  std::string path(self, static_cast<size_t>(n));
+  path = path.substr(0, path.rfind('/') + 1) + (runtime == "torch" ? "tdaot-rehearse-torch" : "tdaot-rehearse");
+  if (access(path.c_str(), X_OK) != 0) {
+    throw tdaot::rehearse::UsageError("--runtime " + runtime + ": " + path +
+                                      " is not built (the C++ build makes it beside tdaot-rehearse)");
+  }
+  return path;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tdaot-rehearse: a package with a contract, closed loop in MuJoCo (lite runtime)"};
+  CLI::App app{"tdaot-rehearse: a package with a contract, closed loop in MuJoCo"};
   tdaot::rehearse::Options options;
   std::string command = "0,0,0";
   bool no_envelope = false, as_json = false;
@@ -60,7 +81,7 @@ int main(int argc, char** argv) {
   app.add_option("--fall-fraction", options.fall_fraction,
                  "a fall: the base below this fraction of its starting height (or tilted > 60 deg)")
       ->capture_default_str();
-  app.add_flag("--no-envelope", no_envelope, "run without the lite runtime's safety envelope");
+  app.add_flag("--no-envelope", no_envelope, "run without the safety envelope (lite runtime only)");
   app.add_flag("--json", as_json, "print the summary as one JSON line too");
   try {
     app.parse(argc, argv);
@@ -71,11 +92,24 @@ int main(int argc, char** argv) {
   try {
     options.command = parse_command(command);
     options.envelope = !no_envelope;
+    if (options.runtime != tdaot::rehearse::kRuntime) {  // the other runtime's executable, same arguments
+      const std::string path = sibling(options.runtime);
+      std::vector<char*> args(argv, argv + argc);
+      args[0] = const_cast<char*>(path.c_str());
+      args.push_back(nullptr);
+      execv(path.c_str(), args.data());
+      throw tdaot::rehearse::UsageError("--runtime " + options.runtime + ": cannot run " + path + ": " +
+                                        std::strerror(errno));
+    }
     const tdaot::rehearse::Summary summary = tdaot::rehearse::run(options, std::cout);
     std::cout << tdaot::rehearse::format_summary(summary);
     if (as_json) std::cout << tdaot::rehearse::summary_json(summary) << "\n";
     return 0;
   } catch (const tdaot::rehearse::UsageError& e) {
+    std::cerr << "tdaot-rehearse: " << e.what() << "\n";
+    return 2;
+  } catch (const tdaot::ContractError& e) {
+    // A contract that cannot drive this robot (no observation terms, no gains: tdaot/terms.h).
     std::cerr << "tdaot-rehearse: " << e.what() << "\n";
     return 2;
   } catch (const tdaot::ManifestError& e) {

@@ -1,6 +1,9 @@
 // tdaot-rehearse's loop: a package whose contract says what each observation is (observation
 // terms) and how its joint targets drive the joints (names, map, PD gains), closed in MuJoCo
-// through the lite runtime's bound run, the way a robot service runs it (envelope on).
+// through the runtime this executable links (runner.h: the lite runtime's bound run, or the full
+// runtime's Session), the way a robot service runs it (envelope on). The observation and the PD
+// torques are tdaot/terms.h's, as a robot service computes them; mujoco_robot.h reads the state
+// and drives the motors.
 //
 // Each physics step of the MJCF (its opt.timestep), the torque of every contract joint is
 //   tau = stiffness * (target - q) - damping * dq
@@ -21,9 +24,9 @@
 
 namespace tdaot::rehearse {
 
-// A package, robot or option the rehearsal cannot run with (no contract, a contract without
-// observation terms or gains, a joint missing from the MJCF or an actuator the contract lacks, a
-// control period that is not a whole number of physics steps...): exit code 2.
+// A package, robot or option the rehearsal cannot run with (a joint missing from the MJCF or an
+// actuator the contract lacks, a control period that is not a whole number of physics steps...):
+// exit code 2, as tdaot::ContractError (no contract, no observation terms, no gains: terms.h).
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -61,17 +64,18 @@ struct Summary {
   double policy_us_mean = 0.0;    // the bound run alone, per control step
   double policy_us_max = 0.0;
   double real_time_factor = 0.0;  // simulated_s / wall_s
-  std::string model;              // the package's model that ran (lite, batch 1)
+  std::string runtime;            // "lite" or "torch"
+  std::string model;              // what served batch 1 (runner.h describe())
   int64_t joints = 0;
   int64_t observations = 0;
 };
 
-// Runs the rehearsal; `log` hears what was matched. Throws UsageError (exit 2), tdaot::Error
-// (the package could not be read or run) or std::runtime_error (the MJCF failed to load: exit 2
-// too, as UsageError).
+// Runs the rehearsal on this executable's runtime (options.runtime must be it); `log` hears what
+// was matched. Throws UsageError or ContractError (exit 2), tdaot::Error (the package could not be
+// read or run).
 Summary run(const Options& options, std::ostream& log);
 
-// The summary as lines for people, and as one JSON object.
+// The summary as lines for people, and as one JSON object (summary.cpp).
 std::string format_summary(const Summary& summary);
 std::string summary_json(const Summary& summary);
 

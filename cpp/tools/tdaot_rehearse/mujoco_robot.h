@@ -1,0 +1,69 @@
+// tdaot-rehearse's MuJoCo adapter: an MJCF robot whose joints and torque motors are matched to a
+// contract's joint output, read into a tdaot::terms::RobotState and driven by joint torques.
+// The base is the MJCF's first free joint; a robot without one has a fixed base (base terms from
+// the first body; no height or falls).
+#pragma once
+
+#include <mujoco/mujoco.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tdaot/terms.h"
+
+namespace tdaot::rehearse {
+
+class MujocoRobot {
+ public:
+  // Loads `mjcf` (at `keyframe` when not empty). Throws UsageError when it does not load or has
+  // no such keyframe.
+  MujocoRobot(const std::string& mjcf, const std::string& keyframe);
+
+  // Matches each joint of `joints` to a hinge or slide joint of the MJCF driven by exactly one
+  // torque <motor>, and every actuator to one of them. Throws UsageError naming the joint or
+  // actuator at fault.
+  void match(const terms::JointOutput& joints);
+
+  // The state the terms are computed from (joints in the contract's order), at `command`.
+  const terms::RobotState& read(const std::array<double, 3>& command);
+  // Applies one torque per contract joint and advances one physics step.
+  void step(const double* tau);
+
+  double timestep() const { return model_->opt.timestep; }
+  double time() const { return data_->time; }
+  bool floating_base() const { return base_qpos_ >= 0; }
+  std::string base_name() const;
+  // The base's position and orientation (w, x, y, z) in the world.
+  std::array<double, 3> base_position() const;
+  std::array<double, 4> base_orientation() const;
+  double joint_position(size_t i) const { return data_->qpos[joints_[i].qpos]; }
+  const std::string& path() const { return path_; }
+
+ private:
+  struct ModelDeleter {
+    void operator()(mjModel* m) const { mj_deleteModel(m); }
+  };
+  struct DataDeleter {
+    void operator()(mjData* d) const { mj_deleteData(d); }
+  };
+  struct Joint {
+    int id = -1;
+    int qpos = 0;
+    int dof = 0;
+    int ctrl = 0;
+    double gear = 1.0;  // force per unit control (gear * gain)
+  };
+
+  std::string path_;
+  std::unique_ptr<mjModel, ModelDeleter> model_;
+  std::unique_ptr<mjData, DataDeleter> data_;
+  std::vector<Joint> joints_;
+  int base_qpos_ = -1;  // the free joint's qpos address; -1: a fixed base
+  int base_dof_ = -1;
+  int base_body_ = -1;
+  terms::RobotState state_;
+};
+
+}  // namespace tdaot::rehearse

@@ -1,0 +1,80 @@
+// tdaot-rehearse-torch's policy on the full runtime: tdaot::Session (libtorch, AOTInductor's
+// runner or the package's specialised model), batch 1, the same contract and safety envelope as
+// the lite runtime's bound run. Inputs are tensors the runner owns and the loop writes in place.
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "tdaot/policy.h"
+#include "tdaot/session.h"
+#include "tdaot/types.h"
+#include "tdaot_rehearse/rehearsal.h"
+#include "tdaot_rehearse/runner.h"
+
+namespace tdaot::rehearse {
+namespace {
+
+class TorchRunner final : public PolicyRunner {
+ public:
+  explicit TorchRunner(const std::string& package) : path_(package), policy_(package) {}
+
+  const Manifest& manifest() const override { return policy_.manifest(); }
+  const std::optional<Contract>& contract() const override { return policy_.contract(); }
+  void bind(bool envelope) override {
+    if (!envelope) {
+      throw UsageError("--no-envelope: the full runtime's tdaot::Session always runs the safety envelope "
+                       "(--runtime lite can run without it)");
+    }
+    if (!manifest().batch.contains(1)) {
+      throw UsageError("package '" + path_ + "' does not accept batch 1 (batch " +
+                       std::to_string(manifest().batch.min) + ".." + std::to_string(manifest().batch.max) + ")");
+    }
+    session_.emplace(policy_, 1);
+    for (const TensorSpec& spec : session_->inputs()) {
+      std::vector<int64_t> shape{1};
+      shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
+      inputs_.push_back(at::zeros(shape, at::TensorOptions().dtype(to_scalar_type(spec.dtype))));
+    }
+  }
+  void* input_data(const std::string& key, DType dtype) override {
+    const std::vector<TensorSpec>& specs = session_->inputs();
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].key == key) {
+        if (specs[i].dtype != dtype) throw UsageError("input '" + key + "' is " + dtype_name(specs[i].dtype));
+        return inputs_[i].data_ptr();
+      }
+    }
+    throw UsageError("input '" + key + "' is not one the session takes");
+  }
+  void run() override {
+    outputs_ = session_->step_positional(inputs_);
+    for (at::Tensor& out : outputs_) out = out.contiguous();
+  }
+  const void* output_data(const std::string& key, DType dtype) const override {
+    const auto index = manifest().output_index(key);
+    if (!index || manifest().outputs[*index].dtype != dtype) {
+      throw UsageError("output '" + key + "' is not a " + dtype_name(dtype) + " output of the package");
+    }
+    return outputs_.at(*index).const_data_ptr();
+  }
+  const Interventions& interventions() const override { return session_->interventions(); }
+  std::string describe() const override { return "full runtime, tdaot::Session"; }
+
+ private:
+  std::string path_;
+  Policy policy_;
+  std::optional<Session> session_;
+  std::vector<at::Tensor> inputs_;
+  std::vector<at::Tensor> outputs_;
+};
+
+}  // namespace
+
+const char* const kRuntime = "torch";
+
+std::unique_ptr<PolicyRunner> make_runner(const std::string& package) {
+  return std::make_unique<TorchRunner>(package);
+}
+
+}  // namespace tdaot::rehearse

@@ -1,0 +1,32 @@
+// tdaot-rehearse's trajectory file: one CSV row per control step (README.md, "Output").
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tdaot/envelope.h"
+#include "tdaot/terms.h"
+#include "tdaot_rehearse/mujoco_robot.h"
+
+namespace tdaot::rehearse {
+
+class Trajectory {
+ public:
+  // Opens `path` and writes the header. Throws UsageError when it cannot be written.
+  Trajectory(const std::string& path, const terms::JointOutput& joints, const terms::Observations& observations);
+  // One row: the state before the policy step at `t`, what the policy saw, its raw and mapped
+  // action, and the interventions so far. Throws tdaot::Error when the write fails.
+  void write(double t, const MujocoRobot& robot, const terms::Observations& observations,
+             const std::vector<double>& raw, const std::vector<double>& targets, const Interventions& seen);
+  // Flushes; throws tdaot::Error when that fails.
+  void close();
+
+ private:
+  std::string path_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, &std::fclose};
+  std::vector<char> row_;
+};
+
+}  // namespace tdaot::rehearse

@@ -7,6 +7,12 @@ tensordict and tdaot versions, source), every BuildOptions field that changes th
 the inductor options they select and the tuning's graph rewrite.
 A hit copies the cached package into place; nothing is compiled.
 
+A specialised model's bound attempt that AOTInductor refused (the array-ref entry point does
+not take every graph: random sampling and custom operators need the proxy executor, torch.cond
+is not lowered) is remembered under its key too, as a ``.refused`` file holding the refusal, and
+for the life of the process whether or not a cache is used: the next build of that model goes
+straight to its standard build and warns as the first did. Delete the entry to try again.
+
 The cache lives in ``$TDAOT_CACHE_DIR``, else ``$XDG_CACHE_HOME/tdaot``, else
 ``~/.cache/tdaot``. A CI system keeps it between runs by caching that directory.
 """
@@ -83,6 +89,26 @@ def artifact_key(
     return digest.hexdigest()
 
 
+# key -> refusal of the bound attempts refused in this process (see the module's docstring).
+_refused: dict[str, str] = {}
+
+
+def remembered_refusal(cache: ArtifactCache | None, key: str) -> str | None:
+    """Why the bound attempt of ``key``'s model was refused before, in this process or in
+    ``cache``; None when it was not."""
+    if key not in _refused and cache is not None:
+        refusal = cache.refusal(key)
+        if refusal is not None:
+            _refused[key] = refusal
+    return _refused.get(key)
+
+
+def remember_refusal(cache: ArtifactCache | None, key: str, refusal: str) -> None:
+    _refused[key] = refusal
+    if cache is not None:
+        cache.store_refusal(key, refusal)
+
+
 class ArtifactCache:
     def __init__(self, directory: str | os.PathLike | None = None) -> None:
         self.directory = Path(directory) if directory is not None else default_cache_dir()
@@ -102,6 +128,20 @@ class ArtifactCache:
         entry = self._entry(key)
         entry.parent.mkdir(parents=True, exist_ok=True)
         _copy_atomically(Path(package), entry)
+
+    def refusal(self, key: str) -> str | None:
+        try:
+            return self._entry(key).with_suffix(".refused").read_text()
+        except FileNotFoundError:
+            return None
+
+    def store_refusal(self, key: str, refusal: str) -> None:
+        entry = self._entry(key).with_suffix(".refused")
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd, staging = tempfile.mkstemp(dir=entry.parent, prefix=".tdaot-", suffix=".refused")
+        with os.fdopen(fd, "w") as file:
+            file.write(refusal)
+        os.replace(staging, entry)
 
 
 def _copy_atomically(source: Path, destination: Path) -> None:

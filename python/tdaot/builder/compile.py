@@ -6,13 +6,14 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Callable
 
 import torch
 
 from tdaot import _torch_compat
-from tdaot.builder import lite
+from tdaot.builder import compile_log, lite
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.package import check_output_path, write_package
 from tdaot.builder.targets import CPU_TARGETS, compiling_for, inductor_options
@@ -69,6 +70,10 @@ def compile_model(
         export={"batch": options.batch, "out_keys": options.out_keys},
         plan=plan.describe(),
     )
+    refusal = known_refusal(manifest, plan)
+    if refusal is not None:
+        raise CompileError(refusal)
+    started, ok = time.perf_counter(), False
     try:
         program = tune_program(program, plan.tuning, plan.bound)
         with warnings.catch_warnings(), compiling_for(target), compiling_with(plan.tuning, plan.bound):
@@ -77,20 +82,35 @@ def compile_model(
             configs = inductor_configs(manifest, options, plan)
             configs["aot_inductor.metadata"] = {METADATA_KEY: manifest.to_json(), **record}
             _torch_compat.aoti_compile_and_package(program, staging, configs)
+        ok = True
     except Exception as err:  # noqa: BLE001 - reported with the inductor error's first line
         first = next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
         where = "" if plan.name == "model" else f" (model {plan.name!r}, batch {plan.batch})"
         raise CompileError(
             f"AOTInductor could not compile {manifest.source.module_class}{where}: {first}"
         ) from err
+    finally:
+        what = f"{manifest.source.module_class} {plan.name} {plan.tuning}"
+        what += (f" b{plan.batch}" if plan.batch else "") + (" bound" if plan.bound else "")
+        compile_log.record(what, time.perf_counter() - started, ok)
     if plan.bound and _torch_compat.calls_proxy_executor(_torch_compat.read_archive(staging)):
-        # The bound run calls a bare model instance, which has no proxy executor: the operators
-        # AOTInductor reaches only through it (random sampling, custom operators) would fail.
-        raise CompileError(
-            f"{manifest.source.module_class} (model {plan.name!r}, batch {plan.batch}) calls operators "
-            "through AOTInductor's proxy executor (random sampling or custom operators), which the "
-            "bound run's plain C entry point cannot reach"
-        )
+        raise CompileError(_proxy_executor_refusal(manifest, plan))
+
+
+def known_refusal(manifest: Manifest, plan: ModelPlan) -> str | None:
+    """Why the model ``plan`` would be refused before compiling it, or None: a bound model of a
+    policy with custom operators, which AOTInductor calls through its proxy executor."""
+    return _proxy_executor_refusal(manifest, plan) if plan.bound and manifest.custom_ops else None
+
+
+def _proxy_executor_refusal(manifest: Manifest, plan: ModelPlan) -> str:
+    # The bound run calls a bare model instance, which has no proxy executor: the operators
+    # AOTInductor reaches only through it (random sampling, custom operators) would fail.
+    return (
+        f"{manifest.source.module_class} (model {plan.name!r}, batch {plan.batch}) calls operators "
+        "through AOTInductor's proxy executor (random sampling or custom operators), which the "
+        "bound run's plain C entry point cannot reach"
+    )
 
 
 def compile_package(

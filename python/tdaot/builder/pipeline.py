@@ -24,8 +24,8 @@ from tensordict.nn import TensorDictModuleBase
 
 from tdaot._version import __version__
 from tdaot.builder import lite
-from tdaot.builder.cache import ArtifactCache, artifact_key
-from tdaot.builder.compile import build_package, compile_model
+from tdaot.builder.cache import ArtifactCache, artifact_key, remember_refusal, remembered_refusal
+from tdaot.builder.compile import build_package, compile_model, known_refusal
 from tdaot.builder.export import ExportedPolicy, export_policy
 from tdaot.builder.messages import module_class_name
 from tdaot.builder.options import BuildOptions, fields
@@ -200,7 +200,9 @@ def _compile(policy, example, exported, manifest, path, options, cache, report) 
 
     A specialised model that cannot be compiled for the bound run (AOTInductor's array-ref
     interface does not take every graph, e.g. torch.cond) is built without it; one that
-    cannot be compiled at all is left out. Both say so with a SpecialisationWarning.
+    cannot be compiled at all is left out. Both say so with a SpecialisationWarning. A refused
+    bound attempt is remembered (tdaot.builder.cache) and one of a policy with custom operators
+    known beforehand (tdaot.builder.compile.known_refusal): neither is compiled again.
     """
     plans = _plans(exported, options)
     if options.require_lite and not any(plan.tuning == "latency" for plan in plans):
@@ -218,20 +220,29 @@ def _compile(policy, example, exported, manifest, path, options, cache, report) 
     def make_unit(program, plan: ModelPlan, staging: str) -> ModelPlan | None:
         attempts = [plan, dataclasses.replace(plan, bound=False)] if plan.bound else [plan]
         for attempt in attempts:
-            key = artifact_key(program, manifest, options, attempt) if cache is not None else None
-            if key is not None and cache.fetch(key, staging):
+            # A bound attempt's key also finds a refusal remembered without a cache.
+            keyed = cache is not None or attempt.bound
+            key = artifact_key(program, manifest, options, attempt) if keyed else None
+            refusal = remembered_refusal(cache, key) if attempt.bound else None
+            if refusal is None and cache is not None and cache.fetch(key, staging):
                 hits.append(True)
                 return attempt
-            report("compiling" if plan.name == "model" else f"compiling {plan.name}")
-            try:
-                compile_model(program, manifest, options, attempt, staging)
-            except CompileError as err:
-                if plan.name == "model":
-                    raise  # the package's own model: the caller decides (static fallback)
+            refusal = refusal or known_refusal(manifest, attempt)
+            if refusal is None:
+                report("compiling" if plan.name == "model" else f"compiling {plan.name}")
+                try:
+                    compile_model(program, manifest, options, attempt, staging)
+                except CompileError as err:
+                    if plan.name == "model":
+                        raise  # the package's own model: the caller decides (static fallback)
+                    refusal = str(err)
+                    if attempt.bound:
+                        remember_refusal(cache, key, refusal)
+            if refusal is not None:
                 what = "for the allocation-free bound run" if attempt.bound else "at all"
                 warnings.warn(
                     f"the batch-{plan.batch} model {plan.name!r} of {manifest.source.module_class} could "
-                    f"not be compiled {what} ({err}); "
+                    f"not be compiled {what} ({refusal}); "
                     + (
                         "it is built without it (a Binding at that batch uses the standard runner)"
                         if attempt.bound
@@ -241,7 +252,7 @@ def _compile(policy, example, exported, manifest, path, options, cache, report) 
                     stacklevel=5,  # the caller of tdaot.build
                 )
                 continue
-            if key is not None:
+            if cache is not None:
                 cache.store(key, staging)
             hits.append(False)
             return attempt

@@ -9,7 +9,10 @@
 // A package with a deployment contract (tdaot/contract.h) is bound with the safety envelope on
 // (held outputs on a NaN, max_delta rate limits; a robot should not run without it), the loop
 // period is the contract's control_dt unless --rate is given, and the contract and the
-// envelope's intervention counts are printed.
+// envelope's intervention counts are printed. When the contract declares its observation as
+// terms (joint_pos_rel, projected_gravity, last_action, ...), the service builds it from the
+// robot's state with tdaot/terms.h, the library tdaot-rehearse uses in MuJoCo, and commands PD
+// torques from the contract's gains (stiffness, damping) instead of raw targets.
 //
 //   robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] [--joints FILE] [--sha256 HEX]
 //                 [--public-key PUB.pem]...
@@ -29,6 +32,7 @@
 #include <tdaot/contract.h>
 #include <tdaot/lite.h>
 #include <tdaot/stats.h>
+#include <tdaot/terms.h>
 
 #include <algorithm>
 #include <chrono>
@@ -122,14 +126,42 @@ void print_stats(const char* name, std::vector<double> micros) {
             << " us  max " << summary.max << " us\n";
 }
 
+// Whether the contract declares an input as observation terms (tdaot/terms.h computes it).
+bool has_terms(const std::optional<tdaot::Contract>& contract) {
+  if (!contract) return false;
+  for (const auto& [key, signal] : contract->inputs) {
+    if (!signal.terms.empty()) return true;
+  }
+  return false;
+}
+
+double read(const void* data, tdaot::DType dtype, size_t i) {
+  return dtype == tdaot::DType::Float32 ? static_cast<const float*>(data)[i] : static_cast<const double*>(data)[i];
+}
+
 // One tick of the policy: the lite binding, with the safety envelope on for a package with a
 // contract. `sensors` are the float32 inputs the loop writes (a recurrent package's state and
-// is_init are carried by the binding); `action` is the first output.
+// is_init are carried by the binding); `action` is the first output. With observation terms,
+// the inputs come from a RobotState through tdaot::terms::Observations instead, and the command
+// is the joint torque of the contract's PD gains.
 class Controller {
  public:
   Controller(const tdaot::lite::Policy& policy, int64_t batch)
       : binding_(policy.bind(batch, tdaot::lite::BindOptions{policy.contract().has_value()})) {
     const tdaot::Manifest& manifest = policy.manifest();
+    if (has_terms(policy.contract()) && batch == 1) {
+      joints_.emplace(tdaot::terms::joint_output(*policy.contract(), /*require_gains=*/false));
+      observations_.emplace(manifest, *policy.contract(), *joints_);
+      for (const auto& input : observations_->inputs()) term_inputs_.push_back(binding_.input_data(input.key, input.dtype));
+      const size_t n = joints_->size();
+      robot_.joint_pos = joints_->rest;
+      robot_.joint_vel.assign(n, 0.0);
+      targets_ = joints_->rest;
+      raw_.assign(n, 0.0);
+      tau_.assign(n, 0.0);
+      joint_dtype_ = manifest.outputs[*manifest.output_index(joints_->key)].dtype;
+      return;
+    }
     for (const auto& spec : manifest.inputs) {
       bool carried = false;
       if (manifest.recurrent) {
@@ -150,17 +182,49 @@ class Controller {
     }
   }
 
-  void tick() { binding_.run(); }
   const tdaot::lite::Binding& binding() const { return binding_; }
+  // The observation terms' library in use: the contract's joint output, else nullptr.
+  const tdaot::terms::JointOutput* joints() const { return joints_ ? &*joints_ : nullptr; }
+  size_t observations() const { return observations_ ? observations_->size() : 0; }
 
-  // Stands in for reading the sensors: every float32 input follows a slow sine, in place.
+  // Stands in for reading the sensors, in place: with terms, a robot whose joints reached the
+  // previous targets, swaying slowly about them, base upright; else every float32 input follows
+  // a slow sine.
   void read_sensors(int64_t step) {
-    const auto value = static_cast<float>(std::sin(0.01 * static_cast<double>(step)));
-    for (const auto& [data, count] : sensors_) std::fill(data, data + count, value);
+    const double sway = 0.01 * std::sin(0.01 * static_cast<double>(step));
+    if (observations_) {
+      robot_.time = static_cast<double>(step) * 0.02;
+      for (size_t i = 0; i < targets_.size(); ++i) {
+        robot_.joint_vel[i] = (targets_[i] + sway - robot_.joint_pos[i]) / 0.02;
+        robot_.joint_pos[i] = targets_[i] + sway;
+      }
+      observations_->compute(robot_, raw_.data());
+      for (size_t i = 0; i < term_inputs_.size(); ++i) observations_->write(i, term_inputs_[i]);
+      return;
+    }
+    for (const auto& [data, count] : sensors_) std::fill(data, data + count, static_cast<float>(sway * 100.0));
   }
 
-  // Stands in for commanding the actuators: element `index` of the first output, in place.
+  // Runs the policy; with terms, the new targets, the raw action fed back and the PD torques.
+  void tick() {
+    binding_.run();
+    if (!observations_) return;
+    const void* out = binding_.output_data(joints_->key, joint_dtype_);
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      targets_[i] = read(out, joint_dtype_, i);
+      raw_[i] = joints_->raw_from_target(i, targets_[i]);
+    }
+    if (!observations_->carried_action().empty()) {  // the package's own raw action: exact
+      const void* raw = binding_.output_data(observations_->carried_action(), observations_->carried_dtype());
+      for (size_t i = 0; i < raw_.size(); ++i) raw_[i] = read(raw, observations_->carried_dtype(), i);
+    }
+    joints_->pd_torques(targets_.data(), robot_.joint_pos.data(), robot_.joint_vel.data(), tau_.data());
+  }
+
+  // Stands in for commanding the actuators: element `index` of the first output (with terms:
+  // joint `index`'s PD torque), in place.
   double send_actuators(int64_t index) const {
+    if (observations_) return tau_.at(static_cast<size_t>(index));
     return action_ != nullptr && index < action_size_ ? action_[index] : 0.0;
   }
 
@@ -169,6 +233,13 @@ class Controller {
   std::vector<std::pair<float*, int64_t>> sensors_;
   const float* action_ = nullptr;
   int64_t action_size_ = 0;
+  // The observation-terms path (tdaot/terms.h).
+  std::optional<tdaot::terms::JointOutput> joints_;
+  std::optional<tdaot::terms::Observations> observations_;
+  std::vector<void*> term_inputs_;
+  tdaot::terms::RobotState robot_;
+  tdaot::DType joint_dtype_ = tdaot::DType::Float32;
+  std::vector<double> targets_, raw_, tau_;
 };
 
 }  // namespace
@@ -200,6 +271,11 @@ int main(int argc, char** argv) {
     Controller controller(policy, args.batch);
     std::cout << "lite bound run on model " << controller.binding().model() << " (allocation-free)"
               << (contract ? ", the contract's safety envelope guards every tick" : "") << "\n";
+    if (const tdaot::terms::JointOutput* joints = controller.joints()) {
+      std::cout << "observation terms: " << controller.observations() << " elements from the robot's state "
+                << "(tdaot/terms.h); commands: PD torques of the " << joints->size() << " joints of '"
+                << joints->key << "'\n";
+    }
 
     const double rate_hz = args.rate_hz.value_or(contract ? 1.0 / contract->control_dt : 1000.0);
     const auto period = std::chrono::duration_cast<Clock::duration>(

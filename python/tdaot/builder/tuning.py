@@ -13,9 +13,10 @@ A static batch above ``CHUNK_BYTES`` worth of the largest intermediate is traced
 and concatenates the outputs, so no intermediate outgrows the chunk. At batch 4096 the conv
 benchmark policy's float copy of its uint8 pixels alone is 201 MB; glibc serves any block over
 32 MB by a fresh mmap, so every call page-faulted ~64k times (about 100 ms of kernel time a
-call) and streamed every layer through memory; in 256-row chunks the same model ran 1.6x
-faster, level with ONNX Runtime (benchmarks/README.md). Rows must be independent, as a batch
-of environments is: a policy that mixes rows (batch statistics) gives other results chunked.
+call) and streamed every layer through memory; in 256-row chunks the same model ran 1.3-1.6x
+faster (three runs on a loaded VM), about level with ONNX Runtime (benchmarks/README.md).
+Rows must be independent, as a batch of environments is: a policy that mixes rows (batch
+statistics) gives other results chunked.
 
 ``"throughput"`` is inductor's own choice: matrix products call ATen (MKL), recurrent layers
 call ATen's fused RNN op (one oneDNN RNN primitive). Best from batch ~64 up.

@@ -5,8 +5,8 @@ $TDAOT_TEST_OPS_LIB), tutorial_b14.pt2 with latency models for batches 1 and 4,
 tutorial_throughput.pt2 with the throughput model alone, and legged.pt2 with the deployment
 contract of examples/policies.py:legged_contract, and recurrent_b14.pt2 (batch-1 and batch-4
 recurrent models, for the lite runtime's reset masks).
-All in this one process through one artifact cache (a fresh one per run), as `tdaot build`
-would with the same factory and options: the tutorial variants' models that tutorial.pt2 already
+All in this one process through one artifact cache (emptied when the inputs change), as
+`tdaot build` would with the same factory and options: the tutorial variants' models that tutorial.pt2 already
 has (its throughput and batch-1 models) are copied, not compiled again (recurrent_b14's likewise).
 For the signature tests (no compile): two key pairs, keys/ and other_keys/ (`tdaot keygen`),
 tutorial_signed.pt2 (a copy of tutorial.pt2 signed with keys/private.pem by `tdaot sign`) and
@@ -23,15 +23,24 @@ bound run (tdaot.runtime, the same compiled model), over a few steps (a recurren
 resets; a Session with its envelope, NaN and rate limit included), and the eager policy's
 outputs where it runs without state.
 
+The pytest suite's fixtures of the same policies build with the same options through this
+artifact cache (OUTDIR/cache), so the two suites compile each model once (tests/python/conftest.py).
+Built once for both: the script does nothing when OUTDIR/inputs.sha256 matches what the packages are
+made from (inputs_digest: tdaot's sources and module, the policies, the op library, this script,
+torch and tensordict), and prints how many AOTInductor compiles it ran.
+
 Usage: build_test_packages.py OUTDIR.
 """
 
+import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +56,9 @@ PACKAGES = {
     "legged": (f"{POLICIES}:legged_policy", {"contract": f"{POLICIES}:legged_contract"}),
     "recurrent_b14": (f"{POLICIES}:recurrent_policy", {"specialize": (1, 4)}),
 }
+# OUTDIR's files that say what the packages were built from, and the cache they were built through.
+STAMP, CACHE, COMPILES = "inputs.sha256", "cache", "compiles.txt"
+DEFAULT_OPS_LIB = ROOT / "build" / "cpp" / "tests" / "ops" / "libtdaot_test_ops.so"
 # lite_expected.json's cases: name -> (package, batch, steps, through a Session with its envelope).
 LITE_CASES = {
     "tutorial_b1": ("tutorial", 1, 3, False),
@@ -61,6 +73,15 @@ LITE_CASES = {
 def main(outdir: str) -> int:
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
+    digest, stamp = inputs_digest(), out / STAMP
+    if up_to_date(out):
+        return report(out, f"{out} is up to date with its inputs: 0 AOTInductor compiles")
+    stamp.unlink(missing_ok=True)
+    shutil.rmtree(out / CACHE, ignore_errors=True)  # its entries were built from other inputs
+    log = os.environ.setdefault("TDAOT_COMPILE_LOG", str(out / "compiles.log"))
+    from tdaot.builder import compile_log
+
+    before = len(compile_log.read(log))
     if build_packages(out) != 0:
         return 1
     if sign_packages(out) != 0:
@@ -68,31 +89,72 @@ def main(outdir: str) -> int:
     write_weight_file(out)
     if write_signed_weight_files(out) != 0:
         return 1
-    return write_lite_expected(out)
+    if write_lite_expected(out) != 0:
+        return 1
+    stamp.write_text(digest)
+    return report(out, f"built {out}: {compile_log.summary(compile_log.read(log)[before:])}")
+
+
+def report(out: Path, line: str) -> int:
+    """Prints ``line`` and keeps it in OUTDIR/compiles.txt (make test-cpp prints it after ctest)."""
+    print(f"build_test_packages: {line}")
+    (out / COMPILES).write_text(line + "\n")
+    return 0
+
+
+def up_to_date(out: Path) -> bool:
+    stamp = out / STAMP
+    built = all((out / f"{name}.pt2").is_file() for name in PACKAGES)
+    return built and stamp.is_file() and stamp.read_text() == inputs_digest()
+
+
+def inputs_digest() -> str:
+    """sha256 of what the packages are made from: tdaot's Python sources and its native module
+    (lite_expected.json holds the runtime's outputs), the policies, the custom operator and its
+    library, this script, and the torch and tensordict versions."""
+    digest = hashlib.sha256()
+    sources = [Path(__file__), POLICIES, ROOT / "tests" / "ops" / "scale_clamp.py"]
+    sources += sorted((ROOT / "python" / "tdaot").rglob("*.py"))
+    native = importlib.util.find_spec("tdaot._C")
+    binaries = [Path(os.environ.get("TDAOT_TEST_OPS_LIB") or DEFAULT_OPS_LIB), Path(native.origin)]
+    for path in sources + binaries:
+        data = path.read_bytes() if path.is_file() else b"absent"
+        digest.update(f"{path.name}:{len(data)}:".encode() + data)
+    for dist in ("torch", "tensordict"):
+        digest.update(f"{dist}=={importlib.metadata.version(dist)};".encode())
+    return digest.hexdigest()
+
+
+def build_options(name: str) -> dict:
+    """tdaot.build's keywords for package ``name`` (the factory and the loaded contract included):
+    the pytest fixtures of the same policies build with these too, to hit this cache."""
+    from tdaot.builder.factories import load_factory
+
+    factory, options = PACKAGES[name]
+    if "contract" in options:
+        options = {**options, "contract": load_factory(options["contract"])()}
+    return {"batch": (1, 64), "factory": factory, **options}
 
 
 def build_packages(out: Path) -> int:
     import tdaot
     from tdaot.builder.cache import ArtifactCache
-    from tdaot.builder.factories import call_factory, load_factory
+    from tdaot.builder.factories import call_factory
 
-    with tempfile.TemporaryDirectory(prefix="tdaot-test-packages-") as scratch:
-        cache = ArtifactCache(scratch)
-        for name, (factory, options) in PACKAGES.items():
-            if "contract" in options:
-                options = {**options, "contract": load_factory(options["contract"])()}
-            module, example = call_factory(factory)
-            statuses: list[str] = []
-            try:
-                artifact = tdaot.build(
-                    module, example, out / f"{name}.pt2", factory=factory, cache=cache,
-                    on_status=statuses.append, batch=(1, 64), **options,
-                )  # fmt: skip
-            except tdaot.TdaotError as err:
-                print(f"build_test_packages: {name}: {type(err).__name__}: {err}", file=sys.stderr)
-                return 1
-            compiled = [status for status in statuses if status.startswith("compiling")]
-            print(f"built {artifact.path} in {artifact.compile_seconds:.1f} s: {compiled or 'cached'}")
+    cache = ArtifactCache(out / CACHE)
+    for name, (factory, _) in PACKAGES.items():
+        module, example = call_factory(factory)
+        statuses: list[str] = []
+        try:
+            artifact = tdaot.build(
+                module, example, out / f"{name}.pt2", cache=cache, on_status=statuses.append,
+                **build_options(name),
+            )  # fmt: skip
+        except tdaot.TdaotError as err:
+            print(f"build_test_packages: {name}: {type(err).__name__}: {err}", file=sys.stderr)
+            return 1
+        compiled = [status for status in statuses if status.startswith("compiling")]
+        print(f"built {artifact.path} in {artifact.compile_seconds:.1f} s: {compiled or 'cached'}")
     return 0
 
 
@@ -203,8 +265,10 @@ def write_lite_expected(out: Path) -> int:
             record = {"reset": reset, "inputs": {k: flat(v) for k, v in inputs.items()}}
             if envelope:
                 result = runner.step(inputs)
-                record["outputs"] = {s.key: flat(result.get(k)) for s, (_, k) in
-                                     zip(manifest.outputs, td_keys(manifest.output_keys))}
+                record["outputs"] = {
+                    s.key: flat(result.get(k))
+                    for s, (_, k) in zip(manifest.outputs, td_keys(manifest.output_keys))
+                }
                 record["interventions"] = runner.interventions
             else:
                 for key, value in inputs.items():

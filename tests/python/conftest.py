@@ -1,9 +1,20 @@
 """Shared, session-scoped artifacts: each AOTInductor compile costs 5-30 s, so the
-suite compiles each example policy once and every test reuses the package."""
+suite compiles each example policy once and every test reuses the package.
+
+The nested, recurrent, legged and tutorial_b14 packages are the C++ suite's
+(tests/cpp/build_test_packages.py), built with its options through a copy of its cache: where
+`make test` built them first (TDAOT_TEST_PACKAGES, up to date with their inputs) nothing is
+compiled again. At the end the suite prints how many AOTInductor compiles it ran, its
+subprocesses' included (TDAOT_COMPILE_LOG), and the tests that compiled most.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -12,21 +23,76 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # for `examples.policies`
 
-from examples.policies import (  # noqa: E402
-    legged_contract,
-    legged_policy,
-    nested_policy,
-    recurrent_policy,
-    tutorial_policy,
-)
+from examples.policies import tutorial_policy  # noqa: E402
 
 import tdaot  # noqa: E402
+from tdaot.builder import compile_log  # noqa: E402
 from tdaot.builder.cache import ArtifactCache  # noqa: E402
+from tdaot.builder.factories import load_factory  # noqa: E402
 
 
+def _load_fixture_script():
+    spec = importlib.util.spec_from_file_location(
+        "build_test_packages", ROOT / "tests" / "cpp" / "build_test_packages.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FIXTURE_PACKAGES = _load_fixture_script()
+
+
+# --- AOTInductor compiles counted -----------------------------------------------------------
+_compiles: dict[str, int] = {}  # test id -> compiles it (and the fixtures it set up) ran
+
+
+def pytest_configure(config):
+    if not os.environ.get(compile_log.ENV):
+        fd, path = tempfile.mkstemp(prefix="tdaot-compiles-", suffix=".log")
+        os.close(fd)
+        os.environ[compile_log.ENV] = path  # inherited by the tests' subprocesses
+    config.stash[_LOG_START] = len(compile_log.read(os.environ[compile_log.ENV]))
+
+
+_LOG_START = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    before = len(compile_log.read(os.environ[compile_log.ENV]))
+    try:
+        return (yield)
+    finally:
+        ran = len(compile_log.read(os.environ[compile_log.ENV])) - before
+        if ran:
+            _compiles[item.nodeid] = ran
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    compiles = compile_log.read(os.environ[compile_log.ENV])[config.stash[_LOG_START] :]
+    terminalreporter.write_sep("=", f"pytest: {compile_log.summary(compiles)}")
+    for nodeid, count in sorted(_compiles.items(), key=lambda item: -item[1])[:15]:
+        terminalreporter.write_line(f"{count:4d}  {nodeid}")
+
+
+# --- shared packages ------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def artifacts_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("artifacts")
+
+
+@pytest.fixture(scope="session")
+def shared_cache(artifacts_dir) -> ArtifactCache:
+    """A copy of the C++ suite's package cache where it is up to date with its inputs (an
+    empty cache otherwise): the fixtures built with its options find their models there."""
+    packages = Path(
+        os.environ.get("TDAOT_TEST_PACKAGES") or ROOT / "build" / "cpp" / "tests" / "cpp" / "packages"
+    )
+    directory = artifacts_dir / "cache"
+    if FIXTURE_PACKAGES.up_to_date(packages):
+        shutil.copytree(packages / FIXTURE_PACKAGES.CACHE, directory)
+    return ArtifactCache(directory)
 
 
 @pytest.fixture(scope="session")
@@ -68,30 +134,41 @@ def tutorial(build_package):
 
 
 @pytest.fixture(scope="session")
-def tutorial_b14(build_package, artifacts_dir):
+def shared_package(build_package, shared_cache):
+    """shared_package(name) -> (policy, example, artifact): the C++ suite's package NAME
+    (tests/cpp/build_test_packages.py), built with its options, from its cache where it can."""
+
+    def get(name: str):
+        options = FIXTURE_PACKAGES.build_options(name)
+        factory = load_factory(options["factory"])
+        return build_package(name, factory, {**options, "cache": shared_cache})
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tutorial_b14(shared_package, shared_cache):
     """(policy, example, artifact, cache): the tutorial policy, batch 1..64, with latency models
-    for batches 1 and 4 (given as (4, 1)), built through ``cache`` (test_auto builds from it)."""
-    cache = ArtifactCache(artifacts_dir / "cache")
-    options = {"batch": (1, 64), "specialize": (4, 1), "cache": cache}
-    return (*build_package("tutorial_b14", tutorial_policy, options), cache)
+    for batches 1 and 4, built through ``cache`` (test_auto builds from it)."""
+    return (*shared_package("tutorial_b14"), shared_cache)
 
 
 @pytest.fixture(scope="session")
-def nested(build_package):
-    """The nested-key policy, dynamic batch."""
-    return build_package("nested", nested_policy, {})
+def nested(shared_package):
+    """The nested-key policy, batch 1..64."""
+    return shared_package("nested")
 
 
 @pytest.fixture(scope="session")
-def recurrent(build_package):
-    """The recurrent example policy, dynamic batch."""
-    return build_package("recurrent", recurrent_policy, {})
+def recurrent(shared_package):
+    """The recurrent example policy, batch 1..64."""
+    return shared_package("recurrent")
 
 
 @pytest.fixture(scope="session")
-def legged(build_package):
-    """The 12-joint locomotion policy with its deployment contract, dynamic batch."""
-    return build_package("legged", legged_policy, {"contract": legged_contract()})
+def legged(shared_package):
+    """The 12-joint locomotion policy with its deployment contract, batch 1..64."""
+    return shared_package("legged")
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """tuning="auto", the default: a dynamic throughput model plus static latency models for the
 `specialize` batches, in one package; the options, the plan, the rewrites, the per-model cache.
 
-The tutorial policy with specialize=(4, 1) through the cache (conftest's tutorial_b14, shared with
+The tutorial policy with specialize=(1, 4) through the cache (conftest's tutorial_b14, shared with
 test_dispatch), then again with specialize=(1, 2) (only b2 compiles), a one-model package, and
 the conv rewrite checked without compiling.
 """
@@ -42,7 +42,7 @@ def _libraries(path) -> dict[str, bytes]:
 def auto_project(tmp_path_factory, tutorial_b14):
     policy, example, artifact, cache = tutorial_b14
     return {"root": tmp_path_factory.mktemp("auto"), "policy": policy, "example": example, "cache": cache,
-            "artifact": artifact}  # fmt: skip
+            "artifact": artifact, "factory": artifact.manifest.source.factory}  # fmt: skip
 
 
 def test_default_tuning_is_auto_with_batch_one_specialised():
@@ -157,6 +157,7 @@ def test_cache_is_per_model(auto_project):
     again = tdaot.build(
         auto_project["policy"], auto_project["example"], auto_project["root"] / "second.pt2",
         batch=(1, 64), specialize=(1, 2), cache=auto_project["cache"], on_status=statuses.append,
+        factory=auto_project["factory"],  # as the cached models were built: part of their key
     )  # fmt: skip
     assert "compiling b2" in statuses
     assert "compiling" not in statuses and "compiling b1" not in statuses  # model and b1 were cached
@@ -166,7 +167,7 @@ def test_cache_is_per_model(auto_project):
     assert first["b1"] == second["b1"] and first["model"] == second["model"]
     hit = tdaot.build(
         auto_project["policy"], auto_project["example"], auto_project["root"] / "third.pt2",
-        batch=(1, 64), specialize=(1, 2), cache=auto_project["cache"],
+        batch=(1, 64), specialize=(1, 2), cache=auto_project["cache"], factory=auto_project["factory"],
     )  # fmt: skip
     assert hit.cache_hit and hit.sha256 == again.sha256
 

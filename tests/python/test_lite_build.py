@@ -135,7 +135,12 @@ def test_cached_units_get_the_record_and_require_lite_refuses_what_lacks_a_symbo
     tutorial_b14, tmp_path, monkeypatch
 ):
     policy, example, artifact, cache = tutorial_b14
-    options = {"batch": (1, 64), "specialize": (1, 4), "cache": cache}
+    options = {
+        "batch": (1, 64),
+        "specialize": (1, 4),
+        "cache": cache,
+        "factory": artifact.manifest.source.factory,
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("error", tdaot.LiteWarning)
         again = tdaot.build(policy, example, tmp_path / "again.pt2", require_lite=True, **options)

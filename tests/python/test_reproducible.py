@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
@@ -36,6 +37,7 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow  # four builds
 def test_rebuilds_in_one_process_and_another_give_one_sha256(tmp_path):
     torch.manual_seed(0)
     policy = TensorDictModule(nn.Linear(3, 2), in_keys=["obs"], out_keys=["act"])

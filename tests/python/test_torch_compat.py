@@ -98,6 +98,7 @@ else:
 """
 
 
+@pytest.mark.slow  # probes in a cold inductor cache
 @pytest.mark.skipif("avx2" not in Path("/proc/cpuinfo").read_text(), reason="the host has no AVX2 to probe")
 def test_vector_isas_are_probed_with_libtorch_and_a_poisoned_probe_is_redone(tmp_path):
     # A probe under link_libtorch=False used to drop AVX2 for the process and, through the

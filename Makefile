@@ -22,7 +22,7 @@ APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev libzip-dev zipcmp zipme
 
 CPP_SOURCES := CMakeLists.txt $(shell find cpp tests/cpp tests/ops -name '*.cpp' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
-.PHONY: help setup demo rehearse test test-python test-cpp lint bench cpp install clean docs
+.PHONY: help setup demo rehearse test test-packages test-python test-cpp lint bench cpp install clean docs
 
 help:
 	@echo "make demo   build the example policy, check parity, run it natively"
@@ -115,12 +115,23 @@ test: docs lint test-python test-cpp
 lint: $(VENV)/.deps-stamp
 	$(VENV)/bin/ruff check python tests examples benchmarks
 
-# The custom-operator tests load tests/ops' library, which the C++ build makes.
-test-python: setup cpp
-	$(PY) -m pytest
+# The packages both suites load (tests/cpp/build_test_packages.py, also ctest's fixture), built
+# once: the script does nothing while what they are made from is unchanged, and pytest's fixtures
+# of the same policies copy its cache, so neither suite compiles them again. Each suite prints
+# its count of AOTInductor compiles at the end (ctest: its fixture step's).
+TEST_PACKAGES := $(BUILD)/tests/cpp/packages
 
-test-cpp: cpp
-	$(CTEST) --test-dir $(BUILD) --output-on-failure
+test-packages: setup cpp
+	TDAOT_TEST_OPS_LIB=$(abspath $(BUILD))/tests/ops/libtdaot_test_ops.so \
+		$(PY) tests/cpp/build_test_packages.py $(TEST_PACKAGES)
+
+# The custom-operator tests load tests/ops' library, which the C++ build makes.
+test-python: setup cpp test-packages
+	TDAOT_TEST_PACKAGES=$(abspath $(TEST_PACKAGES)) $(PY) -m pytest
+
+test-cpp: cpp test-packages
+	$(CTEST) --test-dir $(BUILD) --output-on-failure; status=$$?; \
+		echo "ctest: $$(cat $(TEST_PACKAGES)/compiles.txt 2>/dev/null)"; exit $$status
 
 # The documentation site (mkdocs.yml, docs/; README.md links into it) built into build/docs in
 # strict mode: a broken link or anchor, or a page missing from the nav, fails it. The option

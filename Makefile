@@ -31,6 +31,7 @@ help:
 	@echo "make docs   the documentation site (mkdocs.yml, docs/) into build/docs, strict"
 	@echo "make bench  tdaot against other runtimes, side by side (benchmarks/results/, ~15 min)"
 	@echo "make soak   a million calls per package, RSS growth after warm-up under 1 MiB (~2 min)"
+	@echo "make test-torch TORCH=2.14.1  every test against another torch, in .venv-torch-2.14.1"
 	@echo "make test-asan  the C++ tests under AddressSanitizer + UBSan (build/asan, ~10 min)"
 	@echo "make fuzz   libFuzzer over manifest parsing and input validation (FUZZ_SECONDS=60)"
 	@echo "make install PREFIX=DIR  install the C++ package (find_package(tdaot)) under DIR"
@@ -87,7 +88,8 @@ demo: cpp
 
 # The Unitree H1 walking policy of ../shared/robots/unitree_h1 (not in this repository) as a
 # torchrl module with a contract of observation terms and gains, built, then 60 s of simulated
-# walking in MuJoCo through tdaot-rehearse and the lite runtime (examples/h1/README.md).
+# walking in MuJoCo through tdaot-rehearse and the lite runtime, and the eager twin's parity
+# figures (tdaot rehearse --reference; examples/h1/README.md).
 H1_DIR ?= ../shared/robots/unitree_h1
 REHEARSE_ARGS ?= --seconds 60 --command 0.5,0,0
 rehearse: cpp
@@ -97,8 +99,8 @@ rehearse: cpp
 		echo "rehearse: $(BUILD)/tdaot-rehearse was not built (no MuJoCo found: see the CMake output)"; exit 1; \
 	else \
 		$(PY) examples/h1/build_h1.py --h1 $(H1_DIR) --output dist/h1_walk.pt2 && \
-		$(BUILD)/tdaot-rehearse dist/h1_walk.pt2 --mjcf $(H1_DIR)/scene.xml \
-			--trajectory dist/h1_walk.csv $(REHEARSE_ARGS); \
+		TDAOT_REHEARSE=$(BUILD)/tdaot-rehearse TDAOT_H1_DIR=$(H1_DIR) $(VENV)/bin/tdaot rehearse dist/h1_walk.pt2 \
+			--mjcf $(H1_DIR)/scene.xml --trajectory dist/h1_walk.csv --reference $(REHEARSE_ARGS); \
 	fi
 
 # Headers, libtdaot_runtime.a, tdaot-run and lib/cmake/tdaot for find_package(tdaot).
@@ -174,6 +176,48 @@ soak: cpp
 
 clean:
 	rm -rf build dist
+
+# --- another torch (README "Torch versions") ------------------------------------------------
+# make test-torch TORCH=2.14.1: every test, Python and C++, against that torch: its own venv
+# (.venv-torch-$(TORCH), the same pins but torch), tdaot._C built into it, its own C++ build
+# and inductor cache (build/torch-$(TORCH)). `make test` and CI stay on the pinned 2.13.0.
+# On these machines pip caps torch at 2.14.1 (/etc/xdg/pip); for a newer one run it with
+# PIP_CONFIG_FILE=/dev/null (a CUDA build of several GB; it runs on the CPU).
+.PHONY: test-torch
+TORCH ?=
+TORCH_VENV := .venv-torch-$(TORCH)
+TORCH_PY := $(TORCH_VENV)/bin/python
+TORCH_BUILD := build/torch-$(TORCH)
+# pip's torch is a CUDA build: its CMake config needs the CUDA toolkit's headers and cudart
+# (CUDA_HOME, else /usr/local/cuda), though the tests run on the CPU.
+CUDA_HOME ?= $(wildcard /usr/local/cuda)
+TORCH_CMAKE_ARGS := $(if $(CUDA_HOME),-DCUDA_TOOLKIT_ROOT_DIR=$(CUDA_HOME) -DCUDAToolkit_ROOT=$(CUDA_HOME))
+TORCH_ENV := TORCHINDUCTOR_CACHE_DIR=$(abspath $(TORCH_BUILD))/inductor \
+	TDAOT_LITE=$(abspath $(TORCH_BUILD))/cpp/tdaot-lite \
+	TDAOT_REHEARSE=$(abspath $(TORCH_BUILD))/cpp/tdaot-rehearse \
+	TDAOT_TEST_OPS_LIB=$(abspath $(TORCH_BUILD))/cpp/tests/ops/libtdaot_test_ops.so
+
+$(TORCH_VENV)/.deps-stamp: Makefile
+	@test -n "$(TORCH)" || { echo "make test-torch TORCH=X.Y.Z (a torch release)"; exit 2; }
+	test -x $(TORCH_PY) || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_PY) -m pip install -q --disable-pip-version-check torch==$(TORCH) \
+		$(filter-out torch==%,$(PY_DEPS)) $(REHEARSE_PY_DEPS)
+	@touch $@
+
+$(TORCH_VENV)/.tdaot-stamp: $(TORCH_VENV)/.deps-stamp build/.apt-stamp pyproject.toml $(CPP_SOURCES)
+	CMAKE_ARGS="$(TORCH_CMAKE_ARGS)" $(TORCH_PY) -m pip install -q --no-build-isolation --no-deps -e . \
+		--config-settings=build-dir=$(TORCH_BUILD)/{wheel_tag} --config-settings=cmake.define.TDAOT_WERROR=ON
+	@touch $@
+
+test-torch: $(TORCH_VENV)/.tdaot-stamp
+	$(TORCH_VENV)/bin/cmake -S . -B $(TORCH_BUILD)/cpp -G Ninja \
+		-DCMAKE_MAKE_PROGRAM=$(abspath $(TORCH_VENV))/bin/ninja -DPython_EXECUTABLE=$(abspath $(TORCH_PY)) \
+		-DCMAKE_BUILD_TYPE=Release -DTDAOT_WERROR=ON $(TORCH_CMAKE_ARGS)
+	$(TORCH_VENV)/bin/cmake --build $(TORCH_BUILD)/cpp -j $(JOBS)
+	@# Both suites run whatever the first gives; the target fails if either did.
+	$(TORCH_ENV) TDAOT_OTHER_PYTHON=$(abspath $(PY)) $(TORCH_PY) -m pytest -p no:cacheprovider; py=$$?; \
+	$(TORCH_ENV) $(TORCH_VENV)/bin/ctest --test-dir $(TORCH_BUILD)/cpp --output-on-failure; cpp=$$?; \
+	echo "test-torch: torch $(TORCH): pytest exit $$py, ctest exit $$cpp"; [ $$py = 0 ] && [ $$cpp = 0 ]
 
 # --- sanitizers and fuzzing (tests/sanitizers, tests/fuzz) -------------------------------
 # make test-asan: the runtime, tdaot-run and the C++ tests built with AddressSanitizer and

@@ -12,7 +12,8 @@ imported the first time a build name (``build``, ``Artifact``, ``BuildOptions``)
 
 import importlib
 
-from tdaot import errors
+# _native first: it refuses a tdaot._C built for another torch by name, before anything imports it.
+from tdaot import _native, errors
 from tdaot._version import __version__
 from tdaot.contract import Contract, Signal, Term
 from tdaot.errors import *  # noqa: F403 - the error classes are top-level API
@@ -41,6 +42,9 @@ _LAZY = {
 
 
 def __getattr__(name: str):
+    if name == "cmake_prefix_path":
+        # The C++ package's prefix, as torch.utils.cmake_prefix_path (tdaot._native).
+        return _native.cmake_prefix()
     if name not in _LAZY:
         raise AttributeError(f"module 'tdaot' has no attribute {name!r}")
     module_name, attribute = _LAZY[name]
@@ -51,7 +55,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, "cmake_prefix_path"})
 
 
 __all__ = [
@@ -74,6 +78,7 @@ __all__ = [
     "Term",
     "__version__",
     "build",  # noqa: F405 - imported on first use (__getattr__)
+    "cmake_prefix_path",  # noqa: F405 - computed on use (__getattr__)
     "export_weights",  # noqa: F405 - imported on first use (__getattr__)
     "load",
     "read_manifest",

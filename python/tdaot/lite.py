@@ -8,7 +8,7 @@ or c10 library was mapped (:func:`torch_libraries`). ``tdaot.testing.assert_pari
 runtime="lite")`` is built on it.
 
 Where the tool is found (:func:`find_tool`): the ``TDAOT_LITE`` environment variable, else the
-``tdaot-lite`` installed inside this package by the wheel (``tdaot/_lite/bin``), else
+``tdaot-lite`` installed inside this package by the wheel (``tdaot/_cpp/bin``), else
 ``tdaot-lite`` on PATH, else ``build/cpp/tdaot-lite`` of a source checkout.
 """
 
@@ -33,7 +33,7 @@ from tdaot.errors import TdaotError
 ENV = "TDAOT_LITE"
 TOOL = "tdaot-lite"
 # Inside the installed package (CMakeLists.txt installs it there under scikit-build).
-PACKAGED = Path("_lite") / "bin" / TOOL
+PACKAGED = Path("_cpp") / "bin" / TOOL
 # A source checkout's build (make build, ninja -C build/cpp tdaot-lite).
 CHECKOUT = Path(__file__).resolve().parents[2] / "build" / "cpp" / TOOL
 RESET = "__reset__"

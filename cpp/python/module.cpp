@@ -6,6 +6,8 @@
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
+#include "core/manifest/contract_internal.h"
+#include "core/manifest/manifest_internal.h"
 #include "tdaot/contract.h"
 #include "tdaot/policy.h"
 #include "tdaot/session.h"
@@ -67,11 +69,53 @@ void translate(std::exception_ptr error) {
   }
 }
 
+// The load options' one definition is tdaot::PolicyOptions: the binding's defaults, tdaot.load's
+// and the stub's are read from it (load_option_defaults; tests/python/test_load_options.py).
+const tdaot::PolicyOptions kLoadDefaults{};
+// Python leaves torch's thread count alone unless asked (PolicyOptions' 0): a Python process
+// usually runs other torch code too. C++'s default of 1 is for a control loop.
+constexpr int kPythonIntraOpThreads = 0;
+
+// The same members in the same order as PolicyOptions: a field added there changes its size and
+// stops this build until it is bound here, in load_option_defaults, tdaot.load and the stub.
+struct PolicyOptionsFields {
+  std::string expected_sha256;
+  std::vector<std::string> trusted_keys;
+  std::string temp_dir;
+  uint64_t max_package_bytes;
+  std::string model_name;
+  int intra_op_threads, num_runners, warmup_runs, device_index;
+  std::vector<std::string> op_libraries;
+};
+static_assert(sizeof(PolicyOptionsFields) == sizeof(tdaot::PolicyOptions),
+              "tdaot::PolicyOptions changed: bind the new field (see PolicyOptionsFields)");
+
+// Every PolicyOptions field by name with its default; device_index is C++ only (CUDA packages
+// load on the current device from Python).
+py::dict load_option_defaults() {
+  py::dict d;
+  d["expected_sha256"] = kLoadDefaults.expected_sha256;
+  d["trusted_keys"] = kLoadDefaults.trusted_keys;
+  d["temp_dir"] = kLoadDefaults.temp_dir;
+  d["max_package_bytes"] = kLoadDefaults.max_package_bytes;
+  d["model_name"] = kLoadDefaults.model_name;
+  d["intra_op_threads"] = kLoadDefaults.intra_op_threads;
+  d["num_runners"] = kLoadDefaults.num_runners;
+  d["warmup_runs"] = kLoadDefaults.warmup_runs;
+  d["device_index"] = kLoadDefaults.device_index;
+  d["op_libraries"] = kLoadDefaults.op_libraries;
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "Native tdaot runner (tdaot::Policy); use tdaot.load() rather than this module.";
   py::register_exception_translator(&translate);
+
+  m.def("load_option_defaults", &load_option_defaults,
+        "tdaot::PolicyOptions' fields and their C++ defaults, by name (tdaot.load's source).");
+  m.attr("PYTHON_INTRA_OP_THREADS") = kPythonIntraOpThreads;
 
   py::class_<tdaot::Policy>(m, "Policy")
       .def(py::init([](const std::string& path, int intra_op_threads, int num_runners,
@@ -92,20 +136,22 @@ PYBIND11_MODULE(_C, m) {
              py::gil_scoped_release unlocked;
              return std::make_unique<tdaot::Policy>(path, options);
            }),
-           py::arg("path"), py::kw_only(), py::arg("intra_op_threads") = 0,
-           py::arg("num_runners") = 1, py::arg("warmup_runs") = 1,
-           py::arg("op_libraries") = std::vector<std::string>{},
-           py::arg("expected_sha256") = std::string(), py::arg("temp_dir") = std::string(),
-           py::arg("max_package_bytes") = tdaot::PolicyOptions{}.max_package_bytes,
-           py::arg("model_name") = std::string(),
-           py::arg("trusted_keys") = std::vector<std::string>{},
+           // The defaults are PolicyOptions' own (load_option_defaults), except intra_op_threads.
+           py::arg("path"), py::kw_only(), py::arg("intra_op_threads") = kPythonIntraOpThreads,
+           py::arg("num_runners") = kLoadDefaults.num_runners,
+           py::arg("warmup_runs") = kLoadDefaults.warmup_runs,
+           py::arg("op_libraries") = kLoadDefaults.op_libraries,
+           py::arg("expected_sha256") = kLoadDefaults.expected_sha256,
+           py::arg("temp_dir") = kLoadDefaults.temp_dir,
+           py::arg("max_package_bytes") = kLoadDefaults.max_package_bytes,
+           py::arg("model_name") = kLoadDefaults.model_name,
+           py::arg("trusted_keys") = kLoadDefaults.trusted_keys,
            "Loads a package (see tdaot::PolicyOptions; intra_op_threads=0 leaves torch's alone; "
            "model_name loads one model only).")
       .def_property_readonly("path", &tdaot::Policy::path)
       .def_property_readonly("sha256", &tdaot::Policy::sha256)
       .def_property_readonly("manifest_json",
                              [](const tdaot::Policy& p) { return p.manifest().to_json(); })
-      .def_property_readonly("metadata", &tdaot::Policy::metadata)
       .def(
           "run",
           [](const tdaot::Policy& p, const tdaot::TensorMap& inputs) {
@@ -321,8 +367,8 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "parse_manifest_json",
       [](const std::string& json, const std::string& origin, bool sealed) {
-        return tdaot::Manifest::from_json(
-                   json, origin, sealed ? tdaot::Sealing::sealed : tdaot::Sealing::unsealed)
+        return tdaot::parse_manifest(json, origin,
+                                     sealed ? tdaot::Sealing::sealed : tdaot::Sealing::unsealed)
             .to_json();
       },
       py::arg("json"), py::arg("origin") = std::string("<string>"), py::kw_only(),

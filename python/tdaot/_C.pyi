@@ -16,6 +16,12 @@ BOOKKEEPING_RECORDS: tuple[str, ...]
 # The archive file (under the top folder) holding a package's signatures ("tdaot.sig").
 SIGNATURE_ENTRY: str
 
+# Python's intra_op_threads default: 0 leaves torch's setting alone (C++'s default is 1).
+PYTHON_INTRA_OP_THREADS: int
+
+def load_option_defaults() -> dict[str, int | str | list[str]]:
+    """tdaot::PolicyOptions' fields and their C++ defaults, by name."""
+
 class Policy:
     """A loaded package (tdaot::Policy)."""
 
@@ -26,13 +32,14 @@ class Policy:
         intra_op_threads: int = 0,
         num_runners: int = 1,
         warmup_runs: int = 1,
-        op_libraries: list[str] = ...,
+        op_libraries: list[str] = [],
         expected_sha256: str = "",
         temp_dir: str = "",
-        max_package_bytes: int = ...,
+        max_package_bytes: int = 4294967296,
         model_name: str = "",
-        trusted_keys: list[str] = ...,
-    ) -> None: ...
+        trusted_keys: list[str] = [],
+    ) -> None:
+        """Defaults: tdaot::PolicyOptions' (load_option_defaults), but intra_op_threads 0."""
     @property
     def path(self) -> str: ...
     @property
@@ -40,9 +47,6 @@ class Policy:
     @property
     def manifest_json(self) -> str:
         """The manifest as normalised JSON."""
-    @property
-    def metadata(self) -> dict[str, str]:
-        """All AOTInductor metadata of the package, the manifest JSON included."""
     def run(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
     def run_positional(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]: ...
     def bind(self, batch: int, cuda_graph: bool = False) -> Binding:

@@ -11,6 +11,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include "core/manifest/manifest_internal.h"
 #include "tdaot/errors.h"
 #include "test_support.h"
 

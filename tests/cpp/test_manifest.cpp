@@ -5,6 +5,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "core/manifest/manifest_internal.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
 #include "test_support.h"
@@ -149,16 +150,16 @@ TEST(ManifestJson, IgnoresUnknownFields) {
 TEST(ManifestJson, UnsealedManifestHasNoFiles) {
   json value = sample_json();
   value.erase("files");
-  const Manifest m = Manifest::from_json(value.dump(), "build", Sealing::unsealed);
+  const Manifest m = parse_manifest(value.dump(), "build", Sealing::unsealed);
   EXPECT_TRUE(m.files.empty());
   EXPECT_EQ(json::parse(m.to_json()), value);  // no "files" written while empty
-  EXPECT_EQ(Manifest::from_json(m.to_json(), "build", Sealing::unsealed).to_json(), m.to_json());
+  EXPECT_EQ(parse_manifest(m.to_json(), "build", Sealing::unsealed).to_json(), m.to_json());
   // A package's manifest is always sealed.
   const auto missing = catch_error<ManifestError>([&] { parse(value); });
   ASSERT_TRUE(missing);
   EXPECT_TRUE(Contains(missing->what(), "field 'files': missing"));
   const auto present = catch_error<ManifestError>(
-      [] { Manifest::from_json(sample_json().dump(), "build", Sealing::unsealed); });
+      [] { parse_manifest(sample_json().dump(), "build", Sealing::unsealed); });
   ASSERT_TRUE(present);
   EXPECT_TRUE(Contains(present->what(), "field 'files': present in an unsealed manifest"));
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/manifest/manifest_internal.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
 
@@ -82,14 +83,14 @@ TEST_P(ValidManifest, ParsesAndRoundTrips) {
   const std::string text = read_text(kCorpus / "valid" / file);
   Manifest manifest;
   try {
-    manifest = Manifest::from_json(text, file, sealing);
+    manifest = parse_manifest(text, file, sealing);
   } catch (const ManifestError& e) {
     FAIL() << e.what();
   }
   const std::string once = manifest.to_json();
-  const Manifest again = Manifest::from_json(once, file, sealing);
+  const Manifest again = parse_manifest(once, file, sealing);
   EXPECT_EQ(again.to_json(), once);
-  EXPECT_EQ(Manifest::from_json(manifest.to_json(2), file, sealing).to_json(), once);
+  EXPECT_EQ(parse_manifest(manifest.to_json(2), file, sealing).to_json(), once);
   EXPECT_EQ(again.files.empty(), sealing == Sealing::unsealed);
 }
 
@@ -103,7 +104,7 @@ TEST_P(InvalidManifest, IsRefusedNamingTheOriginAndField) {
   std::string expected = read_text(kCorpus / "invalid" / (GetParam() + ".error"));
   expected.erase(expected.find_last_not_of("\r\n") + 1);  // the file's final newline
   try {
-    Manifest::from_json(text, file, sealing_of(GetParam()));
+    parse_manifest(text, file, sealing_of(GetParam()));
     FAIL() << file << " was accepted; expected: " << expected;
   } catch (const ManifestError& e) {
     EXPECT_NE(std::string(e.what()).find("manifest of '" + file + "': " + expected),

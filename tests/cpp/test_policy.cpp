@@ -9,6 +9,7 @@
 #include <memory>
 #include <thread>
 
+#include "core/manifest/manifest_internal.h"
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"
 #include "test_support.h"
@@ -108,9 +109,9 @@ TEST_F(PolicyTest, LoadsManifestAndMetadata) {
   EXPECT_EQ(m.batch.max, 64);
   EXPECT_EQ(m.device, "cpu");
   EXPECT_EQ(m.interaction_type, "deterministic");
-  const auto& metadata = tutorial().metadata();
-  EXPECT_EQ(metadata.count(kManifestMetadataKey), 1u);
-  EXPECT_EQ(metadata.at("AOTI_DEVICE_KEY"), "cpu");
+  // The manifest the policy holds is the one the package stores (the bytes signatures sign).
+  EXPECT_EQ(Manifest::from_json(read_manifest_bytes(tutorial().path()), "test").to_json(),
+            m.to_json());
 }
 
 TEST_F(PolicyTest, TutorialSampleIsLocAndScaleIsPositive) {

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <optional>
 
+#include "core/manifest/manifest_internal.h"
 #include "core/package/signature.h"
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"

@@ -1,8 +1,8 @@
 """Layering of the C++ tree, read from the sources (no compile): public headers include only
-public headers; the torch-free parts (the core, the lite runtime, the public headers the lite
-runtime exposes) include no torch, ATen or c10 header; the core includes nothing of either
-runtime. The folder names are the architecture (docs/architecture.md): a rule broken here is a
-dependency that goes the wrong way."""
+public headers and declare none of the internal names; the torch-free parts (the core, the lite
+runtime, the public headers the lite runtime exposes) include no torch, ATen or c10 header; the
+core includes nothing of either runtime. The folder names are the architecture
+(docs/architecture.md): a rule broken here is a dependency that goes the wrong way."""
 
 from __future__ import annotations
 
@@ -17,7 +17,12 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]', re.MULTILINE)
 TORCH = re.compile(r"^(torch|ATen|c10)/")
 # What belongs to one of the two runtimes, never to the core they share.
 RUNTIME_INCLUDES = (
-    "runtime/", "lite/", "tdaot/policy.h", "tdaot/lite.h", "tdaot/session.h", "tdaot/binding.h"
+    "runtime/",
+    "lite/",
+    "tdaot/policy.h",
+    "tdaot/lite.h",
+    "tdaot/session.h",
+    "tdaot/binding.h",
 )
 
 
@@ -49,6 +54,41 @@ def test_public_headers_include_only_public_headers():
         if kind == '"' and not (inc.startswith("tdaot/") and (CPP / "include" / inc).is_file())
     ]
     assert bad == []
+
+
+# What only the package reader, the build stage (through tdaot._C), the runtimes' messages and
+# the tools use: declared in internal headers (cpp/src/core/manifest/*_internal.h), never in
+# the public API a service includes.
+INTERNAL_NAMES = (
+    "kBookkeepingRecords",
+    "kSignatureEntry",
+    "digest_exempt",
+    "Sealing",
+    "parse_manifest",
+    "format_shape",
+    "format_batched_shape",
+    "dtype_names",
+    "order_names",
+)
+
+
+def declared(name: str, text: str) -> bool:
+    """Whether `text` names `name` outside comments (a declaration, a default argument...)."""
+    code = re.sub(r"//[^\n]*", "", text)
+    return re.search(rf"\b{name}\b", code) is not None
+
+
+def test_public_headers_declare_no_internal_name():
+    bad = [
+        f"{header.name}: {name}"
+        for header in sources(CPP / "include" / "tdaot")
+        for name in INTERNAL_NAMES
+        if declared(name, header.read_text())
+    ]
+    assert bad == []
+    internal = (CPP / "src" / "core" / "manifest" / "manifest_internal.h").read_text()
+    assert declared("format_shape", internal)  # the check finds a declaration
+    assert not declared("format_shape", "// format_shape in a comment\n")
 
 
 @pytest.mark.parametrize("folder", ["src/core", "src/lite", "tools/tdaot_lite"])

@@ -9,6 +9,7 @@ import torch
 from tensordict import TensorDict
 
 import tdaot
+from tdaot import _C
 
 
 def _obs(batch: int, dtype=torch.float32) -> torch.Tensor:
@@ -43,10 +44,11 @@ def test_keyword_mapping_and_positional_forms_agree(nested, nested_native):
     torch.testing.assert_close(positional[1], from_td["robot", "command"], rtol=0, atol=0)
 
 
-def test_metadata_holds_the_manifest_and_aoti_keys(tutorial_native):
-    metadata = tutorial_native.metadata
-    assert json.loads(metadata["tdaot.manifest"])["schema_version"] == 2
-    assert metadata["AOTI_DEVICE_KEY"] == "cpu"
+def test_the_loaded_manifest_is_the_stored_one(tutorial_native):
+    # The manifest the policy runs by is the one the package stores (the bytes signatures sign).
+    stored = _C.read_manifest_bytes(tutorial_native.path)
+    assert tdaot.Manifest.from_json(stored.decode()) == tutorial_native.manifest
+    assert json.loads(stored)["schema_version"] == 2
     assert "observation" in repr(tutorial_native)
 
 

@@ -114,8 +114,4 @@ std::vector<std::string> term_elements(const std::string& name,
 // Whether term `name` has one element per joint of the joint output signal.
 bool is_joint_term(const std::string& name);
 
-// Contract::order on one signal's names; `key` is for messages.
-std::vector<int64_t> order_names(const std::string& key, const std::vector<std::string>& policy,
-                                 const std::vector<std::string>& names);
-
 }  // namespace tdaot

@@ -4,12 +4,10 @@
 // compiled library.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -23,27 +21,6 @@ inline constexpr const char* kManifestMetadataKey = "tdaot.manifest";
 // The manifest schema version this runtime reads. Version 2 added the file digests; version 1
 // packages are refused with a message to rebuild them.
 inline constexpr int kManifestSchemaVersion = 2;
-
-// Records torch's zip writer (PyTorchFileWriter, PT2ArchiveWriter) adds to every archive after
-// the payload. The manifest, itself part of the payload, cannot hold their digests; they are
-// never extracted.
-inline constexpr std::array<std::string_view, 5> kBookkeepingRecords{
-    "archive_format", "archive_version", "byteorder", ".data/version", ".data/serialization_id"};
-
-// The archive file (under the top folder) holding a package's signatures, a JSON list of
-// {key_id, alg, signature} over its manifest bytes (README, Security model). Signing adds or
-// replaces it without changing any other entry, so the manifest cannot list it.
-inline constexpr std::string_view kSignatureEntry = "tdaot.sig";
-
-// Whether the archive file `name` (without the archive's top folder) is left out of a
-// manifest's "files": the bookkeeping records above, the signature entry and AOTInductor's
-// metadata JSONs ("data/aotinductor/<model>/*_metadata.json"), which carry the manifest itself.
-bool digest_exempt(std::string_view name);
-
-// Whether Manifest::from_json requires the file digests. Every package's manifest is sealed
-// ("files" lists every file); the build stage checks the manifest it hands AOTInductor before
-// the compiled files exist (unsealed: no "files"), and again once it is sealed.
-enum class Sealing { sealed, unsealed };
 
 // One input or output: a dot-joined key, its dtype and its shape after the batch dim.
 struct TensorSpec {
@@ -165,12 +142,12 @@ struct Manifest {
   // "'model' 1..64, 'b1' 1": the models and the batches each serves, for messages.
   std::string describe_models() const;
 
-  // Parses and validates a manifest; throws ManifestError naming `origin` and the field at
-  // fault. This is the one definition of a valid manifest: the Python stage reads every
-  // manifest through it (tdaot._C) and checks every manifest it writes with it. The rules, and
-  // a conformance corpus both stages run, are in tests/manifests/.
-  static Manifest from_json(const std::string& json, const std::string& origin,
-                            Sealing sealing = Sealing::sealed);
+  // Parses and validates a package's (sealed) manifest; throws ManifestError naming `origin` and
+  // the field at fault. This is the one definition of a valid manifest: the Python stage reads
+  // every manifest through it (tdaot._C) and checks every manifest it writes with it (the one it
+  // hands AOTInductor before the files exist, unsealed, through the same parser). The rules,
+  // and a conformance corpus both stages run, are in tests/manifests/.
+  static Manifest from_json(const std::string& json, const std::string& origin);
   // Serialises to the same JSON schema the Python stage writes (normalised: known fields in
   // schema order, absent optional fields left out, null factory and is_init when empty, then
   // the unknown top-level fields). "models" is written unless it is the one model synthesised
@@ -187,17 +164,9 @@ Manifest read_manifest(const std::string& package_path);
 // signs them; PolicyOptions::trusted_keys verifies them). Read with read_manifest's checks.
 std::string read_manifest_bytes(const std::string& package_path);
 
-// The manifest's dtype names, in the schema's order.
-std::vector<std::string> dtype_names();
-
 // Manifest dtype names ("float32", "int64", "bool", ...) to and from DType.
 // dtype_from_name throws ManifestError naming `origin` for an unknown name.
 std::string dtype_name(DType dtype);
 DType dtype_from_name(const std::string& name, const std::string& origin);
-
-// Formats a shape as "[a, b, c]" for messages.
-std::string format_shape(const std::vector<int64_t>& shape);
-// Formats a per-sample shape behind its batch dim as "[B, a, b]" for messages.
-std::string format_batched_shape(const std::vector<int64_t>& shape);
 
 }  // namespace tdaot

@@ -25,7 +25,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "tdaot/binding.h"
@@ -91,8 +90,6 @@ class Policy {
   const std::string& path() const;
   // The sha256 of the package file as loaded (64 lowercase hex digits), for logs and pinning.
   const std::string& sha256() const;
-  // All AOTInductor metadata of the package (the manifest JSON included).
-  const std::unordered_map<std::string, std::string>& metadata() const;
 
   // Runs with inputs keyed by manifest key; returns the outputs keyed the same way.
   TensorMap run(const TensorMap& inputs) const;

@@ -8,6 +8,7 @@
 
 #include "core/run/buffer_envelope.h"
 #include "core/run/busy_guard.h"
+#include "core/run/carry.h"
 #include "lite/policy_impl.h"
 
 namespace tdaot::lite {
@@ -61,7 +62,8 @@ struct Binding::Impl {
         manifest(policy->manifest),
         batch(rows),
         model(policy->model_for(rows)),
-        instance(*model.library) {
+        instance(*model.library),
+        carry(manifest) {
     for (const TensorSpec& spec : manifest.inputs) inputs.emplace_back(spec, batch);
     for (const TensorSpec& spec : manifest.outputs) outputs.emplace_back(spec, batch);
     for (Buffer& b : inputs) {
@@ -72,7 +74,17 @@ struct Binding::Impl {
       in.push_back(detail::describe(b.data.get(), b.dtype, b.shape));
       input_data.push_back(b.data.get());
     }
-    for (Buffer& b : outputs) output_data.push_back(b.data.get());
+    for (Buffer& b : outputs) {
+      output_data.push_back(b.data.get());
+      output_slots.push_back({b.data.get(), b.dtype, b.shape});
+    }
+    std::vector<void*> state_data;
+    std::vector<size_t> state_bytes;
+    for (Buffer& b : inputs) {
+      state_data.push_back(b.data.get());
+      state_bytes.push_back(b.bytes);
+    }
+    buffers.emplace(std::move(state_data), std::move(state_bytes), output_data, batch);
     out.resize(outputs.size());
     size_t count = 0;
     if (model.library->num_outputs(instance.handle(), &count) != detail::aoti::kSuccess ||
@@ -80,19 +92,11 @@ struct Binding::Impl {
       fail("has " + std::to_string(count) + " outputs, but the manifest lists " +
            std::to_string(outputs.size()));
     }
-    if (manifest.recurrent) {
-      for (const StatePair& pair : manifest.recurrent->state) {
-        carries.push_back({*manifest.input_index(pair.input), *manifest.output_index(pair.output)});
-      }
-      if (!manifest.recurrent->is_init.empty()) {
-        is_init = *manifest.input_index(manifest.recurrent->is_init);
-      }
-    }
     // One call on the zero inputs checks what the model writes against the manifest and makes
     // this thread's output arrays; nothing is carried.
     call();
     if (options.envelope) envelope.emplace(manifest, batch);
-    mark_all_new();
+    carry.reset(*buffers);  // every row starts new
   }
 
   [[noreturn]] void fail(const std::string& problem) const {
@@ -107,18 +111,9 @@ struct Binding::Impl {
                 static_cast<int32_t>(out.size()), out.data()) != detail::aoti::kSuccess) {
       fail("failed: " + lib.error_text());
     }
-    for (size_t i = 0; i < out.size(); ++i) {
-      // The library's output array is thread_local and may move between calls: read it now.
-      if (!detail::same_shape(out[i], outputs[i].dtype, outputs[i].shape) ||
-          !detail::in_bounds(out[i])) {
-        const std::vector<int64_t> sizes(out[i].sizes, out[i].sizes + std::max(out[i].ndim, 0));
-        fail("returned output '" + manifest.outputs[i].key + "' of shape " +
-             format_shape(sizes) + " and dtype code " + std::to_string(out[i].dtype) +
-             ", but the manifest says " + dtype_name(outputs[i].dtype) + " " +
-             format_shape(outputs[i].shape));
-      }
-      detail::copy_view(outputs[i].data.get(), out[i], element_size(outputs[i].dtype));
-    }
+    // The library's output arrays are thread_local and may move between calls: read them now.
+    const std::string problem = detail::copy_outputs(out.data(), output_slots, manifest.outputs);
+    if (!problem.empty()) fail(problem);
   }
 
   void run() {
@@ -127,12 +122,7 @@ struct Binding::Impl {
       // A non-finite step does not count: the state stays, is_init marks stay for the next run.
       return;
     }
-    for (const Carry& carry : carries) {
-      std::memcpy(inputs[carry.input].data.get(), outputs[carry.output].data.get(),
-                  inputs[carry.input].bytes);
-    }
-    // Cleared after every run: marks set by the caller are for this run alone.
-    if (is_init) std::memset(inputs[*is_init].data.get(), 0, inputs[*is_init].bytes);
+    carry.after_step(*buffers);
   }
 
   // A reset needs something to forget: a recurrent package's state, or the envelope's previous
@@ -143,24 +133,6 @@ struct Binding::Impl {
                   "' is not recurrent (its manifest has no 'recurrent' section) and the binding "
                   "has no envelope: a binding of it has no state to reset");
     }
-  }
-
-  // Zeroes the state of `row` and marks it is_init.
-  void forget_row(int64_t row) {
-    for (const Carry& carry : carries) {
-      Buffer& state = inputs[carry.input];
-      const size_t width = state.bytes / static_cast<size_t>(batch);
-      std::memset(static_cast<char*>(state.data.get()) + static_cast<size_t>(row) * width, 0, width);
-    }
-    if (is_init) {
-      Buffer& flags = inputs[*is_init];
-      const size_t width = flags.bytes / static_cast<size_t>(batch);
-      std::memset(static_cast<char*>(flags.data.get()) + static_cast<size_t>(row) * width, 1, width);
-    }
-  }
-
-  void mark_all_new() {
-    for (int64_t row = 0; row < batch; ++row) forget_row(row);
   }
 
   std::shared_ptr<const Policy::Impl> policy;
@@ -174,12 +146,9 @@ struct Binding::Impl {
   std::vector<detail::aoti::ArrayRefTensor> out;  // filled by each call: the library's own arrays
   std::vector<const void*> input_data;
   std::vector<void*> output_data;
-  struct Carry {
-    size_t input;
-    size_t output;
-  };
-  std::vector<Carry> carries;
-  std::optional<size_t> is_init;
+  std::vector<detail::OutputSlot> output_slots;  // where each call's outputs are copied
+  detail::Carry carry;                       // recurrent packages: the state and is_init inputs
+  std::optional<detail::HostBuffers> buffers;  // the carry's view of the buffers
   std::optional<detail::BufferEnvelope> envelope;
   Interventions no_interventions;
   std::atomic<bool> busy{false};
@@ -240,7 +209,7 @@ void Binding::reset() {
   Impl& self = impl();
   self.require_resettable();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
-  self.mark_all_new();
+  self.carry.reset(*self.buffers);
   if (self.envelope) self.envelope->reset();
 }
 
@@ -253,9 +222,8 @@ void Binding::reset(const std::vector<bool>& mask) {
                              " values, but the binding has " + std::to_string(self.batch) +
                              " rows (one bool per row)");
   }
-  for (int64_t row = 0; row < self.batch; ++row) {
-    if (mask[static_cast<size_t>(row)]) self.forget_row(row);
-  }
+  self.buffers->set_rows(mask);
+  self.carry.reset_rows(*self.buffers);
   if (self.envelope) self.envelope->reset(mask);
 }
 

@@ -149,22 +149,20 @@ static_assert(offsetof(AOTInductorArrayRefTensor, dtype) == offsetof(aoti::Array
 static_assert(offsetof(AOTInductorArrayRefTensor, reserved) ==
               offsetof(aoti::ArrayRefTensor, reserved));
 
-const aoti::ArrayRefTensor& as_core(const AOTInductorArrayRefTensor& d) {
-  return *reinterpret_cast<const aoti::ArrayRefTensor*>(&d);
-}
-
-bool in_bounds(const AOTInductorArrayRefTensor& d) { return detail::in_bounds(as_core(d)); }
-
-bool same_shape(const AOTInductorArrayRefTensor& d, const at::Tensor& tensor) {
-  if (d.ndim != tensor.dim() || d.dtype != aoti_dtype(tensor.scalar_type())) return false;
-  for (int32_t i = 0; i < d.ndim; ++i) {
-    if (d.sizes[i] != tensor.size(i)) return false;
+std::vector<OutputSlot> output_slots(const std::vector<at::Tensor>& outputs,
+                                     const std::vector<TensorSpec>& specs) {
+  std::vector<OutputSlot> slots;
+  slots.reserve(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    slots.push_back({outputs[i].data_ptr(), specs[i].dtype, outputs[i].sizes().vec()});
   }
-  return true;
+  return slots;
 }
 
-void copy_view(void* destination, const AOTInductorArrayRefTensor& src, size_t element) {
-  detail::copy_view(destination, as_core(src), element);
+std::string copy_outputs(const std::vector<AOTInductorArrayRefTensor>& out,
+                         const std::vector<OutputSlot>& slots, const std::vector<TensorSpec>& specs) {
+  return detail::copy_outputs(reinterpret_cast<const aoti::ArrayRefTensor*>(out.data()), slots,
+                              specs);
 }
 
 }  // namespace tdaot::detail

@@ -20,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "core/run/model_library.h"
 #include "runtime/aoti_compat.h"
+#include "tdaot/manifest.h"
 
 namespace tdaot::detail {
 
@@ -108,16 +110,12 @@ int32_t aoti_dtype(c10::ScalarType dtype);
 // A descriptor of a contiguous CPU tensor's memory (the caller keeps the tensor alive).
 AOTInductorArrayRefTensor describe(const at::Tensor& tensor);
 
-// Whether the view `d` reads only elements [0, d.numel) of its data.
-bool in_bounds(const AOTInductorArrayRefTensor& d);
+// Where the outputs of a call go: the contiguous tensors `outputs` (kept alive by the caller).
+std::vector<OutputSlot> output_slots(const std::vector<at::Tensor>& outputs,
+                                     const std::vector<TensorSpec>& specs);
 
-// Whether `d` has exactly the sizes and dtype of `tensor`.
-bool same_shape(const AOTInductorArrayRefTensor& d, const at::Tensor& tensor);
-
-// Copies the view `src` (within bounds) into the contiguous tensor memory `dst` with elements
-// of `element` bytes. A model's output may be a strided view of a larger buffer (two outputs
-// sliced from one result): the descriptor's strides are followed; a contiguous one is one
-// memcpy. Allocates nothing.
-void copy_view(void* dst, const AOTInductorArrayRefTensor& src, size_t element);
+// The core's copy_outputs (core/run/model_library.h) on torch's descriptors, the same layout.
+std::string copy_outputs(const std::vector<AOTInductorArrayRefTensor>& out,
+                         const std::vector<OutputSlot>& slots, const std::vector<TensorSpec>& specs);
 
 }  // namespace tdaot::detail

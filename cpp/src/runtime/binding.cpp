@@ -7,11 +7,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
-#include <optional>
 #include <utility>
 
+#include "core/manifest/manifest_internal.h"
 #include "core/run/busy_guard.h"
+#include "core/run/carry.h"
+#include "runtime/carry_buffers.h"
 #include "runtime/cuda_graph.h"
 #include "runtime/policy_impl.h"
 
@@ -49,8 +50,6 @@ struct Binding::Impl {
   void run_arrayref();
   // AOTInductor's runner on the owned inputs, its outputs copied into the owned ones.
   void run_runner();
-  // Recurrent packages: each state output into its state input; is_init cleared.
-  void carry_state();
   void set_up_arrayref();
   void set_up_cuda_graph();
   // Throws tdaot::Error when an input or output no longer has the memory it was bound with.
@@ -73,35 +72,23 @@ struct Binding::Impl {
   std::vector<AOTInductorArrayRefTensor> out;  // filled by each call: the library's own arrays
   std::vector<void*> input_data;               // the owned inputs' memory, as bound
   std::vector<void*> output_data;              // the owned outputs' memory, as bound
-  std::vector<size_t> output_element;          // their element sizes
-  struct Carry {
-    size_t input;
-    size_t output;
-  };
-  std::vector<Carry> carries;
-  std::optional<size_t> is_init;
+  std::vector<detail::OutputSlot> output_slots;  // where each call's outputs are copied
+  detail::Carry carry;  // recurrent packages: the state and is_init inputs
   std::unique_ptr<detail::CudaGraphRun> graph;  // BindOptions::cuda_graph
   std::atomic<bool> busy{false};
 };
 
 Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows,
                     const BindOptions& options)
-    : policy(std::move(policy_impl)), manifest(policy->manifest), batch(rows) {
+    : policy(std::move(policy_impl)), manifest(policy->manifest), batch(rows), carry(manifest) {
   detail::check_batch_in_range(manifest, policy->path, batch, "a binding");
   model = &policy->model_for(batch, "");
   for (const TensorSpec& spec : manifest.inputs) inputs.push_back(zeros(batch, spec, policy->device));
   for (const TensorSpec& spec : manifest.outputs) {
     outputs.push_back(zeros(batch, spec, policy->device));
   }
-  if (manifest.recurrent) {
-    for (const StatePair& pair : manifest.recurrent->state) {
-      carries.push_back({*manifest.input_index(pair.input), *manifest.output_index(pair.output)});
-    }
-    if (!manifest.recurrent->is_init.empty()) {
-      is_init = *manifest.input_index(manifest.recurrent->is_init);
-      inputs[*is_init].fill_(true);
-    }
-  }
+  detail::TensorBuffers buffers(inputs);
+  carry.reset(buffers);  // every row starts new
   for (const at::Tensor& input : inputs) input_data.push_back(input.data_ptr());
   for (const at::Tensor& output : outputs) output_data.push_back(output.data_ptr());
   if (options.cuda_graph) {
@@ -145,22 +132,15 @@ void Binding::Impl::set_up_arrayref() {
   }
   for (const at::Tensor& input : inputs) in.push_back(detail::describe(input));
   out.resize(outputs.size());
+  output_slots = detail::output_slots(outputs, manifest.outputs);
   // One call on the zero inputs checks what the model writes against the manifest (it changes
   // no state: nothing is carried), and makes this thread's output arrays.
   if (lib.run(handle, static_cast<int32_t>(in.size()), in.data(), static_cast<int32_t>(out.size()),
               out.data()) != AOTI_RUNTIME_SUCCESS) {
     fail("failed on zero inputs: " + lib.error_text());
   }
-  for (size_t i = 0; i < out.size(); ++i) {
-    const TensorSpec& spec = manifest.outputs[i];
-    if (!detail::same_shape(out[i], outputs[i])) {
-      const std::vector<int64_t> sizes(out[i].sizes, out[i].sizes + std::max(out[i].ndim, 0));
-      fail("returns output '" + spec.key + "' of shape " + format_shape(sizes) +
-           " and dtype code " + std::to_string(out[i].dtype) + ", but the manifest says " +
-           dtype_name(spec.dtype) + " " + format_shape(outputs[i].sizes().vec()));
-    }
-    output_element.push_back(outputs[i].element_size());
-  }
+  const std::string problem = detail::copy_outputs(out, output_slots, manifest.outputs);
+  if (!problem.empty()) fail(problem + " (on zero inputs)");
 }
 
 Binding::Impl::~Impl() = default;
@@ -188,7 +168,8 @@ void Binding::Impl::run() {
   } else {
     run_runner();
   }
-  carry_state();
+  detail::TensorBuffers buffers(inputs, outputs);
+  carry.after_step(buffers);
 }
 
 void Binding::Impl::check_bound_memory() const {
@@ -218,13 +199,9 @@ void Binding::Impl::run_arrayref() {
       fail("failed: " + library->error_text());
     }
   }
-  for (size_t i = 0; i < out.size(); ++i) {
-    // The library's output array is thread_local and may move between calls: read it now.
-    if (!detail::same_shape(out[i], outputs[i]) || !detail::in_bounds(out[i])) {
-      fail("returned output '" + manifest.outputs[i].key + "' in another shape or out of bounds");
-    }
-    detail::copy_view(output_data[i], out[i], output_element[i]);
-  }
+  // The library's output arrays are thread_local and may move between calls: read them now.
+  const std::string problem = detail::copy_outputs(out, output_slots, manifest.outputs);
+  if (!problem.empty()) fail(problem);
 }
 
 void Binding::Impl::run_runner() {
@@ -237,28 +214,6 @@ void Binding::Impl::run_runner() {
            format_shape(outputs[i].sizes().vec()));
     }
     outputs[i].copy_(results[i]);
-  }
-}
-
-void Binding::Impl::carry_state() {
-  const bool cpu = !policy->device.is_cuda();
-  for (const Carry& carry : carries) {
-    at::Tensor& state = inputs[carry.input];
-    if (cpu) {
-      std::memcpy(state.data_ptr(), outputs[carry.output].data_ptr(), state.nbytes());
-    } else {
-      state.copy_(outputs[carry.output]);
-    }
-  }
-  // Cleared after every run, not only after a reset: the caller may also have marked rows in
-  // is_init itself (as a torchrl rollout does), and those marks are for this run alone.
-  if (is_init) {
-    at::Tensor& flags = inputs[*is_init];
-    if (cpu) {
-      std::memset(flags.data_ptr(), 0, flags.nbytes());  // false
-    } else {
-      flags.fill_(false);
-    }
   }
 }
 
@@ -304,10 +259,8 @@ void Binding::reset() {
   Impl& self = impl();
   self.require_recurrent();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
-  for (const auto& carry : self.carries) self.inputs[carry.input].zero_();
-  if (self.is_init) {
-    self.inputs[*self.is_init].fill_(true);
-  }
+  detail::TensorBuffers buffers(self.inputs);
+  self.carry.reset(buffers);
 }
 
 void Binding::reset(const at::Tensor& mask) {
@@ -315,12 +268,9 @@ void Binding::reset(const at::Tensor& mask) {
   self.require_recurrent();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
   detail::check_reset_mask(mask, self.batch, self.policy->device, "binding");
-  for (const auto& carry : self.carries) {
-    detail::fill_masked_rows(self.inputs[carry.input], mask, false);
-  }
-  if (self.is_init) {
-    detail::fill_masked_rows(self.inputs[*self.is_init], mask, true);
-  }
+  detail::TensorBuffers buffers(self.inputs);
+  buffers.set_rows(mask);
+  self.carry.reset_rows(buffers);
 }
 
 Binding Policy::bind(int64_t batch, const BindOptions& options) const {

@@ -270,15 +270,9 @@ std::vector<at::Tensor> Policy::Impl::execute_arrayref(
     }
   }
   // Read now: the arrays are the library's thread_local ones, reused by this thread's next call.
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!detail::same_shape(out[i], outputs[i]) || !detail::in_bounds(out[i])) {
-      throw ExecutionError(describe(model) + ": the compiled model returned output '" +
-                           manifest.outputs[i].key + "' in another shape or dtype than " +
-                           dtype_name(manifest.outputs[i].dtype) + " " +
-                           format_shape(outputs[i].sizes().vec()));
-    }
-    detail::copy_view(outputs[i].data_ptr(), out[i], outputs[i].element_size());
-  }
+  const std::string problem =
+      detail::copy_outputs(out, detail::output_slots(outputs, manifest.outputs), manifest.outputs);
+  if (!problem.empty()) throw ExecutionError(describe(model) + ": the compiled model " + problem);
   return outputs;
 }
 
@@ -364,10 +358,6 @@ const std::optional<Contract>& Policy::contract() const { return impl().manifest
 const std::string& Policy::path() const { return impl().path; }
 
 const std::string& Policy::sha256() const { return impl().sha256; }
-
-const std::unordered_map<std::string, std::string>& Policy::metadata() const {
-  return impl().metadata;
-}
 
 TensorMap Policy::run(const TensorMap& inputs) const {
   const Impl& self = impl();

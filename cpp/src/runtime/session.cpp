@@ -9,7 +9,10 @@
 #include <optional>
 #include <utility>
 
+#include "core/manifest/manifest_internal.h"
 #include "core/run/busy_guard.h"
+#include "core/run/carry.h"
+#include "runtime/carry_buffers.h"
 #include "runtime/envelope.h"
 #include "runtime/policy_impl.h"
 
@@ -56,14 +59,8 @@ struct Session::Impl {
   std::vector<at::Tensor> slots;
   std::vector<TensorSpec> given_specs;  // the inputs step() takes, in manifest order
   std::vector<size_t> given_slots;      // their slot indices
-  struct Carry {
-    size_t slot;    // the state input
-    size_t output;  // the output copied into it after each step
-  };
-  std::vector<Carry> carries;
-  std::optional<size_t> is_init_slot;
+  detail::Carry carry;                  // the state and is_init slots, and when they are written
   std::string is_init_key;  // the manifest's is_init input, else torchrl's "is_init"
-  bool is_init_set = true;  // whether any row of is_init is true (all are at creation)
   detail::Envelope envelope;
   std::atomic<bool> busy{false};
 };
@@ -72,30 +69,26 @@ Session::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
     : policy(std::move(policy_impl)),
       manifest(policy->manifest),
       batch(checked_batch(manifest, policy->path, rows)),
+      carry(manifest),
       envelope(manifest, batch) {
   slots.resize(manifest.inputs.size());
   // A package without recurrent state is stepped for the safety envelope alone.
-  const Recurrent recurrent = manifest.recurrent.value_or(Recurrent{});
   const auto options = at::TensorOptions().device(policy->device);
-  for (const StatePair& pair : recurrent.state) {
-    // Manifest::from_json guarantees both keys exist with matching dtype and shape.
-    const size_t slot = *manifest.input_index(pair.input);
-    const TensorSpec& spec = manifest.inputs[slot];
-    slots[slot] = at::zeros(detail::batched_shape(batch, spec.shape), options.dtype(to_scalar_type(spec.dtype)));
-    carries.push_back({slot, *manifest.output_index(pair.output)});
-  }
-  // Without recurrent state there is nothing for an is_init entry to reset: no key is special.
-  if (manifest.recurrent) is_init_key = recurrent.is_init.empty() ? "is_init" : recurrent.is_init;
-  if (!recurrent.is_init.empty()) {
-    is_init_slot = *manifest.input_index(recurrent.is_init);
-    const TensorSpec& spec = manifest.inputs[*is_init_slot];
-    slots[*is_init_slot] =
-        at::ones(detail::batched_shape(batch, spec.shape), options.dtype(at::kBool));
-  }
   for (size_t i = 0; i < manifest.inputs.size(); ++i) {
-    if (slots[i].defined()) continue;
-    given_specs.push_back(manifest.inputs[i]);
-    given_slots.push_back(i);
+    const TensorSpec& spec = manifest.inputs[i];
+    if (carry.carried(i)) {
+      slots[i] = at::zeros(detail::batched_shape(batch, spec.shape),
+                           options.dtype(to_scalar_type(spec.dtype)));
+    } else {
+      given_specs.push_back(spec);
+      given_slots.push_back(i);
+    }
+  }
+  detail::TensorBuffers buffers(slots);
+  carry.reset(buffers);  // every row starts new
+  // Without recurrent state there is nothing for an is_init entry to reset: no key is special.
+  if (manifest.recurrent) {
+    is_init_key = manifest.recurrent->is_init.empty() ? "is_init" : manifest.recurrent->is_init;
   }
 }
 
@@ -106,11 +99,12 @@ TensorMap Session::Impl::split(const TensorMap& inputs, Carried& carried) const 
       carried.is_init = tensor;
       continue;
     }
-    const auto state = std::find_if(carries.begin(), carries.end(), [&](const Carry& carry) {
-      return manifest.inputs[carry.slot].key == key;
+    const auto& pairs = carry.state();
+    const auto state = std::find_if(pairs.begin(), pairs.end(), [&](const detail::Carry::Pair& pair) {
+      return manifest.inputs[pair.input].key == key;
     });
-    if (state != carries.end()) {
-      carried.state.emplace_back(state->slot, tensor);
+    if (state != pairs.end()) {
+      carried.state.emplace_back(state->input, tensor);
     } else {
       rest.emplace(key, tensor);
     }
@@ -121,7 +115,7 @@ TensorMap Session::Impl::split(const TensorMap& inputs, Carried& carried) const 
 at::Tensor Session::Impl::new_rows(const at::Tensor& is_init) const {
   // With an is_init input the validator has checked it against its spec; without one (a
   // package whose model does not read it) the flag must be one bool per row.
-  if (!is_init_slot) {
+  if (!carry.is_init()) {
     const TensorSpec spec{is_init_key, DType::Bool, {}};
     detail::check_plain(spec, is_init);
     const bool one_per_row =
@@ -142,7 +136,9 @@ void Session::Impl::apply(const Carried& carried) {
   // Checked in place of the session's tensors, so the validator's messages and batch checks
   // apply to the caller's tensors; the session's own tensors go back whatever happens.
   std::vector<std::pair<size_t, at::Tensor>> swapped = carried.state;
-  if (carried.is_init.defined() && is_init_slot) swapped.emplace_back(*is_init_slot, carried.is_init);
+  if (carried.is_init.defined() && carry.is_init()) {
+    swapped.emplace_back(*carry.is_init(), carried.is_init);
+  }
   for (auto& [slot, tensor] : swapped) std::swap(slots[slot], tensor);
   struct Restore {
     Impl& self;
@@ -158,9 +154,9 @@ void Session::Impl::apply(const Carried& carried) {
   swapped.clear();
   for (const auto& [slot, tensor] : carried.state) slots[slot].copy_(tensor);
   if (rows.defined()) {
-    for (const Carry& carry : carries) detail::fill_masked_rows(slots[carry.slot], rows, false);
-    if (is_init_slot) detail::fill_masked_rows(slots[*is_init_slot], rows, true);
-    is_init_set = true;
+    detail::TensorBuffers buffers(slots);
+    buffers.set_rows(rows);
+    carry.reset_rows(buffers);
     envelope.reset(rows);  // those rows start afresh: not rate limited
   }
 }
@@ -201,11 +197,8 @@ std::vector<at::Tensor> Session::Impl::run(const std::vector<at::Tensor>& given,
   std::vector<at::Tensor> outputs = policy->execute(slots);
   // A step with a non-finite element returns the previous outputs and leaves the state as is.
   if (!envelope.guard(slots, outputs)) return outputs;
-  for (const Carry& carry : carries) slots[carry.slot].copy_(outputs[carry.output]);
-  if (is_init_slot && is_init_set) {
-    slots[*is_init_slot].fill_(false);
-    is_init_set = false;
-  }
+  detail::TensorBuffers buffers(slots, outputs);
+  carry.after_step(buffers);
   return outputs;
 }
 
@@ -275,11 +268,8 @@ void Session::reset() {
   Impl& self = impl();
   detail::BusyGuard guard(self.busy, kConcurrentUse);
   self.envelope.reset();
-  for (const auto& carry : self.carries) self.slots[carry.slot].zero_();
-  if (self.is_init_slot) {
-    self.slots[*self.is_init_slot].fill_(true);
-    self.is_init_set = true;
-  }
+  detail::TensorBuffers buffers(self.slots);
+  self.carry.reset(buffers);
 }
 
 void Session::reset(const at::Tensor& mask) {
@@ -287,13 +277,9 @@ void Session::reset(const at::Tensor& mask) {
   detail::BusyGuard guard(self.busy, kConcurrentUse);
   detail::check_reset_mask(mask, self.batch, self.policy->device, "session");
   self.envelope.reset(mask);
-  for (const auto& carry : self.carries) {
-    detail::fill_masked_rows(self.slots[carry.slot], mask, false);
-  }
-  if (self.is_init_slot) {
-    detail::fill_masked_rows(self.slots[*self.is_init_slot], mask, true);
-    self.is_init_set = true;  // possibly no row was masked; clearing again is cheap
-  }
+  detail::TensorBuffers buffers(self.slots);
+  buffers.set_rows(mask);
+  self.carry.reset_rows(buffers);
 }
 
 const Interventions& Session::interventions() const { return impl().envelope.interventions(); }
@@ -301,8 +287,8 @@ const Interventions& Session::interventions() const { return impl().envelope.int
 TensorMap Session::state() const {
   const Impl& self = impl();
   TensorMap state;
-  for (const auto& carry : self.carries) {
-    state.emplace(self.manifest.inputs[carry.slot].key, self.slots[carry.slot]);
+  for (const auto& pair : self.carry.state()) {
+    state.emplace(self.manifest.inputs[pair.input].key, self.slots[pair.input]);
   }
   return state;
 }

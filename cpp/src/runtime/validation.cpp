@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/manifest/manifest_internal.h"
 #include "tdaot/errors.h"
 
 namespace tdaot::detail {

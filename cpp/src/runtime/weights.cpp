@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/manifest/manifest_internal.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
 #include "tdaot/types.h"

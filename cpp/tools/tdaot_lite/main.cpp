@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/alloc_window.h"
+#include "core/manifest/manifest_internal.h"
 #include "tdaot/lite.h"
 #include "tdaot/stats.h"
 

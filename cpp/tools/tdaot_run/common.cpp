@@ -9,6 +9,8 @@
 #include <limits>
 #include <sstream>
 
+#include "core/manifest/manifest_internal.h"
+
 namespace tdaot::tool {
 
 CLI::App* add_command(CLI::App& app, const char* name, const char* description,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common.h"
+#include "core/manifest/manifest_internal.h"
 
 namespace tdaot::tool {
 namespace {

@@ -14,6 +14,11 @@ from tdaot.runtime.binding import NativeBinding
 from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, td_keys
 from tdaot.runtime.session import NativeSession
 
+# tdaot::PolicyOptions' fields and defaults, from its C++ definition. Python writes an empty
+# C++ string or list as None or (), and intra_op_threads=None leaves torch's setting alone;
+# tests/python/test_load_options.py checks tdaot.load, NativePolicy and _C.pyi against it.
+_DEFAULTS = _C.load_option_defaults()
+
 # Public keys: PEM texts (str or bytes) or paths of PEM files; one key alone is fine too.
 TrustedKeys = str | bytes | os.PathLike | Sequence[str | bytes | os.PathLike]
 
@@ -32,18 +37,18 @@ class NativePolicy:
         path: str | os.PathLike,
         *,
         intra_op_threads: int | None = None,
-        num_runners: int = 1,
-        warmup_runs: int = 1,
+        num_runners: int = _DEFAULTS["num_runners"],
+        warmup_runs: int = _DEFAULTS["warmup_runs"],
         op_libraries: Sequence[str | os.PathLike] = (),
         expected_sha256: str | None = None,
         temp_dir: str | os.PathLike | None = None,
-        max_package_bytes: int = 4 << 30,
+        max_package_bytes: int = _DEFAULTS["max_package_bytes"],
         model_name: str | None = None,
         trusted_keys: TrustedKeys = (),
     ) -> None:
         self._policy = _C.Policy(
             os.fspath(path),
-            intra_op_threads=intra_op_threads or 0,
+            intra_op_threads=_C.PYTHON_INTRA_OP_THREADS if intra_op_threads is None else intra_op_threads,
             num_runners=num_runners,
             warmup_runs=warmup_runs,
             op_libraries=[os.fspath(lib) for lib in op_libraries],
@@ -85,11 +90,6 @@ class NativePolicy:
         NativeSession) and, for a recurrent package, carries its state from step to step."""
         return NativeSession(self, batch)
 
-    @property
-    def metadata(self) -> dict[str, str]:
-        """All AOTInductor metadata of the package, the manifest JSON included."""
-        return dict(self._policy.metadata)
-
     def swap_weights(self, path: str | os.PathLike) -> None:
         """Makes the weights of the weight file ``path`` (:func:`tdaot.export_weights`) live,
         between calls: a call in flight finishes on the old weights, every later call (any
@@ -122,12 +122,12 @@ def load(
     path: str | os.PathLike,
     *,
     intra_op_threads: int | None = None,
-    num_runners: int = 1,
-    warmup_runs: int = 1,
+    num_runners: int = _DEFAULTS["num_runners"],
+    warmup_runs: int = _DEFAULTS["warmup_runs"],
     op_libraries: Sequence[str | os.PathLike] = (),
     expected_sha256: str | None = None,
     temp_dir: str | os.PathLike | None = None,
-    max_package_bytes: int = 4 << 30,
+    max_package_bytes: int = _DEFAULTS["max_package_bytes"],
     model_name: str | None = None,
     trusted_keys: TrustedKeys = (),
 ) -> NativePolicy:

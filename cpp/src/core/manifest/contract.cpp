@@ -6,6 +6,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/manifest/contract_internal.h"
 #include "tdaot/errors.h"
 
 namespace tdaot {

@@ -349,8 +349,11 @@ std::map<std::string, std::string> parse_files(const Parser& p, const json& root
 
 }  // namespace
 
-Manifest Manifest::from_json(const std::string& text, const std::string& origin,
-                             Sealing sealing) {
+Manifest Manifest::from_json(const std::string& text, const std::string& origin) {
+  return parse_manifest(text, origin, Sealing::sealed);
+}
+
+Manifest parse_manifest(const std::string& text, const std::string& origin, Sealing sealing) {
   json root;
   try {
     root = json::parse(text, DuplicateMemberCheck(origin));

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/manifest/manifest_internal.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
 

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "core/package/archive.h"
+#include "core/manifest/manifest_internal.h"
 #include "core/package/digest.h"
 #include "core/package/signature.h"
 #include "tdaot/errors.h"

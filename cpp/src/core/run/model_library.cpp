@@ -4,9 +4,11 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
+#include "core/manifest/manifest_internal.h"
 #include "tdaot/errors.h"
 
 namespace tdaot::detail {
@@ -129,3 +131,23 @@ void copy_view(void* destination, const aoti::ArrayRefTensor& src, size_t elemen
 }
 
 }  // namespace tdaot::detail
+std::string copy_outputs(const aoti::ArrayRefTensor* out, const std::vector<OutputSlot>& slots,
+                         const std::vector<TensorSpec>& specs) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const OutputSlot& slot = slots[i];
+    if (!same_shape(out[i], slot.dtype, slot.shape)) {
+      const std::vector<int64_t> sizes(out[i].sizes,
+                                       out[i].sizes + std::clamp(out[i].ndim, 0, aoti::kMaxDims));
+      return "returned output '" + specs[i].key + "' of shape " + format_shape(sizes) +
+             " and dtype code " + std::to_string(out[i].dtype) + ", but the manifest says " +
+             dtype_name(slot.dtype) + " " + format_shape(slot.shape);
+    }
+    if (!in_bounds(out[i])) {
+      return "returned output '" + specs[i].key + "' as a view reading past the " +
+             std::to_string(out[i].numel) + " elements of its buffer";
+    }
+    copy_view(slot.data, out[i], element_size(slot.dtype));
+  }
+  return {};
+}
+

@@ -14,6 +14,7 @@
 
 #include "core/run/aoti_interface.h"
 #include "tdaot/dtype.h"
+#include "tdaot/manifest.h"
 
 namespace tdaot::detail {
 
@@ -71,6 +72,24 @@ bool same_shape(const aoti::ArrayRefTensor& d, DType dtype, const std::vector<in
 
 // Copies the view `src` (within bounds) into the contiguous memory `dst` with elements of
 // `element` bytes. A model's output may be a strided view of a larger buffer (two outputs sliced
+// Where one output of a call goes: contiguous memory for [shape] elements of `dtype` (the full
+// shape, batch dim included).
+struct OutputSlot {
+  void* data;
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+
+// The outputs of one minimal-arrayref call, checked and copied out, as every bound run does
+// (the lite Binding, the full runtime's Binding and its pooled instances): view out[i] must have
+// the dtype and shape of slots[i] and read within its bounds, and is copied into slots[i] at once
+// (the views point into the library's thread_local arrays, which this thread's next call
+// reuses). Allocates nothing while the outputs are right. Returns "" or the problem, naming the
+// output by the key of specs[i] (the manifest's outputs): "returned output 'loc' of shape
+// [1, 3] and dtype code 6, but the manifest says float32 [1, 2]", or a view past its buffer.
+std::string copy_outputs(const aoti::ArrayRefTensor* out, const std::vector<OutputSlot>& slots,
+                         const std::vector<TensorSpec>& specs);
+
 // from one result): the descriptor's strides are followed; a contiguous one is one memcpy.
 // Allocates nothing.
 void copy_view(void* dst, const aoti::ArrayRefTensor& src, size_t element);

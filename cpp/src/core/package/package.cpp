@@ -16,8 +16,8 @@
 #include <string_view>
 #include <utility>
 
-#include "core/package/archive.h"
 #include "core/manifest/manifest_internal.h"
+#include "core/package/archive.h"
 #include "core/package/digest.h"
 #include "core/package/signature.h"
 #include "tdaot/errors.h"

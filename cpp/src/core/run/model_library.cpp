@@ -130,7 +130,6 @@ void copy_view(void* destination, const aoti::ArrayRefTensor& src, size_t elemen
   }
 }
 
-}  // namespace tdaot::detail
 std::string copy_outputs(const aoti::ArrayRefTensor* out, const std::vector<OutputSlot>& slots,
                          const std::vector<TensorSpec>& specs) {
   for (size_t i = 0; i < slots.size(); ++i) {
@@ -151,3 +150,4 @@ std::string copy_outputs(const aoti::ArrayRefTensor* out, const std::vector<Outp
   return {};
 }
 
+}  // namespace tdaot::detail

@@ -70,8 +70,6 @@ bool in_bounds(const aoti::ArrayRefTensor& d);
 // Whether `d` has exactly `dtype` and `shape`.
 bool same_shape(const aoti::ArrayRefTensor& d, DType dtype, const std::vector<int64_t>& shape);
 
-// Copies the view `src` (within bounds) into the contiguous memory `dst` with elements of
-// `element` bytes. A model's output may be a strided view of a larger buffer (two outputs sliced
 // Where one output of a call goes: contiguous memory for [shape] elements of `dtype` (the full
 // shape, batch dim included).
 struct OutputSlot {
@@ -90,6 +88,8 @@ struct OutputSlot {
 std::string copy_outputs(const aoti::ArrayRefTensor* out, const std::vector<OutputSlot>& slots,
                          const std::vector<TensorSpec>& specs);
 
+// Copies the view `src` (within bounds) into the contiguous memory `dst` with elements of
+// `element` bytes. A model's output may be a strided view of a larger buffer (two outputs sliced
 // from one result): the descriptor's strides are followed; a contiguous one is one memcpy.
 // Allocates nothing.
 void copy_view(void* dst, const aoti::ArrayRefTensor& src, size_t element);

@@ -47,30 +47,41 @@ FIXTURE_PACKAGES = _load_fixture_script()
 _compiles: dict[str, int] = {}  # test id -> compiles it (and the fixtures it set up) ran
 
 
+_LOG = pytest.StashKey[str]()
+_LOG_START = pytest.StashKey[int]()
+_OWN_LOG = pytest.StashKey[bool]()
+
+
 def pytest_configure(config):
-    if not os.environ.get(compile_log.ENV):
+    path = os.environ.get(compile_log.ENV)
+    if not path:
         fd, path = tempfile.mkstemp(prefix="tdaot-compiles-", suffix=".log")
         os.close(fd)
-        os.environ[compile_log.ENV] = path  # inherited by the tests' subprocesses
-    config.stash[_LOG_START] = len(compile_log.read(os.environ[compile_log.ENV]))
+        os.environ[compile_log.ENV] = path  # the tests' subprocesses inherit it
+        config.stash[_OWN_LOG] = True
+    config.stash[_LOG] = path
+    config.stash[_LOG_START] = len(compile_log.read(path))
 
 
-_LOG_START = pytest.StashKey[int]()
+def pytest_unconfigure(config):
+    if config.stash.get(_OWN_LOG, False):
+        Path(config.stash[_LOG]).unlink(missing_ok=True)
+        os.environ.pop(compile_log.ENV, None)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    before = len(compile_log.read(os.environ[compile_log.ENV]))
+    before = len(compile_log.read(item.config.stash[_LOG]))
     try:
         return (yield)
     finally:
-        ran = len(compile_log.read(os.environ[compile_log.ENV])) - before
+        ran = len(compile_log.read(item.config.stash[_LOG])) - before
         if ran:
             _compiles[item.nodeid] = ran
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    compiles = compile_log.read(os.environ[compile_log.ENV])[config.stash[_LOG_START] :]
+    compiles = compile_log.read(config.stash[_LOG])[config.stash[_LOG_START] :]
     terminalreporter.write_sep("=", f"pytest: {compile_log.summary(compiles)}")
     for nodeid, count in sorted(_compiles.items(), key=lambda item: -item[1])[:15]:
         terminalreporter.write_line(f"{count:4d}  {nodeid}")

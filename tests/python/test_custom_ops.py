@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -32,11 +33,41 @@ OP = scale_clamp.OP
 
 
 @pytest.fixture(scope="module")
-def custom_op(tmp_path_factory):
-    """(policy, example, artifact) for scale_clamp_policy, dynamic batch: one AOTI compile."""
+def custom_op_build(tmp_path_factory):
+    """(policy, example, artifact, statuses, warnings) for scale_clamp_policy, dynamic batch:
+    two AOTI compiles (the dynamic model and the batch-1 model, not for the bound run)."""
     policy, example = scale_clamp.scale_clamp_policy()
-    artifact = tdaot.build(policy, example, tmp_path_factory.mktemp("custom_op") / "scale_clamp.pt2")
-    return policy, example, artifact
+    statuses: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        artifact = tdaot.build(
+            policy,
+            example,
+            tmp_path_factory.mktemp("custom_op") / "scale_clamp.pt2",
+            on_status=statuses.append,
+        )
+    return (
+        policy,
+        example,
+        artifact,
+        statuses,
+        [w for w in caught if w.category is tdaot.SpecialisationWarning],
+    )
+
+
+@pytest.fixture(scope="module")
+def custom_op(custom_op_build):
+    return custom_op_build[:3]
+
+
+def test_the_bound_attempt_is_refused_before_compiling(custom_op_build):
+    # AOTInductor calls a custom operator through its proxy executor, which the bound run lacks:
+    # known from the manifest's custom_ops, so the batch-1 model compiles once, without it.
+    _, _, artifact, statuses, warned = custom_op_build
+    assert statuses == ["exporting", "compiling", "compiling b1"]
+    (warning,) = warned
+    assert "'b1'" in str(warning.message) and "proxy executor" in str(warning.message)
+    assert [(m.name, m.batch.min) for m in artifact.manifest.models] == [("model", 1), ("b1", 1)]
 
 
 def test_manifest_lists_the_custom_operator(custom_op, capsys):

@@ -292,7 +292,9 @@ int main(int argc, char** argv) {
   try {
     if (*inspect_cmd) return inspect(path);
     if (*verify_cmd) {
-      std::cout << "ok " << tdaot::verify_package(path, sha256, keys) << "\n";
+      // Verified before anything is printed: a refused package never prints "ok".
+      const std::string digest = tdaot::verify_package(path, sha256, keys);
+      std::cout << "ok " << digest << "\n";
       return 0;
     }
     if (*bench_cmd) return bench(path, batch, iters, warmup, as_json);

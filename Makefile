@@ -88,7 +88,8 @@ demo: cpp
 
 # The Unitree H1 walking policy of ../shared/robots/unitree_h1 (not in this repository) as a
 # torchrl module with a contract of observation terms and gains, built, then 60 s of simulated
-# walking in MuJoCo through tdaot-rehearse and the lite runtime (examples/h1/README.md).
+# walking in MuJoCo through tdaot-rehearse and the lite runtime, and the eager twin's parity
+# figures (tdaot rehearse --reference; examples/h1/README.md).
 H1_DIR ?= ../shared/robots/unitree_h1
 REHEARSE_ARGS ?= --seconds 60 --command 0.5,0,0
 rehearse: cpp
@@ -98,8 +99,8 @@ rehearse: cpp
 		echo "rehearse: $(BUILD)/tdaot-rehearse was not built (no MuJoCo found: see the CMake output)"; exit 1; \
 	else \
 		$(PY) examples/h1/build_h1.py --h1 $(H1_DIR) --output dist/h1_walk.pt2 && \
-		$(BUILD)/tdaot-rehearse dist/h1_walk.pt2 --mjcf $(H1_DIR)/scene.xml \
-			--trajectory dist/h1_walk.csv $(REHEARSE_ARGS); \
+		TDAOT_REHEARSE=$(BUILD)/tdaot-rehearse TDAOT_H1_DIR=$(H1_DIR) $(VENV)/bin/tdaot rehearse dist/h1_walk.pt2 \
+			--mjcf $(H1_DIR)/scene.xml --trajectory dist/h1_walk.csv --reference $(REHEARSE_ARGS); \
 	fi
 
 # Headers, libtdaot_runtime.a, tdaot-run and lib/cmake/tdaot for find_package(tdaot).

@@ -5,7 +5,9 @@ the TorchScript module, given a contract that says what each of its 41 observati
 10 actions drive the joints (gains included), and built into a package with a batch-1 lite model::
 
     python examples/h1/build_h1.py --h1 ../shared/robots/unitree_h1 --output dist/h1_walk.pt2
-    build/cpp/tdaot-rehearse dist/h1_walk.pt2 --mjcf ../shared/robots/unitree_h1/scene.xml
+    tdaot rehearse dist/h1_walk.pt2 --mjcf ../shared/robots/unitree_h1/scene.xml --reference
+
+(``--reference`` finds the eager policy through :func:`factory`, which the package records.)
 
 Every number of the contract is one of the robot's facts (its README and h1.yaml): observation
 scales 0.25 (angular velocity), 2, 2, 0.25 (command), 1 (joint positions about the default
@@ -63,6 +65,13 @@ def torchrl_policy(scripted: torch.jit.ScriptModule) -> TensorDictSequential:
             linear.weight.copy_(weights[f"actor.{index}.weight"])
             linear.bias.copy_(weights[f"actor.{index}.bias"])
     return TensorDictSequential(rnn, head).eval()
+
+
+def factory() -> tuple[TensorDictSequential, TensorDict]:
+    """The package's factory (``tdaot rehearse --reference`` rebuilds the eager policy with it):
+    the torchrl policy of ``$TDAOT_H1_DIR/motion.pt`` (default ../shared/robots/unitree_h1)."""
+    h1 = os.environ.get("TDAOT_H1_DIR", "../shared/robots/unitree_h1")
+    return torchrl_policy(torch.jit.load(os.path.join(h1, "motion.pt")).eval()), example_input()
 
 
 def example_input() -> TensorDict:
@@ -154,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         args.output,
         batch=1,
         contract=contract(),
-        factory="examples/h1/build_h1.py:torchrl_policy",
+        factory="examples/h1/build_h1.py:factory",
     )
     print(f"wrote {artifact.path}")
     if 1 not in {served.min for served in artifact.manifest.lite_batches().values()}:

@@ -16,6 +16,8 @@ from tdaot.builder.factories import call_factory
 from tdaot.builder.options import fields as option_fields
 from tdaot.errors import CliError, TdaotError, exit_code
 from tdaot.manifest import read_manifest
+from tdaot.rehearse.command import add_parser as add_rehearse_parser
+from tdaot.rehearse.command import run as rehearse
 
 
 def _add_option_flags(parser: argparse.ArgumentParser) -> None:
@@ -112,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("package", metavar="FILE", help="a .pt2 package or a .tdw weight file")
     s.add_argument("--key", required=True, metavar="KEY.pem", help="the Ed25519 private key (tdaot keygen)")
+
+    add_rehearse_parser(commands)
 
     r = commands.add_parser("report", help="work with build reports")
     r_commands = r.add_subparsers(dest="report_command", required=True)
@@ -283,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "keygen": _keygen,
             "sign": _sign,
             "report": _report,
+            "rehearse": rehearse,
         }
         return commands[args.command](args)
     except TdaotError as err:

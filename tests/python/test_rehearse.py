@@ -270,9 +270,56 @@ def test_the_full_runtime_rehearses_the_same_trajectory(arm, tmp_path):
             rows[runtime] = list(csv.DictReader(file))
     assert "tdaot::Session" in done.stdout
     assert rows["lite"][0].keys() == rows["torch"][0].keys() and len(rows["lite"]) == 100
-    worst = max(
-        abs(float(a[k]) - float(b[k])) for a, b in zip(rows["lite"], rows["torch"]) for k in a
-    )
+    worst = max(abs(float(a[k]) - float(b[k])) for a, b in zip(rows["lite"], rows["torch"]) for k in a)
     assert worst < 1e-6, f"lite and torch trajectories differ by {worst:.2e}"
     # The arm moved: the comparison is not of two idle runs.
     assert abs(float(rows["torch"][-1]["q.shoulder"]) - float(rows["torch"][0]["q.shoulder"])) > 0.3
+
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    from tdaot.cli import main
+
+    code = main(["rehearse", *map(str, argv)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_tdaot_rehearse_reference_reports_the_eager_twins_figures(arm, tmp_path, capsys, monkeypatch):
+    """`tdaot rehearse --reference`: the C++ rehearsal, then the eager policy along its trajectory
+    and in a loop of its own (tdaot.rehearse, MuJoCo's Python bindings)."""
+    pytest.importorskip("mujoco")
+    monkeypatch.setenv("TDAOT_REHEARSE", _tool())
+    factory = f"{Path(__file__)}:arm_policy"
+    code, out, err = _cli(
+        capsys, arm[2].path, "--mjcf", _mjcf(tmp_path), "--seconds", "2", "--command", "0.3,-0.1,0.2",
+        "--reference", "--factory", factory, "--steps", "80",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "2 joints of output 'action' matched" in out and "simulated      2.00 s" in out
+    along = re.search(r"eager fed the C\+\+ loop's observations \(100 steps\): (\S+)", out)
+    closed = re.search(
+        r"after 80 control steps: base position difference (\S+) m, joint position difference (\S+);", out
+    )
+    assert along and closed, out
+    assert float(along[1]) < 1e-5 and float(closed[2]) < 1e-4, out
+    # The arm is fixed: no base; its joints moved, so the joint figure compares motion.
+    assert float(closed[1]) == 0.0
+
+
+def test_tdaot_rehearse_errors_exit_2_naming_what_is_wrong(
+    arm, tutorial, legged, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setenv("TDAOT_REHEARSE", _tool())
+    mjcf = _mjcf(tmp_path)
+    for package, args, message in (
+        (tutorial[2].path, [], "has no contract: tdaot-rehearse needs one"),
+        (tutorial[2].path, ["--reference"], "has no contract: nothing to rehearse"),
+        (legged[2].path, [], "contract output 'action' carries no PD gains (stiffness missing)"),
+        (arm[2].path, ["--reference"], "records no factory; pass --factory FILE.py:FUNCTION"),
+        (arm[2].path, ["--command", "1,2"], "--command: expected vx,vy,yaw_rate, got '1,2'"),
+    ):
+        code, _, err = _cli(capsys, package, "--mjcf", mjcf, "--seconds", "0.1", *args)
+        assert code == 2 and message in err, (args, err)
+        assert err.startswith("tdaot rehearse: error: "), err
+    code, _, err = _cli(capsys, arm[2].path, "--mjcf", _mjcf(tmp_path, elbow="knee"), "--seconds", "0.1")
+    assert code == 2 and "contract joint 'elbow' (output 'action') is not a joint of the MJCF" in err, err

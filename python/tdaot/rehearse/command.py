@@ -1,0 +1,80 @@
+"""``tdaot rehearse PKG --mjcf scene.xml [--reference]``: the C++ rehearsal, then (with
+``--reference``) the eager twin's parity figures. The eager policy comes from ``--factory
+FILE.py:FUNCTION`` or the factory the package recorded when it was built."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+from tdaot.errors import CliError
+
+
+def add_parser(commands) -> None:
+    r = commands.add_parser(
+        "rehearse",
+        help="a package with a contract closed loop in MuJoCo (tdaot-rehearse); --reference: against eager",
+    )
+    r.add_argument("package", help="the .pt2 package (its contract: observation terms, gains)")
+    r.add_argument("--mjcf", required=True, help="the robot's MJCF (scene) file")
+    r.add_argument("--seconds", help="simulated seconds (the tool's default: 60)")
+    # dest: "command" is the subcommand's name (tdaot.cli)
+    r.add_argument(
+        "--command", dest="velocity_command", default="0,0,0", help="velocity_commands: vx,vy,yaw_rate"
+    )
+    r.add_argument("--keyframe", help="start from this MJCF keyframe")
+    r.add_argument("--runtime", choices=("lite", "torch"), help="the runtime that runs the package")
+    r.add_argument("--trajectory", help="the CSV trajectory to write (default: a temporary file)")
+    r.add_argument("--no-envelope", action="store_true", help="without the safety envelope (lite)")
+    r.add_argument("--fall-fraction", help="a fall: the base below this fraction of its start height")
+    r.add_argument("--reference", action="store_true", help="also run the eager policy and report parity")
+    r.add_argument("--factory", help="FILE.py:FUNCTION returning (module, example): the eager policy")
+    r.add_argument("--steps", type=int, default=1000, help="control steps of the eager loop of its own")
+
+
+def _command(text: str) -> tuple[float, float, float]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3:
+        raise CliError(f"--command: expected vx,vy,yaw_rate, got {text!r}")
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    from tdaot.builder.factories import call_factory
+    from tdaot.manifest import read_manifest
+    from tdaot.rehearse import reference
+    from tdaot.rehearse import run as rehearse
+    from tdaot.rehearse.tool import read_trajectory
+
+    command = _command(args.velocity_command)
+    module = manifest = None
+    if args.reference:  # the eager policy first: a rehearsal without it would be wasted
+        manifest = read_manifest(args.package)
+        if manifest.contract is None:
+            raise CliError(f"{args.package!r} has no contract: nothing to rehearse (tdaot.Contract)")
+        spec = args.factory or manifest.source.factory
+        if not spec:
+            raise CliError(
+                f"--reference needs the eager policy: {args.package!r} records no factory; "
+                "pass --factory FILE.py:FUNCTION (returning (module, example))"
+            )
+        module, _ = call_factory(spec)
+    tool_args = ["--command", args.velocity_command]
+    for flag in ("seconds", "keyframe", "runtime", "fall_fraction"):
+        if getattr(args, flag) is not None:
+            tool_args += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
+    if args.no_envelope:
+        tool_args.append("--no-envelope")
+    with tempfile.TemporaryDirectory() as scratch:
+        trajectory = args.trajectory or os.path.join(scratch, "trajectory.csv")
+        done = rehearse(args.package, args.mjcf, trajectory, tool_args)
+        print(done.stdout, end="")
+        if module is not None:
+            rows = read_trajectory(trajectory)
+            figures = reference(module, manifest, args.mjcf, rows, command, args.keyframe, args.steps)
+            print(figures.lines(), end="")
+    return 0

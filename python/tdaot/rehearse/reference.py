@@ -1,0 +1,98 @@
+"""The rehearsal's eager twin and its two parity figures (``tdaot rehearse --reference``).
+
+1. Along the C++ trajectory: the eager policy fed, step by step, the raw observations the C++
+   loop recorded (its ``obs.*`` columns), its action mapped by the contract, against the joint
+   targets the package computed (``target.*``): an open-loop comparison, tight.
+2. The eager loop closed on its own in MuJoCo (the same terms, PD torques and control period as
+   the C++ loop, loop.py), against the C++ loop's base position and joint positions after
+   ``steps`` control steps: closed loops amplify float differences at contacts, so this is the
+   loose figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tdaot.manifest import Manifest
+from tdaot.rehearse.loop import EagerPolicy, Observer, Robot, joint_output
+
+
+@dataclass(frozen=True)
+class Figures:
+    """``along``: the largest joint-target difference along the C++ trajectory (``rows`` steps);
+    ``closed_action``: the largest on the eager loop's own way; ``base``: the base position
+    difference (m, largest coordinate) and ``joints`` the largest joint position difference after
+    ``steps`` control steps of the eager loop (``base`` is 0 for a fixed base)."""
+
+    along: float
+    rows: int
+    base: float
+    joints: float
+    closed_action: float
+    steps: int
+
+    def lines(self) -> str:
+        return (
+            f"largest action difference, eager fed the C++ loop's observations ({self.rows} steps): "
+            f"{self.along:.2e}\n"
+            f"eager loop of its own, after {self.steps} control steps: base position difference "
+            f"{self.base:.2e} m, joint position difference {self.joints:.2e}; largest action difference "
+            f"on the way {self.closed_action:.2e}\n"
+        )
+
+
+def _along(policy: EagerPolicy, rows: Sequence[dict], joints: tuple[str, ...]) -> float:
+    # Columns obs.<key>.<element>: the contract's keys say where a key with dots ends.
+    keys = {key: [c for c in rows[0] if c.startswith(f"obs.{key}.")] for key in policy.contract.inputs}
+    inputs = {key: columns for key, columns in keys.items() if columns}
+    worst = 0.0
+    for row in rows:
+        _, target = policy({key: np.array([row[c] for c in columns]) for key, columns in inputs.items()})
+        worst = max(worst, float(np.abs(target - [row[f"target.{j}"] for j in joints]).max()))
+    return worst
+
+
+def reference(
+    module,
+    manifest: Manifest,
+    mjcf: str,
+    rows: Sequence[dict],
+    command: Sequence[float] = (0.0, 0.0, 0.0),
+    keyframe: str | None = None,
+    steps: int = 1000,
+) -> Figures:
+    """The two figures for the eager ``module`` of the package ``manifest`` against a C++
+    trajectory ``rows`` (tool.read_trajectory) rehearsed in ``mjcf`` at ``command``."""
+    contract = manifest.contract
+    key = joint_output(contract)
+    joints = tuple(contract.outputs[key].names)
+    policy = EagerPolicy(module, manifest)
+    along = _along(policy, rows, joints)
+
+    action = contract.outputs[key]
+    kp = np.array([action.value("stiffness", i) for i in range(len(joints))], dtype=np.float64)
+    kd = np.array([action.value("damping", i) for i in range(len(joints))], dtype=np.float64)
+    robot = Robot(mjcf, keyframe, joints)
+    observe = Observer(contract, key)
+    decimation = round(contract.control_dt / robot.timestep)
+    policy.reset()
+    steps = min(steps, len(rows) - 1)
+    raw = np.zeros(len(joints))
+    worst = 0.0
+    for step in range(steps):
+        raw, target = policy(observe(robot, command, raw))
+        worst = max(worst, float(np.abs(target - [rows[step][f"target.{j}"] for j in joints]).max()))
+        for _ in range(decimation):
+            q, dq = robot.joints()
+            robot.step(kp * (target - q) - kd * dq)
+    # The C++ loop's state at the start of control step `steps`: after as many steps as the eager one.
+    end = rows[steps]
+    base = 0.0
+    if robot.base_qpos is not None:
+        base = float(np.abs(robot.base_position() - [end[f"base_{a}"] for a in "xyz"]).max())
+    q, _ = robot.joints()
+    joint_diff = float(np.abs(q - [end[f"q.{j}"] for j in joints]).max())
+    return Figures(along, len(rows), base, joint_diff, worst, steps)

@@ -111,14 +111,18 @@ def run(
     batch: int,
     steps: Sequence[Mapping[str, Any]] | Mapping[str, Any],
     *,
+    weights: str | os.PathLike | None = None,
+    trusted_keys: Sequence[str | os.PathLike] = (),
     tool: str | None = None,
     timeout: float = 600.0,
 ) -> LiteRun:
     """Runs ``tdaot-lite run PACKAGE --batch BATCH`` on ``steps``: one dict of manifest key ->
     nested lists (or a list of them, a rollout: a step may hold ``"__reset__"``, True or one bool
     per row, applied before it; a recurrent package's state is carried where a step omits it).
-    Raises LiteToolError with the tool's message when it fails, ValueError for a non-finite input
-    (JSON has none)."""
+    ``weights``: a weight file (:func:`tdaot.export_weights`) swapped in first, with the lite
+    runtime's checks; ``trusted_keys``: public key files the package (and the weight file) must
+    be signed by. Raises LiteToolError with the tool's message when it fails, ValueError for a
+    non-finite input (JSON has none)."""
     tool = tool or find_tool()
     rollout = not isinstance(steps, Mapping)
     try:
@@ -130,6 +134,10 @@ def run(
         with open(inputs, "w") as f:
             f.write(text)
         command = [tool, "run", os.fspath(package), "--batch", str(batch), "--inputs", inputs, "--maps", maps]
+        if weights is not None:
+            command += ["--weights", os.fspath(weights)]
+        for key in trusted_keys:
+            command += ["--public-key", os.fspath(key)]
         start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
         seconds = time.perf_counter() - start

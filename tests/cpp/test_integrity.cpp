@@ -12,6 +12,7 @@
 #include "core/package/digest.h"
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"
+#include "package_refusals.h"
 #include "test_support.h"
 
 namespace tdaot {
@@ -127,6 +128,20 @@ TEST(Integrity, UnlistedAndMissingFilesAreRefused) {
   const auto missing = catch_error<IntegrityError>([&] { Policy policy(removed); });
   ASSERT_TRUE(missing);
   EXPECT_TRUE(Contains(missing->what(), "lacks the file '" + dropped + "' that its manifest lists"));
+}
+
+// Every hostile, tampered and unsigned package of the shared list (package_refusals.h), which the
+// lite runtime's test_lite_packages.cpp loads too: the same error class and message, and nothing
+// left in the extraction dir.
+TEST(Integrity, EveryHostileTamperedAndUnsignedPackageIsRefusedAsByTheLiteRuntime) {
+  test::TempDir dir;
+  test::TempDir extract;
+  for (const test_packages::Refusal& refusal : test_packages::refusals(dir, extract.path())) {
+    PolicyOptions options;
+    static_cast<PackageOptions&>(options) = refusal.options;
+    test_packages::expect_refused(refusal, [&] { Policy policy(refusal.path, options); });
+    EXPECT_TRUE(is_empty(extract)) << refusal.name;
+  }
 }
 
 TEST(Integrity, ExtractionDirectoryThatCannotBeCreatedIsNamed) {

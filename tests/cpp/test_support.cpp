@@ -85,37 +85,6 @@ AllocationCounter::~AllocationCounter() { allocation_counts = previous_; }
 
 namespace fs = std::filesystem;
 
-std::string package_path(const std::string& name) {
-  const char* dir = std::getenv("TDAOT_TEST_PACKAGES");
-  if (dir == nullptr || *dir == '\0') {
-    ADD_FAILURE() << "TDAOT_TEST_PACKAGES is not set; run the tests through ctest, whose "
-                     "build_test_packages fixture writes the packages";
-    return "TDAOT_TEST_PACKAGES-unset/" + name;
-  }
-  return (fs::path(dir) / name).string();
-}
-
-TempDir::TempDir() {
-  std::random_device random;
-  for (;;) {
-    path_ = fs::temp_directory_path() / ("tdaot-test-" + std::to_string(random()));
-    if (fs::create_directory(path_)) return;
-  }
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  fs::remove_all(path_, ignored);
-}
-
-std::string TempDir::file(const std::string& name) const { return (path_ / name).string(); }
-
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << "cannot write " << path;
-}
-
 void rewrite_package(const std::string& src, const std::string& dst, const RecordEdit& edit,
                      const std::map<std::string, std::string>& extra) {
   caffe2::serialize::PyTorchStreamReader reader(src);
@@ -237,11 +206,6 @@ bool all_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>
     if (!at::equal(got[i], want[i])) return false;
   }
   return true;
-}
-
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
 }
 
 }  // namespace tdaot::test

@@ -1,45 +1,33 @@
-// Helpers shared by the C++ tests: fixture packages, temp dirs, rewritten package copies and
-// exception checks.
+// Helpers shared by the full runtime's C++ tests: rewritten package copies, allocation counting,
+// inputs; with the torch-free fixtures of fixtures.h (fixture packages, temp dirs, exception
+// checks), shared with the lite runtime's tests.
 #pragma once
 
 #include <ATen/Tensor.h>
 #include <c10/util/Type.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <typeinfo>
 #include <vector>
+
+#include "fixtures.h"
 
 #include "tdaot/manifest.h"
 #include "tdaot/types.h"
 
 namespace tdaot::test {
 
-// Path of a package written by the build_test_packages fixture ($TDAOT_TEST_PACKAGES/<name>).
-std::string package_path(const std::string& name);
-
-// A fresh directory under the system temp dir, removed with the object.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  // Path of `name` inside the directory.
-  std::string file(const std::string& name) const;
-  std::string path() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
-// Writes `bytes` to `path`.
-void write_file(const std::string& path, const std::string& bytes);
+// The torch-free fixtures every test executable shares (fixtures.h).
+using fixtures::catch_error;
+using fixtures::Contains;
+using fixtures::package_path;
+using fixtures::read_file;
+using fixtures::TempDir;
+using fixtures::write_file;
 
 // Copies the zip `src` to `dst` record by record. `edit` sees each record's name (without the
 // archive prefix) and bytes, may change the bytes, and returns false to drop the record;
@@ -59,23 +47,6 @@ void rewrite_metadata(const std::string& src, const std::string& dst,
 // Copies a package with its tdaot manifest (parsed from the metadata) edited.
 void rewrite_manifest(const std::string& src, const std::string& dst,
                       const std::function<void(nlohmann::json&)>& edit);
-
-// Runs `f` and returns the exception of type E it throws; records a failure (naming what was
-// thrown instead) and returns nullopt otherwise.
-template <typename E, typename F>
-std::optional<E> catch_error(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected " << ::testing::internal::GetTypeName<E>() << ", got "
-                  << c10::demangle(typeid(e).name()) << ": " << e.what();
-    return std::nullopt;
-  }
-  ADD_FAILURE() << "expected " << ::testing::internal::GetTypeName<E>() << ", nothing thrown";
-  return std::nullopt;
-}
 
 // Wraps c10's CPU allocator (once per hook) so that `hook` runs before every tensor storage
 // allocation, in the allocating thread. Hooks stay installed; they should act only when armed.
@@ -124,9 +95,6 @@ std::vector<at::Tensor> in_order(const Manifest& manifest, const TensorMap& outp
 
 // Same count, and at::equal pairwise.
 bool all_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want);
-
-// EXPECT_TRUE(Contains(text, part)) prints both strings when it fails.
-::testing::AssertionResult Contains(const std::string& text, const std::string& part);
 
 }  // namespace tdaot::test
 

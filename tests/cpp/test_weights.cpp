@@ -1,13 +1,12 @@
 // Hot weight swap (Policy::swap_weights, rollback_weights, weights_sha256) on tutorial.pt2 with
 // tutorial_v2.tdw (build_test_packages.py): every run path follows a swap, rollback restores
 // the old outputs exactly, concurrent calls see the old or the new weights only, and a refused
-// file names itself and its tensor while the old weights keep serving.
+// file names itself and its tensor while the old weights keep serving (the same refusals as the
+// lite runtime's, weight_refusals.h).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"
 #include "test_support.h"
+#include "weight_refusals.h"
 
 namespace tdaot {
 namespace {
@@ -123,27 +123,17 @@ TEST(WeightSwap, ARefusedFileNamesItselfAndTheOldWeightsKeepServing) {
   const Policy policy(tutorial());
   const auto before = policy.run_positional(observation(1));
   test::TempDir dir;
-  std::ifstream in(weights(), std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string bytes = buffer.str();
-  const std::string truncated = dir.file("truncated.tdw");
-  test::write_file(truncated, bytes.substr(0, bytes.size() / 2));
-  const std::string flipped = dir.file("flipped.tdw");
-  std::string changed = bytes;
-  changed.back() = static_cast<char>(changed.back() ^ 1);
-  test::write_file(flipped, changed);
   const std::string other_package = test::package_path("tutorial_b14.pt2");
-
-  for (const auto& [path, message] : std::vector<std::pair<std::string, std::string>>{
-           {truncated, "(truncated?)"},
-           {flipped, "does not match its digest"},
-           {dir.file("missing.tdw"), "cannot be opened"}}) {
-    const auto error = catch_error<WeightsError>([&] { policy.swap_weights(path); });
-    ASSERT_TRUE(error);
-    EXPECT_TRUE(Contains(error->what(), "weight file '" + path + "'"));
-    EXPECT_TRUE(Contains(error->what(), message));
-    EXPECT_EQ(error->path(), path);
+  for (const test_weights::Refusal& refusal : test_weights::damaged_files(
+           dir, weights(), test::package_path("tutorial_v2_transposed.tdw"))) {
+    const auto error = catch_error<WeightsError>([&] { policy.swap_weights(refusal.path); });
+    ASSERT_TRUE(error) << refusal.path;
+    EXPECT_TRUE(Contains(error->what(), "weight file '" + refusal.path + "'"));
+    EXPECT_TRUE(Contains(error->what(), refusal.message));
+    EXPECT_EQ(error->path(), refusal.path);
+    if (refusal.tensor) {
+      EXPECT_EQ(error->tensor(), *refusal.tensor);
+    }
     EXPECT_TRUE(equal(policy.run_positional(observation(1)), before));
   }
   const Policy other(other_package);

@@ -1,13 +1,12 @@
 // Signed weight files (build_test_packages.py: tutorial_signed_v2*.tdw, made for
 // tutorial_signed.pt2): with trusted keys, Policy::swap_weights takes only a weight file signed
-// by one of them, and every refusal names the file while the old weights keep serving;
+// by one of them, and every refusal names the file while the old weights keep serving (the same
+// refusals as the lite runtime's, weight_refusals.h);
 // without trusted keys signatures are not looked at. Also verify_weights and file_kind.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"
 #include "test_support.h"
+#include "weight_refusals.h"
 
 namespace tdaot {
 namespace {
@@ -25,7 +25,7 @@ using test::catch_error;
 using test::Contains;
 
 std::string signed_package() { return test::package_path("tutorial_signed.pt2"); }
-std::string signed_weights() { return test::package_path("tutorial_signed_v2.tdw"); }
+using test_weights::signed_weights;
 std::string public_key() { return test::package_path("keys/public.pem"); }
 std::string key_id(const std::string& key) {
   return detail::load_public_keys({key}, "")[0].id;
@@ -68,18 +68,9 @@ TEST(WeightSignature, EveryUnvouchedFileIsRefusedNamingItAndTheOldWeightsKeepSer
   const Policy policy(signed_package(), trusting(public_key()));
   const auto before = policy.run_positional(observation());
   const std::string built_with = policy.weights_sha256();
-  const std::string ours = key_id(public_key());
-  const std::string theirs = key_id(test::package_path("other_keys/public.pem"));
-  const std::string unsigned_file = test::package_path("tutorial_signed_v2_unsigned.tdw");
-  const std::string other = test::package_path("tutorial_signed_v2_other.tdw");
-  const std::string forged = test::package_path("tutorial_signed_v2_forged.tdw");
-  for (const auto& [path, message] : std::vector<std::pair<std::string, std::string>>{
-           {unsigned_file, "is not signed, but trusted keys are set (trusted key ids: " + ours},
-           {other, "is signed only by keys that are not trusted (key ids: " + theirs +
-                       "; trusted key ids: " + ours + ")"},
-           {forged, "has a signature by trusted key " + ours + " (trusted key file '" +
-                        public_key() + "') that does not match its header: the header was "
-                        "changed after it was signed"}}) {
+  for (const test_weights::Refusal& refusal : test_weights::unvouched_files()) {
+    const std::string& path = refusal.path;
+    const std::string& message = refusal.message;
     const auto error = catch_error<SignatureError>([&] { policy.swap_weights(path); });
     ASSERT_TRUE(error) << path;
     EXPECT_EQ(error->path(), path);
@@ -93,13 +84,7 @@ TEST(WeightSignature, EveryUnvouchedFileIsRefusedNamingItAndTheOldWeightsKeepSer
   }
   // A tensor byte changed after signing: its digest refuses it before the signature is read.
   test::TempDir dir;
-  std::ifstream in(signed_weights(), std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string bytes = buffer.str();
-  bytes.back() = static_cast<char>(bytes.back() ^ 1);
-  const std::string tampered = dir.file("tampered.tdw");
-  test::write_file(tampered, bytes);
+  const std::string tampered = test_weights::flip_last_byte(dir, signed_weights());
   const auto error = catch_error<WeightsError>([&] { policy.swap_weights(tampered); });
   ASSERT_TRUE(error);
   EXPECT_TRUE(Contains(error->what(), "weight file '" + tampered + "' does not match its digest"));

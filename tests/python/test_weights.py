@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shutil
 import threading
@@ -114,6 +115,22 @@ def test_swapped_weights_match_the_retrained_policy_on_every_model(native, retra
     binding.run()
     assert binding.allocation_free
     torch.testing.assert_close(binding.outputs["loc"], eager(retrained, 1)["loc"], rtol=1e-4, atol=1e-5)
+
+
+def test_the_lite_runtime_swaps_in_the_same_weights(native, tutorial, weight_file, keys):
+    """tdaot-lite run --weights (tdaot.lite.run(weights=...)): the lite runtime's swap gives the
+    full runtime's batch-1 outputs after the same swap, and refuses what it refuses."""
+    from tdaot import lite
+
+    path, _ = weight_file
+    native.swap_weights(path)
+    steps = {"observation": OBSERVATIONS[1].tolist()}
+    result = lite.run(tutorial[2].path, 1, steps, weights=path).outputs[0]
+    assert result["loc"] == native(observation=OBSERVATIONS[1])["loc"].tolist()
+    with pytest.raises(lite.LiteToolError, match=r"weight file '.*bad.tdw' cannot be opened"):
+        lite.run(tutorial[2].path, 1, steps, weights=os.path.join(os.path.dirname(path), "bad.tdw"))
+    with pytest.raises(lite.LiteToolError, match="is not signed, but trusted keys are set"):
+        lite.run(tutorial[2].path, 1, steps, weights=path, trusted_keys=[keys.public])
 
 
 def test_rollback_restores_the_old_outputs_exactly(native, weight_file):
@@ -496,4 +513,3 @@ def test_weights_made_before_the_package_was_signed_still_fit(signed_package, we
         assert info["base_sha256"] != file_sha256 and info["base_manifest_sha256"] == manifest_sha256
         native.swap_weights(weight_file[0])
         assert native.weights_sha256 == weight_file[1]
-

@@ -80,6 +80,23 @@ class Policy {
   // no lite model serves `batch`, naming the batch sizes that are served.
   Binding bind(int64_t batch, const BindOptions& options = BindOptions()) const;
 
+  // Hot weight swap, as tdaot::Policy::swap_weights (docs: weight swap). Reads the weight file
+  // at `weights_path` (tdaot.export_weights) and checks all of it first: its digests, its
+  // signature when the policy has trusted keys, that it was made for this package, and every
+  // constant of every loaded lite model by name, dtype and shape. Then each binding (made before
+  // or after) runs on the new weights from its next run() on: a run in flight finishes on the
+  // old ones, and the run that first sees new weights gives its model instance the new
+  // constants (it allocates; the runs after it do not). Throws WeightsError naming the file and
+  // tensor, or the model whose weights cannot be swapped and why; SignatureError naming the
+  // file; the live weights then keep serving unchanged. Safe to call while other threads run
+  // bindings of this policy; swaps are serialised.
+  void swap_weights(const std::string& weights_path) const;
+  // The sha256 of the live weights ("" for a package built before tdaot recorded it).
+  std::string weights_sha256() const;
+  // Makes the weights live before the last swap (or rollback) live again. Throws WeightsError
+  // when there is nothing to roll back to.
+  void rollback_weights() const;
+
   struct Impl;  // defined in src/lite/policy.cpp
 
  private:

@@ -107,6 +107,7 @@ struct Binding::Impl {
   // The model on the inputs, its outputs copied into the owned output buffers.
   void call() {
     const detail::ModelLibrary& lib = *model.library;
+    model.weights->refresh(instance.handle(), weights_generation, weights_held);  // after a swap
     if (lib.run(instance.handle(), static_cast<int32_t>(in.size()), in.data(),
                 static_cast<int32_t>(out.size()), out.data()) != detail::aoti::kSuccess) {
       fail("failed: " + lib.error_text());
@@ -139,6 +140,9 @@ struct Binding::Impl {
   const Manifest& manifest;
   int64_t batch;
   const Policy::Impl::Model& model;
+  // The weights generation `instance` has, and the swapped-in constants it reads (lite/weights.h).
+  uint64_t weights_generation = 0;
+  std::shared_ptr<const detail::LiteConstantSet> weights_held;
   detail::ModelInstance instance;  // this binding's own, with its own copy of the weights
   std::vector<Buffer> inputs;
   std::vector<Buffer> outputs;

@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "core/host/host.h"
+#include "core/package/digest.h"
 #include "core/package/package.h"
+#include "core/weights/weights_file.h"
 #include "lite/policy_impl.h"
 #include "lite/shim/shim.h"
 
@@ -76,6 +78,11 @@ Policy::Impl::Impl(const std::string& package_path, const Options& options) : pa
   const detail::Package package(package_path, options);
   manifest = package.manifest();
   sha256 = package.sha256();
+  manifest_sha256 = detail::sha256_hex(package.manifest_bytes());
+  trusted_keys = detail::load_public_keys(options.trusted_keys, path);
+  const auto built_with = package.metadata().find(detail::kWeightsMetadataKey);
+  live_weights = std::make_unique<detail::LiteWeights>(
+      built_with == package.metadata().end() ? std::string() : built_with->second);
   detail::HostInfo host;  // no torch, no CUDA: the version check gives way to the needs check
   host.cpu_features = detail::cpu_features();
   detail::check_host(manifest, path, host);
@@ -113,7 +120,8 @@ Policy::Impl::Impl(const std::string& package_path, const Options& options) : pa
                                    "' lacks the minimal arrayref entry point its manifest "
                                    "records for the lite runtime");
     }
-    models.push_back(Model{spec, std::move(library)});
+    auto weights = std::make_unique<detail::LiteModelWeights>(*library);
+    models.push_back(Model{spec, std::move(library), std::move(weights)});
   }
   // The extracted files go with `files`; the libraries stay mapped.
 }
@@ -143,6 +151,12 @@ std::vector<int64_t> Policy::Impl::batch_sizes() const {
   return sizes;
 }
 
+std::vector<detail::LiteWeights::Target> Policy::Impl::weight_targets() const {
+  std::vector<detail::LiteWeights::Target> targets;
+  for (const Model& model : models) targets.push_back({model.spec.name, model.weights.get()});
+  return targets;
+}
+
 std::string Policy::Impl::describe(const Model& model) const {
   return "model '" + model.spec.name + "' of package '" + path + "'";
 }
@@ -163,5 +177,23 @@ const std::optional<Contract>& Policy::contract() const { return impl().manifest
 const std::string& Policy::path() const { return impl().path; }
 const std::string& Policy::sha256() const { return impl().sha256; }
 std::vector<int64_t> Policy::batch_sizes() const { return impl().batch_sizes(); }
+
+void Policy::swap_weights(const std::string& weights_path) const {
+  const Impl& self = impl();
+  const detail::WeightFile file = detail::read_weight_file(weights_path);
+  // Before anything about the file is compared with the package: an unvouched file gets no
+  // further than its own digests.
+  if (!self.trusted_keys.empty()) detail::verify_weights_signature(file, self.trusted_keys);
+  std::vector<std::string> names;
+  for (const ModelSpec& model : self.manifest.models) names.push_back(model.name);
+  self.live_weights->swap(file, self.manifest_sha256, names, self.weight_targets());
+}
+
+void Policy::rollback_weights() const {
+  const Impl& self = impl();
+  self.live_weights->rollback(self.weight_targets(), self.path);
+}
+
+std::string Policy::weights_sha256() const { return impl().live_weights->sha256(); }
 
 }  // namespace tdaot::lite

@@ -4,7 +4,7 @@
 #include <fstream>
 
 #include "runtime/policy_impl.h"
-#include "runtime/weights_file.h"
+#include "core/weights/weights_file.h"
 
 namespace tdaot {
 

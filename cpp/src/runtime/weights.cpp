@@ -1,83 +1,22 @@
 // Hot weight swap (weights.h).
 #include "runtime/weights.h"
 
+#include <ATen/Functions.h>
 #include <torch/csrc/inductor/aoti_torch/utils.h>
 
-#include <algorithm>
 #include <set>
-#include <unordered_map>
 #include <utility>
 
-#include "core/manifest/manifest_internal.h"
 #include "tdaot/errors.h"
-#include "tdaot/manifest.h"
 #include "tdaot/types.h"
-#include "runtime/weights_file.h"
 
 namespace tdaot::detail {
 namespace {
 
-constexpr const char* kModelPrefix = "model/";
-
-// The file's constants of model `name`, by internal name.
-std::map<std::string, at::Tensor> constants_of(const WeightFile& file, const std::string& name) {
-  const std::string prefix = kModelPrefix + name + "/";
-  std::map<std::string, at::Tensor> constants;
-  for (const auto& [key, tensor] : file.tensors) {
-    if (key.rfind(prefix, 0) == 0) constants.emplace(key.substr(prefix.size()), tensor);
-  }
-  return constants;
-}
-
-// Every model/<m>/ entry names a model of the package; every entry is weights/ or model/.
-void check_entries(const WeightFile& file, const std::vector<std::string>& package_models) {
-  for (const auto& [key, tensor] : file.tensors) {
-    if (key.rfind("weights/", 0) == 0) continue;
-    const auto slash = key.find('/', std::string(kModelPrefix).size());
-    if (key.rfind(kModelPrefix, 0) != 0 || slash == std::string::npos) {
-      refuse_weights(file.path, key, "is neither weights/<name> nor model/<model>/<constant>");
-    }
-    const std::string model = key.substr(6, slash - 6);
-    if (std::find(package_models.begin(), package_models.end(), model) == package_models.end()) {
-      refuse_weights(file.path, key,
-                     "is for model '" + model + "', which the package does not hold");
-    }
-  }
-}
-
-void check_model(const WeightFile& file, const LiveWeights::Target& target,
-                 const std::map<std::string, at::Tensor>& constants) {
-  if (!target.weights->unswappable().empty()) {
-    throw WeightsError(file.path, "", "weights cannot be swapped into model '" + target.name +
-                                          "': " + target.weights->unswappable());
-  }
-  const std::string prefix = kModelPrefix + target.name + "/";
-  for (const auto& [name, constant] : target.weights->table()) {
-    const auto found = constants.find(name);
-    if (found == constants.end()) {
-      refuse_weights(file.path, prefix + name,
-             "is missing: model '" + target.name +
-                 "' needs it (weights for another architecture or build of the package?)");
-    }
-    const at::Tensor& tensor = found->second;
-    if (tensor.scalar_type() != constant.dtype) {
-      refuse_weights(file.path, prefix + name,
-             "has dtype " + dtype_name(tensor.scalar_type()) + ", but model '" + target.name +
-                 "' takes " + dtype_name(constant.dtype));
-    }
-    if (tensor.sizes().vec() != constant.shape) {
-      refuse_weights(file.path, prefix + name,
-             "has shape " + format_shape(tensor.sizes().vec()) + ", but model '" + target.name +
-                 "' takes " + format_shape(constant.shape));
-    }
-  }
-  for (const auto& [name, tensor] : constants) {
-    if (target.weights->table().count(name) == 0) {
-      refuse_weights(file.path, prefix + name,
-             "is not a constant of model '" + target.name +
-                 "' (weights for another architecture or build of the package?)");
-    }
-  }
+// A weight file's tensor as an ATen tensor on `device` (its own memory).
+at::Tensor to_tensor(const WeightTensor& tensor, c10::Device device) {
+  return at::from_blob(tensor.data.get(), tensor.shape, at::dtype(to_scalar_type(tensor.dtype)))
+      .to(device, /*non_blocking=*/false, /*copy=*/true);
 }
 
 }  // namespace
@@ -94,7 +33,8 @@ ModelWeights::ModelWeights(const torch::inductor::AOTIModelContainerRunner& runn
       table_.clear();
       return;
     }
-    table_[name] = Constant{value->second.scalar_type(), value->second.sizes().vec()};
+    table_[name] = ConstantInfo{static_cast<DType>(value->second.scalar_type()),
+                                value->second.sizes().vec()};
   }
 }
 
@@ -143,33 +83,26 @@ void ModelWeights::exchange() {
 
 std::string LiveWeights::sha256() const {
   const std::lock_guard<std::mutex> lock(mutex_);
-  return live_;
+  return ledger_.live();
 }
 
 void LiveWeights::swap(const WeightFile& file, const std::string& manifest_sha256,
                        const std::vector<std::string>& package_models,
                        const std::vector<Target>& targets, c10::Device device) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (file.base_manifest_sha256 != manifest_sha256) {
-    refuse_weights(file.path, "",
-                   "was made for the package of sha256 " + file.base_sha256 +
-                       " (manifest sha256 " + file.base_manifest_sha256 +
-                       "), not for this one (manifest sha256 " + manifest_sha256 + ")");
-  }
-  check_entries(file, package_models);
-  std::vector<std::map<std::string, at::Tensor>> per_model;
+  std::vector<SwapTarget> checked;
   for (const Target& target : targets) {
-    per_model.push_back(constants_of(file, target.name));
-    check_model(file, target, per_model.back());
+    checked.push_back({target.name, &target.weights->table(), target.weights->unswappable()});
   }
+  const auto per_model = check_swap(file, manifest_sha256, package_models, checked);
   // Everything is checked: from here on, the inactive buffers are written.
-  has_previous_ = false;  // until the swap completes, the inactive buffers hold neither set
+  ledger_.swapping();  // until the swap completes, the inactive buffers hold neither set
   std::vector<std::shared_ptr<const ConstantSet>> sets(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
     auto set = std::make_shared<ConstantSet>();
-    for (auto& [name, tensor] : per_model[i]) {
+    for (const auto& [name, tensor] : per_model[i]) {
       set->names.push_back(name);
-      set->tensors.push_back(tensor.to(device));
+      set->tensors.push_back(to_tensor(tensor, device));
     }
     if (targets[i].runner != nullptr) {
       torch::inductor::TensorConstantMap map;
@@ -193,17 +126,12 @@ void LiveWeights::swap(const WeightFile& file, const std::string& manifest_sha25
       targets[i].weights->publish(std::move(sets[i]));
     }
   }
-  previous_ = std::exchange(live_, file.weights_sha256);
-  has_previous_ = true;
+  ledger_.swapped(file.weights_sha256);
 }
 
 void LiveWeights::rollback(const std::vector<Target>& targets, const std::string& package_path) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (!has_previous_) {
-    throw WeightsError("", "", "package '" + package_path +
-                                   "' has no previous weights to roll back to (no weights "
-                                   "were swapped in, or the last swap failed while loading)");
-  }
+  ledger_.check_rollback(package_path);
   for (const Target& target : targets) {
     if (target.runner != nullptr) {
       target.runner->swap_constant_buffer();
@@ -211,7 +139,7 @@ void LiveWeights::rollback(const std::vector<Target>& targets, const std::string
       target.weights->exchange();
     }
   }
-  std::swap(live_, previous_);
+  ledger_.rolled_back();
 }
 
 }  // namespace tdaot::detail

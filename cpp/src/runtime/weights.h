@@ -23,15 +23,10 @@
 #include <string>
 #include <vector>
 
+#include "core/weights/weights_check.h"
 #include "runtime/arrayref.h"
 
 namespace tdaot::detail {
-
-struct WeightFile;
-
-// The package metadata key (each model's AOTInductor metadata) holding the sha256 of the
-// weights it was built with, as canonical_digest computes it (weights_file.h).
-inline constexpr const char* kWeightsMetadataKey = "tdaot.weights_sha256";
 
 // One set of constants of one arrayref model, by AOTInductor's internal names.
 struct ConstantSet {
@@ -48,11 +43,7 @@ class ModelWeights {
   explicit ModelWeights(const torch::inductor::AOTIModelContainerRunner& runner);
 
   // Every constant the model takes: internal name -> (dtype, shape) of its live value.
-  struct Constant {
-    c10::ScalarType dtype;
-    std::vector<int64_t> shape;
-  };
-  const std::map<std::string, Constant>& table() const { return table_; }
+  const ConstantTable& table() const { return table_; }
   // Why this model cannot swap, or empty.
   const std::string& unswappable() const { return unswappable_; }
   void set_unswappable(std::string why) { unswappable_ = std::move(why); }
@@ -68,7 +59,7 @@ class ModelWeights {
   void exchange();
 
  private:
-  std::map<std::string, Constant> table_;
+  ConstantTable table_;
   std::string unswappable_;
   mutable std::mutex mutex_;
   std::shared_ptr<const ConstantSet> live_;  // null: the constants embedded in the library
@@ -76,10 +67,11 @@ class ModelWeights {
   std::atomic<uint64_t> generation_{0};
 };
 
-// The policy-wide part: which weights are live, serialised swaps and rollbacks.
+// The policy-wide part: which weights are live, serialised swaps and rollbacks. The file's checks
+// are the core's (weights_check.h), shared with the lite runtime.
 class LiveWeights {
  public:
-  explicit LiveWeights(std::string initial_sha256) : live_(std::move(initial_sha256)) {}
+  explicit LiveWeights(std::string initial_sha256) : ledger_(std::move(initial_sha256)) {}
   std::string sha256() const;
 
   // The models of a package, as swap() and rollback() need them.
@@ -99,9 +91,7 @@ class LiveWeights {
 
  private:
   mutable std::mutex mutex_;
-  std::string live_;
-  std::string previous_;
-  bool has_previous_ = false;
+  WeightsLedger ledger_;
 };
 
 }  // namespace tdaot::detail

@@ -8,6 +8,9 @@
 //                                                     of them (a rollout: a step may hold
 //                                                     "__reset__": true or one bool per row,
 //                                                     applied before it); missing inputs are zeros
+//                  [--weights W] [--public-key K]...  W (tdaot.export_weights) swapped in first,
+//                                                     as lite::Policy::swap_weights checks it;
+//                                                     K: trusted keys (package and weights)
 //   tdaot-lite bench PKG --batch B [--iters N] [--warmup N] [--json]
 #include <CLI/CLI.hpp>
 
@@ -256,7 +259,7 @@ int main(int argc, char** argv) {
   using namespace tdaot::tool;
   CLI::App app{"tdaot-lite: run a tdaot package's lite models, no libtorch"};
   app.require_subcommand(1);
-  std::string path, inputs, sha256, maps;
+  std::string path, inputs, sha256, maps, weights;
   std::vector<std::string> keys;
   int64_t batch = 1;
   int iters = 10000, warmup = 100;
@@ -271,6 +274,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("package", path)->required();
   run_cmd->add_option("--batch", batch, "rows")->required();
   run_cmd->add_option("--inputs", inputs, "JSON file ('-': stdin); absent: zeros");
+  run_cmd->add_option("--weights", weights, "a weight file (tdaot.export_weights) to swap in first");
+  run_cmd->add_option("--public-key", keys,
+                      "a trusted public key (PEM file) for the package and the weight file; "
+                      "repeatable");
   // Hidden: after the run, this process's /proc/self/maps is copied to the file, for
   // tdaot.testing.assert_parity(runtime="lite")'s check that no libtorch or c10 is mapped.
   run_cmd->add_option("--maps", maps)->group("");
@@ -298,7 +305,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*bench_cmd) return bench(path, batch, iters, warmup, as_json);
-    const tdaot::lite::Policy policy(path);
+    tdaot::lite::Options options;
+    options.trusted_keys = keys;
+    const tdaot::lite::Policy policy(path, options);
+    if (!weights.empty()) policy.swap_weights(weights);
     tdaot::lite::Binding b = policy.bind(batch);
     const nlohmann::json given = read_json(inputs);
     if (given.is_array()) {

@@ -1,5 +1,5 @@
-"""The tdaot weight file: safetensors with tdaot's entries and metadata (the C++ reader is
-cpp/src/weights_file.cpp; both follow this description).
+"""The tdaot weight file: safetensors with tdaot's entries and metadata (the C++ reader of both
+runtimes is cpp/src/core/weights/weights_file.cpp; both follow this description).
 
 Entries: ``weights/<name>`` (the policy's parameters and buffers by torch.export's names) and
 ``model/<model>/<constant>`` (every constant one model of the base package takes, by

@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/package/digest.h"
 #include "lite/policy_impl.h"
+#include "../package_refusals.h"
 #include "lite_support.h"
 #include "tdaot/errors.h"
 #include "tdaot/lite.h"
@@ -62,13 +64,18 @@ TEST(LitePackage, RandomBytesAndATruncatedZip) {
                                "is not a .pt2 package (a damaged or truncated zip archive: ");
 }
 
-TEST(LitePackage, AnEntryEscapingTheExtractionDirIsRefused) {
+// Every hostile, tampered and unsigned package of the shared list (../package_refusals.h), which
+// the full runtime's test_integrity.cpp loads too: the same error class and message, and nothing
+// left in the extraction dir.
+TEST(LitePackage, EveryHostileTamperedAndUnsignedPackageIsRefusedAsByTheFullRuntime) {
   lite_test::TempDir dir;
-  const std::string path = dir.file("evil.pt2");
-  const std::string name = "package/data/aotinductor/b1/../../../../../tdaot-lite-canary";
-  lite_test::edit_zip(pkg("tutorial.pt2"), path, [](const std::string&, std::string&) { return false; },
-                      {{name, "pwned"}});
-  expect_refused<PackageError>(path, "has an unsafe entry '" + name + "'");
+  lite_test::TempDir extract;
+  for (const test_packages::Refusal& refusal : test_packages::refusals(dir, extract.path())) {
+    lite::Options options;
+    static_cast<PackageOptions&>(options) = refusal.options;
+    test_packages::expect_refused(refusal, [&] { lite::Policy policy(refusal.path, options); });
+    EXPECT_TRUE(std::filesystem::is_empty(extract.path())) << refusal.name;
+  }
 }
 
 // ---- integrity: the pin and the file digests ----
@@ -87,24 +94,6 @@ TEST(LitePackage, ThePinnedDigestInEitherCaseLoadsAnotherIsRefused) {
                                  "has sha256 " + policy.sha256() +
                                      ", but the pinned expected_sha256 is " + std::string(64, '0'),
                                  other);
-}
-
-// A byte of the lite model's library changed (the zip's CRC right): its digest no longer
-// matches the manifest's.
-TEST(LitePackage, ATamperedModelLibraryIsRefused) {
-  lite_test::TempDir dir;
-  const std::string path = dir.file("tampered.pt2");
-  std::string library;
-  lite_test::edit_zip(pkg("tutorial.pt2"), path, [&](const std::string& name, std::string& bytes) {
-    if (name.find("/data/aotinductor/b1/") == std::string::npos || !ends_with(name, ".so")) return false;
-    bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5a);
-    library = name.substr(name.find("data/"));
-    return true;
-  });
-  ASSERT_FALSE(library.empty()) << "tutorial.pt2 has no b1 library";
-  expect_refused<IntegrityError>(path, "file '" + library + "' has sha256 ");
-  expect_refused<IntegrityError>(path, "but the manifest records");
-  EXPECT_TRUE(catch_error<IntegrityError>([&] { verify_package(path); }));
 }
 
 // ---- signatures ----

@@ -1,8 +1,8 @@
 // The lite bound run allocates nothing: every malloc-family call of the process is counted
 // (malloc_counter.h) over N calls of lite::Binding::run after warm-up and must be zero, for every
 // fixture package's lite models (the recurrent ones as a bound session, the legged one with its
-// envelope on steps alternately rate limited and non-finite), and reset(mask) too. The p50 is
-// printed (for the README; not asserted).
+// envelope on steps alternately rate limited and non-finite), reset(mask) too, and the runs
+// after a weight swap. The p50 is printed (for the README; not asserted).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -109,6 +109,20 @@ TEST(LiteZeroAllocationsEnvelope, GuardLimitAndResetAllocateNothing) {
     r.reset(mask);
     r.run();
   });
+}
+
+// After a weight swap (and a rollback) the bound run allocates nothing again: only the run that
+// first sees new weights gives the model instance its new constants, which allocates.
+TEST(LiteZeroAllocationsSwap, RunsAfterASwapOrARollbackAllocateNothing) {
+  if (!test::malloc_counting()) GTEST_SKIP() << "malloc is not counted under a sanitizer";
+  const lite::Policy policy(lite_test::package_path("tutorial.pt2"));
+  lite::Binding b = policy.bind(1);
+  b.run();
+  policy.swap_weights(lite_test::package_path("tutorial_v2.tdw"));
+  EXPECT_GT(allocations_over(1, [&] { b.run(); }), 0u) << "the first run after the swap";
+  expect_allocation_free("tutorial.pt2 b1 after a weight swap", [&] { b.run(); });
+  policy.rollback_weights();
+  expect_allocation_free("tutorial.pt2 b1 after a rollback", [&] { b.run(); });
 }
 
 }  // namespace

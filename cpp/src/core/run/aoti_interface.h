@@ -45,4 +45,17 @@ using RunMinimalArrayrefV2 = RuntimeError (*)(ModelHandle, int32_t, const ArrayR
 using UpdateConstantsMapV2 = RuntimeError (*)(ModelHandle, const ConstantMapEntry*, int32_t);
 using GetLastError = RuntimeError (*)(const char**);
 
+// The container entry points a lite model's constant table is read through (lite/weights.cpp).
+struct ContainerOpaque;
+using ContainerHandle = ContainerOpaque*;
+using ContainerCreateWithDevice = RuntimeError (*)(ContainerHandle*, size_t, const char*,
+                                                   const char*);
+using ContainerDelete = RuntimeError (*)(ContainerHandle);
+using ContainerGetNumConstants = RuntimeError (*)(ContainerHandle, size_t*);
+// GetConstantName and GetConstantOriginalFQN.
+using ContainerGetConstantText = RuntimeError (*)(ContainerHandle, size_t, const char**);
+using ContainerExtractConstantsMapEntries = RuntimeError (*)(ContainerHandle,
+                                                             const ConstantMapEntry**, size_t*,
+                                                             bool);
+
 }  // namespace tdaot::detail::aoti

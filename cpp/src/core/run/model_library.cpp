@@ -37,6 +37,8 @@ std::unique_ptr<ModelLibrary> ModelLibrary::open(const std::string& path, int dl
 
 ModelLibrary::~ModelLibrary() { ::dlclose(handle_); }
 
+void* ModelLibrary::symbol(const char* name) const { return ::dlsym(handle_, name); }
+
 std::string ModelLibrary::error_text() const {
   const char* message = nullptr;
   if (last_error == nullptr || last_error(&message) != aoti::kSuccess || message == nullptr ||

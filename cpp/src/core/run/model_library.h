@@ -38,6 +38,8 @@ class ModelLibrary {
   // The library's message for the calling thread's last failed call, for error messages.
   std::string error_text() const;
   const std::string& path() const { return path_; }
+  // The library's own exported symbol `name` (its container entry points, ...), or null.
+  void* symbol(const char* name) const;
 
  private:
   ModelLibrary(void* handle, std::string path) : handle_(handle), path_(std::move(path)) {}

@@ -1,4 +1,6 @@
-// Internal: a tdaot weight file (tdaot.export_weights), read and checked as a whole.
+// Internal: a tdaot weight file (tdaot.export_weights), read and checked as a whole. Torch-free:
+// both runtimes read weight files through it (the full runtime's Policy::swap_weights and
+// verify_weights, the lite runtime's lite::Policy::swap_weights).
 //
 // The format is safetensors: 8 bytes little-endian header length, a JSON header (each tensor's
 // dtype, shape and byte range; "__metadata__" strings), then the tensor bytes. tdaot's entries:
@@ -7,19 +9,22 @@
 //                           internal name (packed ones included), as compiled for this package
 // and metadata "tdaot.format" (kWeightsFormat), "tdaot.base_sha256" (the package file it was
 // made for), "tdaot.base_manifest_sha256" (that package's manifest bytes: what a swap checks,
-// since signing the package changes its file but not its manifest), "tdaot.weights_sha256" (canonical_digest of the weights/ entries, names without
-// the prefix), "tdaot.content_sha256" (canonical_digest of every entry) and, reserved for
-// signatures, "tdaot.signatures": never part of what is digested or signed
-// (weights_signing_payload). python/tdaot/builder/weights_format.py is the Python twin.
+// since signing the package changes its file but not its manifest), "tdaot.weights_sha256"
+// (canonical_digest of the weights/ entries, names without the prefix), "tdaot.content_sha256"
+// (canonical_digest of every entry) and, reserved for signatures, "tdaot.signatures": never
+// part of what is digested or signed (weights_signing_payload).
+// python/tdaot/builder/weights_format.py is the Python twin.
 #pragma once
 
-#include <ATen/Tensor.h>
-
+#include <cstddef>
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/package/signature.h"
+#include "tdaot/dtype.h"
 
 namespace tdaot::detail {
 
@@ -27,14 +32,23 @@ inline constexpr const char* kWeightsFormat = "tdaot-weights/1";
 // The metadata entry holding the file's signatures (signature.h's JSON list, as a string).
 inline constexpr const char* kWeightsSignaturesKey = "tdaot.signatures";
 
+// One tensor of a weight file: contiguous bytes of its own, 64-byte aligned (what a model's
+// kernels may assume of a constant), shared by copies.
+struct WeightTensor {
+  DType dtype = DType::Float32;
+  std::vector<int64_t> shape;
+  size_t nbytes = 0;
+  std::shared_ptr<void> data;
+};
+
 struct WeightFile {
   std::string path;
   std::string base_sha256;
   std::string base_manifest_sha256;
   std::string weights_sha256;
   std::string content_sha256;
-  std::map<std::string, std::string> metadata;  // every "__metadata__" entry
-  std::map<std::string, at::Tensor> tensors;    // by full name, CPU, owning their memory
+  std::map<std::string, std::string> metadata;   // every "__metadata__" entry
+  std::map<std::string, WeightTensor> tensors;   // by full name
 };
 
 // Reads and checks `path`: safetensors structure (header, byte ranges inside the file),
@@ -44,7 +58,7 @@ WeightFile read_weight_file(const std::string& path);
 
 // sha256 over the tensors in name order: for each, "<name>\n<dtype>\n<d0,d1,...>\n<nbytes>\n"
 // then its bytes (dtype as safetensors spells it: F32, I64, BOOL, ...).
-std::string canonical_digest(const std::map<std::string, at::Tensor>& tensors);
+std::string canonical_digest(const std::map<std::string, WeightTensor>& tensors);
 
 // The exact bytes a signature over the weight file covers (everything but its signatures).
 std::string weights_signing_payload(const WeightFile& file);
@@ -61,7 +75,7 @@ std::string verify_weights_signature(const WeightFile& file, const std::vector<P
 [[noreturn]] void refuse_weights(const std::string& path, const std::string& tensor,
                                  const std::string& problem);
 
-// The safetensors dtype code of `dtype` ("F32"); throws tdaot::Error for others.
-std::string safetensors_dtype(c10::ScalarType dtype);
+// The safetensors dtype code of `dtype` ("F32").
+std::string safetensors_dtype(DType dtype);
 
 }  // namespace tdaot::detail

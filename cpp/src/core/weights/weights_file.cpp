@@ -1,28 +1,29 @@
-// Reading and checking a tdaot weight file (weights_file.h).
-#include "runtime/weights_file.h"
-
-#include <ATen/Functions.h>
+// Reading and checking a tdaot weight file (weights_file.h). No torch: values are checked and
+// digested as the bytes they are.
+#include "core/weights/weights_file.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <limits>
+#include <iterator>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
 
 #include "core/package/digest.h"
 #include "tdaot/errors.h"
+#include "tdaot/manifest.h"
 
 namespace tdaot::detail {
 namespace {
 
-constexpr std::pair<const char*, c10::ScalarType> kDtypes[] = {
-    {"F32", c10::ScalarType::Float},   {"F64", c10::ScalarType::Double},
-    {"F16", c10::ScalarType::Half},    {"BF16", c10::ScalarType::BFloat16},
-    {"I64", c10::ScalarType::Long},    {"I32", c10::ScalarType::Int},
-    {"I16", c10::ScalarType::Short},   {"I8", c10::ScalarType::Char},
-    {"U8", c10::ScalarType::Byte},     {"BOOL", c10::ScalarType::Bool},
+constexpr std::pair<const char*, DType> kDtypes[] = {
+    {"F32", DType::Float32}, {"F64", DType::Float64}, {"F16", DType::Float16},
+    {"BF16", DType::BFloat16}, {"I64", DType::Int64}, {"I32", DType::Int32},
+    {"I16", DType::Int16}, {"I8", DType::Int8}, {"U8", DType::UInt8}, {"BOOL", DType::Bool},
 };
 
 std::string read_all(const std::string& path) {
@@ -42,8 +43,32 @@ std::string metadata_entry(const WeightFile& file, const std::string& key) {
   return it->second;
 }
 
-at::Tensor parse_tensor(const std::string& path, const std::string& name,
-                        const nlohmann::json& entry, const std::string& bytes, size_t data_start) {
+std::shared_ptr<void> aligned_bytes(size_t nbytes) {
+  const size_t rounded = std::max<size_t>(64, (nbytes + 63) / 64 * 64);
+  void* memory = std::aligned_alloc(64, rounded);
+  if (memory == nullptr) throw std::bad_alloc();
+  return std::shared_ptr<void>(memory, [](void* p) { std::free(p); });
+}
+
+// Whether every element is finite; integer and bool tensors always are.
+bool all_finite(const WeightTensor& tensor) {
+  const size_t count = tensor.nbytes / element_size(tensor.dtype);
+  const auto check = [&](auto sample, auto finite) {
+    const auto* values = static_cast<const decltype(sample)*>(tensor.data.get());
+    return std::all_of(values, values + count, finite);
+  };
+  switch (tensor.dtype) {
+    case DType::Float32: return check(float{}, [](float v) { return std::isfinite(v); });
+    case DType::Float64: return check(double{}, [](double v) { return std::isfinite(v); });
+    // Half floats by their bits: all exponent bits set is infinity or NaN.
+    case DType::Float16: return check(uint16_t{}, [](uint16_t v) { return (v & 0x7C00) != 0x7C00; });
+    case DType::BFloat16: return check(uint16_t{}, [](uint16_t v) { return (v & 0x7F80) != 0x7F80; });
+    default: return true;
+  }
+}
+
+WeightTensor parse_tensor(const std::string& path, const std::string& name,
+                          const nlohmann::json& entry, const std::string& bytes, size_t data_start) {
   if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
       !entry.contains("data_offsets")) {
     refuse_weights(path, name, "has a malformed header entry");
@@ -54,24 +79,33 @@ at::Tensor parse_tensor(const std::string& path, const std::string& name,
   if (found == std::end(kDtypes)) {
     refuse_weights(path, name, "has dtype '" + code + "', which tdaot does not use");
   }
-  std::vector<int64_t> shape;
+  WeightTensor tensor;
+  tensor.dtype = found->second;
+  // Checked: a shape with more elements than any file holds is refused, never wrapped around.
+  constexpr uint64_t kLimit = uint64_t{1} << 56;
+  uint64_t count = 1;
+  bool too_large = false;
   for (const auto& size : entry["shape"]) {
     const auto value = size.get<int64_t>();
     if (value < 0) refuse_weights(path, name, "has a negative size in its shape");
-    shape.push_back(value);
+    tensor.shape.push_back(value);
+    if (value != 0 && count > kLimit / static_cast<uint64_t>(value)) too_large = true;
+    count *= static_cast<uint64_t>(value);
   }
   const auto offsets = entry["data_offsets"].get<std::vector<uint64_t>>();
   const uint64_t available = bytes.size() - data_start;
   if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > available) {
     refuse_weights(path, name, "lies outside the file (truncated?)");
   }
-  at::Tensor tensor = at::empty(shape, at::dtype(found->second));
-  if (static_cast<uint64_t>(tensor.nbytes()) != offsets[1] - offsets[0]) {
+  const uint64_t needed = count * element_size(tensor.dtype);
+  if (too_large || needed != offsets[1] - offsets[0]) {
     refuse_weights(path, name, "holds " + std::to_string(offsets[1] - offsets[0]) +
-                           " bytes, but its dtype and shape need " +
-                           std::to_string(tensor.nbytes()));
+                                   " bytes, but its dtype and shape need " +
+                                   (too_large ? std::string("more") : std::to_string(needed)));
   }
-  std::memcpy(tensor.data_ptr(), bytes.data() + data_start + offsets[0], tensor.nbytes());
+  tensor.nbytes = static_cast<size_t>(needed);
+  tensor.data = aligned_bytes(tensor.nbytes);
+  std::memcpy(tensor.data.get(), bytes.data() + data_start + offsets[0], tensor.nbytes);
   return tensor;
 }
 
@@ -83,24 +117,23 @@ void refuse_weights(const std::string& path, const std::string& tensor,
   throw WeightsError(path, tensor, "weight file '" + path + "'" + where + " " + problem);
 }
 
-std::string safetensors_dtype(c10::ScalarType dtype) {
+std::string safetensors_dtype(DType dtype) {
   for (const auto& [code, type] : kDtypes) {
     if (type == dtype) return code;
   }
-  throw Error(std::string("dtype ") + c10::toString(dtype) + " has no safetensors code");
+  throw Error("dtype " + dtype_name(dtype) + " has no safetensors code");
 }
 
-std::string canonical_digest(const std::map<std::string, at::Tensor>& tensors) {
+std::string canonical_digest(const std::map<std::string, WeightTensor>& tensors) {
   std::string payload;
   for (const auto& [name, tensor] : tensors) {  // std::map: bytewise name order
     std::string shape;
-    for (int64_t i = 0; i < tensor.dim(); ++i) {
-      shape += (i ? "," : "") + std::to_string(tensor.size(i));
+    for (size_t i = 0; i < tensor.shape.size(); ++i) {
+      shape += (i ? "," : "") + std::to_string(tensor.shape[i]);
     }
-    payload += name + "\n" + safetensors_dtype(tensor.scalar_type()) + "\n" + shape + "\n" +
-               std::to_string(tensor.nbytes()) + "\n";
-    const at::Tensor contiguous = tensor.contiguous();
-    payload.append(static_cast<const char*>(contiguous.data_ptr()), contiguous.nbytes());
+    payload += name + "\n" + safetensors_dtype(tensor.dtype) + "\n" + shape + "\n" +
+               std::to_string(tensor.nbytes) + "\n";
+    payload.append(static_cast<const char*>(tensor.data.get()), tensor.nbytes);
   }
   return sha256_hex(payload);
 }
@@ -168,10 +201,10 @@ WeightFile read_weight_file(const std::string& path) {
     refuse_weights(path, "", "does not match its digest: its tensors hash to " + content +
                          ", its header records " + file.content_sha256 + " (corrupted or edited)");
   }
-  std::map<std::string, at::Tensor> weights;
+  std::map<std::string, WeightTensor> weights;
   for (const auto& [name, tensor] : file.tensors) {
     if (name.rfind("weights/", 0) == 0) weights.emplace(name.substr(8), tensor);
-    if (at::isFloatingType(tensor.scalar_type()) && !at::isfinite(tensor).all().item<bool>()) {
+    if (!all_finite(tensor)) {
       refuse_weights(path, name, "holds values that are not finite (NaN or infinity)");
     }
   }

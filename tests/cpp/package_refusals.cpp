@@ -1,0 +1,172 @@
+#include "package_refusals.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/manifest/manifest_internal.h"
+#include "tdaot/errors.h"
+#include "tdaot/manifest.h"
+
+namespace tdaot::test_packages {
+namespace {
+
+using fixtures::package_path;
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The archive's top folder ("package/"), from its entries' names.
+std::string prefix_of(const std::string& package) {
+  std::string prefix;
+  fixtures::edit_zip(package, package + ".probe", [&](const std::string& name, std::string&) {
+    if (prefix.empty()) prefix = name.substr(0, name.find('/') + 1);
+    return false;
+  });
+  std::filesystem::remove(package + ".probe");
+  return prefix;
+}
+
+// A copy of `src` with a byte of model b1's library changed; sets `library` to its name in the
+// manifest ("data/aotinductor/b1/....so").
+void tamper_b1(const std::string& src, const std::string& dst, std::string& library) {
+  fixtures::edit_zip(src, dst, [&](const std::string& name, std::string& bytes) {
+    if (name.find("/data/aotinductor/b1/") == std::string::npos || !ends_with(name, ".so")) {
+      return false;
+    }
+    bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5a);
+    library = name.substr(name.find("data/"));
+    return true;
+  });
+}
+
+}  // namespace
+
+std::vector<Refusal> refusals(const fixtures::TempDir& dir, const std::string& extract) {
+  const std::string tutorial = package_path("tutorial.pt2");
+  const std::string signed_package = package_path("tutorial_signed.pt2");
+  const std::string prefix = prefix_of(tutorial);
+  PackageOptions plain;
+  plain.temp_dir = extract;
+  PackageOptions trusting = plain;
+  trusting.trusted_keys = {package_path("keys/public.pem")};
+  std::vector<Refusal> cases;
+  const auto add = [&](std::string name, std::string path, PackageOptions options,
+                       const std::type_info& error, std::vector<std::string> parts) {
+    cases.push_back({std::move(name), std::move(path), std::move(options), &error, std::move(parts)});
+  };
+
+  PackageOptions pinned = plain;
+  pinned.expected_sha256 = std::string(64, '0');
+  add("pinned to another digest", tutorial, pinned, typeid(IntegrityError),
+      {"package '" + tutorial + "' has sha256 ",
+       ", but the pinned expected_sha256 is " + std::string(64, '0')});
+  PackageOptions malformed_pin = plain;
+  malformed_pin.expected_sha256 = "sha256:abc";
+  add("a malformed pin", tutorial, malformed_pin, typeid(InvalidArgumentError),
+      {"expected_sha256 must be a sha256 digest (64 hex digits), got 'sha256:abc'"});
+
+  std::string library;
+  tamper_b1(tutorial, dir.file("tampered.pt2"), library);
+  add("a model library changed", dir.file("tampered.pt2"), plain, typeid(IntegrityError),
+      {"file '" + library + "' has sha256 ", "but the manifest records"});
+  const std::string extra = "data/aotinductor/b1/libextra.so";
+  fixtures::edit_zip(tutorial, dir.file("added.pt2"), [](const std::string&, std::string&) {
+    return false;
+  }, {{prefix + extra, "\x7f" "ELF"}});
+  add("a file added", dir.file("added.pt2"), plain, typeid(IntegrityError),
+      {"holds a file '" + extra + "' that its manifest does not list"});
+  std::string dropped;
+  fixtures::edit_zip(tutorial, dir.file("removed.pt2"), [](const std::string&, std::string&) {
+    return false;
+  }, {}, [&](const std::string& name) {
+    if (!dropped.empty() || name.find("/data/aotinductor/b1/") == std::string::npos ||
+        !ends_with(name, ".cpp")) {
+      return false;
+    }
+    dropped = name.substr(prefix.size());
+    return true;
+  });
+  add("a file removed", dir.file("removed.pt2"), plain, typeid(IntegrityError),
+      {"lacks the file '" + dropped + "' that its manifest lists"});
+  const std::string climbing = prefix + "data/aotinductor/b1/../../../../../tdaot-test-canary";
+  fixtures::edit_zip(tutorial, dir.file("climbing.pt2"), [](const std::string&, std::string&) {
+    return false;
+  }, {{climbing, "pwned"}});
+  add("an entry climbing out", dir.file("climbing.pt2"), plain, typeid(PackageError),
+      {"has an unsafe entry '" + climbing + "'"});
+  PackageOptions no_dir = plain;
+  no_dir.temp_dir = dir.file("missing/below");
+  add("an extraction dir that cannot be made", tutorial, no_dir, typeid(PackageError),
+      {"no temporary directory could be created under '" + no_dir.temp_dir + "'"});
+
+  add("unsigned, keys trusted", tutorial, trusting, typeid(SignatureError),
+      {"package '" + tutorial + "' is not signed, but trusted keys are set (trusted key ids: "});
+  fixtures::edit_zip(signed_package, dir.file("unsigned.pt2"), [](const std::string&, std::string&) {
+    return false;
+  }, {}, [&](const std::string& name) { return name == prefix + std::string(kSignatureEntry); });
+  add("its signature removed", dir.file("unsigned.pt2"), trusting, typeid(SignatureError),
+      {"is not signed"});
+  PackageOptions other = plain;
+  other.trusted_keys = {package_path("other_keys/public.pem")};
+  add("signed by another key", signed_package, other, typeid(SignatureError),
+      {"is signed only by keys that are not trusted (key ids: "});
+  fixtures::edit_zip(signed_package, dir.file("edited.pt2"), [](const std::string& name,
+                                                                 std::string& bytes) {
+    if (!ends_with(name, "_metadata.json")) return false;
+    nlohmann::json metadata = nlohmann::json::parse(bytes);
+    nlohmann::json manifest = nlohmann::json::parse(metadata.at(kManifestMetadataKey).get<std::string>());
+    manifest["source"]["factory"] = "evil.py:f";
+    metadata[kManifestMetadataKey] = manifest.dump();
+    bytes = metadata.dump();
+    return true;
+  });
+  add("its manifest changed after signing", dir.file("edited.pt2"), trusting, typeid(SignatureError),
+      {"that does not match its manifest: the manifest was changed after it was signed"});
+  int malformed = 0;
+  for (const auto& [content, part] : std::vector<std::pair<std::string, std::string>>{
+           {"{not json", "has malformed signatures (not JSON: "},
+           {R"({"key_id": "x"})", "has malformed signatures (expected a JSON list)"},
+           {R"([{"alg": "ed25519"}])", "has a malformed signature #1 (no string 'key_id'"}}) {
+    const std::string path = dir.file("malformed" + std::to_string(++malformed) + ".pt2");
+    fixtures::edit_zip(signed_package, path, [&, content = content](const std::string& name,
+                                                                    std::string& bytes) {
+      if (name != prefix + std::string(kSignatureEntry)) return false;
+      bytes = content;
+      return true;
+    });
+    add("malformed signatures #" + std::to_string(malformed), path, trusting,
+        typeid(SignatureError), {part});
+  }
+  std::string signed_library;
+  tamper_b1(signed_package, dir.file("signed_tampered.pt2"), signed_library);
+  add("signed, a model library changed", dir.file("signed_tampered.pt2"), trusting,
+      typeid(IntegrityError), {"file '" + signed_library + "' has sha256 "});
+  fixtures::write_file(dir.file("garbage.pem"), "not a key at all\n");
+  for (const auto& [key, part] : std::vector<std::pair<std::string, std::string>>{
+           {dir.file("missing.pem"), "trusted key file '" + dir.file("missing.pem") + "' does not exist"},
+           {dir.file("garbage.pem"), "trusted key file '" + dir.file("garbage.pem") +
+                                         "' is not a PEM public key"},
+           {package_path("keys/private.pem"), "trusted key file '" + package_path("keys/private.pem") +
+                                                  "' holds a private key ('PRIVATE KEY')"}}) {
+    PackageOptions unusable = plain;
+    unusable.trusted_keys = {key};
+    add("an unusable trusted key " + key, signed_package, unusable, typeid(SignatureError), {part});
+  }
+  return cases;
+}
+
+void expect_refused(const Refusal& refusal, const std::function<void()>& load) {
+  SCOPED_TRACE(refusal.name + " (" + refusal.path + ")");
+  try {
+    load();
+    ADD_FAILURE() << "expected " << fixtures::type_name(*refusal.error) << ", nothing thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(typeid(e), *refusal.error)
+        << "expected " << fixtures::type_name(*refusal.error) << ", got "
+        << fixtures::type_name(typeid(e)) << ": " << e.what();
+    for (const std::string& part : refusal.parts) EXPECT_TRUE(fixtures::Contains(e.what(), part));
+  }
+}
+
+}  // namespace tdaot::test_packages

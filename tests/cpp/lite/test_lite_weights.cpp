@@ -5,18 +5,22 @@
 // the full runtime's bound run after the same swap and to the eager policy given the file's
 // weights (lite_swap_expected.json, lite/write_swap_fixtures.py); rollback restores the built
 // weights exactly; every refused file is named with the tensor at fault, and the old weights keep
-// running; threads running their own bindings see the old or the new weights only.
+// running; threads running their own bindings see the old or the new weights only; and the
+// shared check itself against tables made to differ.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "../weight_refusals.h"
+#include "core/weights/weights_check.h"
 #include "lite_support.h"
 #include "tdaot/errors.h"
 #include "tdaot/lite.h"
@@ -186,6 +190,52 @@ TEST(LiteWeightSwap, ThreadsWithTheirOwnBindingsSeeTheOldOrTheNewWeightsOnly) {
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(mixed.load(), 0);
   EXPECT_GT(saw_new.load(), 0);
+}
+
+// The shared check both runtimes swap through (core/weights/weights_check.h), against tables
+// made to differ from the file: every mismatch is named with the tensor, and a model that cannot
+// swap (its library lacks an entry point the swap needs) is named with why.
+TEST(WeightSwapCheck, EveryMismatchWithAModelsConstantsIsNamed) {
+  const detail::WeightFile file = detail::read_weight_file(weights());
+  detail::ConstantTable table;
+  for (const auto& [key, tensor] : file.tensors) {
+    if (key.rfind("model/b1/", 0) == 0) table[key.substr(9)] = {tensor.dtype, tensor.shape};
+  }
+  ASSERT_FALSE(table.empty());
+  const std::string first = table.begin()->first;
+  const std::vector<std::string> models{"model", "b1"};
+  const auto check = [&](const detail::ConstantTable& t, const std::string& unswappable,
+                         const std::vector<std::string>& held) {
+    detail::check_swap(file, file.base_manifest_sha256, held, {{"b1", &t, unswappable}});
+  };
+  EXPECT_NO_THROW(check(table, "", models));
+  detail::ConstantTable needs_more = table;
+  needs_more["constant99"] = {DType::Float32, {2}};
+  detail::ConstantTable other_dtype = table;
+  other_dtype[first].dtype = DType::Float64;
+  detail::ConstantTable fewer = table;
+  fewer.erase(first);
+  const auto prefix = std::string("weight file '") + weights() + "'";
+  for (const auto& [name, call, tensor, message] :
+       std::vector<std::tuple<std::string, std::function<void()>, std::string, std::string>>{
+           {"unswappable", [&] { check(table, "its library lacks X", models); }, "",
+            prefix + " cannot be swapped into model 'b1': its library lacks X"},
+           {"missing", [&] { check(needs_more, "", models); }, "model/b1/constant99",
+            prefix + ": tensor 'model/b1/constant99' is missing: model 'b1' needs it"},
+           {"dtype", [&] { check(other_dtype, "", models); }, "model/b1/" + first,
+            "has dtype float32, but model 'b1' takes float64"},
+           {"extra", [&] { check(fewer, "", models); }, "model/b1/" + first,
+            "is not a constant of model 'b1'"},
+           {"another package's models", [&] { check(table, "", {"b1"}); }, "",
+            "is for model 'model', which the package does not hold"}}) {
+    const auto error = catch_error<WeightsError>(call);
+    ASSERT_TRUE(error) << name;
+    EXPECT_EQ(error->path(), weights()) << name;
+    if (!tensor.empty()) {
+      EXPECT_EQ(error->tensor(), tensor) << name;
+    }
+    EXPECT_TRUE(Contains(error->what(), message)) << name;
+  }
 }
 
 }  // namespace

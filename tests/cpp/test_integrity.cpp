@@ -1,5 +1,6 @@
 // Integrity through the C++ API: the sha256 of every file against the manifest, pinning the whole
-// package, and the private extraction directory being gone on every path. Hostile zip structures
+// package, a package changed while it is read, and the private extraction directory being gone
+// on every path. Hostile zip structures
 // (climbing names, symlinks, huge declared sizes...) are in tests/python/test_packages.py.
 #include <ATen/Functions.h>
 #include <gtest/gtest.h>
@@ -9,7 +10,9 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/package/archive.h"
 #include "core/package/digest.h"
+#include "core/package/package.h"
 #include "tdaot/errors.h"
 #include "tdaot/policy.h"
 #include "package_refusals.h"
@@ -152,6 +155,51 @@ TEST(Integrity, ExtractionDirectoryThatCannotBeCreatedIsNamed) {
   ASSERT_TRUE(error);
   EXPECT_TRUE(Contains(error->what(), "no temporary directory could be created under '" +
                                           options.temp_dir + "'"));
+}
+
+// The package is read once in full (its sha256), then again only where needed; every byte read
+// again that no manifest digest covers is compared with that first read, so what is parsed is
+// the file whose sha256 was reported and pinned, even if it is written in place meanwhile.
+TEST(Integrity, PackageChangedInPlaceWhileReadIsRefused) {
+  test::TempDir dir;
+  const std::string path = dir.file("changing.pt2");
+  fs::copy_file(tutorial(), path);
+  detail::PackageFile file(path, uint64_t{1} << 30);
+  EXPECT_EQ(file.sha256(), file_sha256(tutorial()));
+  char bytes[8];
+  ASSERT_EQ(file.read(0, bytes, sizeof bytes, true), 8);
+  ASSERT_GT(file.size(), 3 * file.block_size());
+  const uint64_t at = 2 * file.block_size() + 3;  // a block not read yet
+  {  // one byte flipped in place: the same file, as an in-place writer or a bad disk leaves it
+    std::fstream out(path, std::ios::in | std::ios::out | std::ios::binary);
+    out.seekg(static_cast<std::streamoff>(at));
+    const char byte = static_cast<char>(out.get());
+    out.seekp(static_cast<std::streamoff>(at));
+    out.put(static_cast<char>(byte ^ 0x5a));
+  }
+  EXPECT_EQ(file.read(at - 3, bytes, sizeof bytes, true), -1);
+  const auto error = catch_error<IntegrityError>([&] { file.require_unchanged(); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->path(), path);
+  EXPECT_TRUE(Contains(error->what(), "package '" + path + "' changed while it was being read (its "
+                                      "bytes at offset " + std::to_string(at - 3) +
+                                      " differ from those read first, whose sha256 is " +
+                                      file_sha256(tutorial()) + "); refusing to load it"));
+}
+
+TEST(Integrity, PackageTruncatedWhileExtractedIsRefusedAndNothingIsLeft) {
+  test::TempDir dir;
+  test::TempDir extract;
+  const std::string path = dir.file("shrinking.pt2");
+  fs::copy_file(tutorial(), path);
+  const detail::Package package(path, PackageOptions{});
+  fs::resize_file(path, 1024);  // every extracted file lies (partly) beyond
+  const auto error = catch_error<IntegrityError>(
+      [&] { package.extract(extract.path(), {package.manifest().models.front().name}); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->path(), path);
+  EXPECT_TRUE(Contains(error->what(), "package '" + path + "' changed while it was being read"));
+  EXPECT_TRUE(is_empty(extract));
 }
 
 }  // namespace

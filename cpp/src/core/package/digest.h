@@ -2,13 +2,43 @@
 // PolicyOptions::expected_sha256 use.
 #pragma once
 
+#include <array>
 #include <string>
 #include <string_view>
+
+struct evp_md_ctx_st;
 
 namespace tdaot::detail {
 
 // The sha256 of `data` as 64 lowercase hex digits.
 std::string sha256_hex(std::string_view data);
+
+using Sha256Raw = std::array<unsigned char, 32>;
+
+// `digest` as 64 lowercase hex digits.
+std::string to_hex(const Sha256Raw& digest);
+
+// A sha256 fed in pieces (a file read in blocks, an entry streamed out of an archive).
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(Sha256&& other) noexcept;
+  Sha256& operator=(Sha256&&) = delete;
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+
+  // A copy of the state (everything fed so far), to be fed or finished on its own.
+  Sha256 fork() const;
+  void update(std::string_view data);
+  // The digest of everything fed; finishes, so call one of them once.
+  Sha256Raw raw();
+  std::string hex() { return to_hex(raw()); }
+
+ private:
+  explicit Sha256(evp_md_ctx_st* ctx) : ctx_(ctx) {}
+  evp_md_ctx_st* ctx_;
+};
 
 // True for 64 hex digits (either case).
 bool is_sha256_hex(std::string_view text);

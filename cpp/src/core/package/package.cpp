@@ -11,12 +11,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <map>
 #include <set>
 #include <string_view>
 #include <utility>
 
-#include "core/manifest/manifest_internal.h"
 #include "core/package/archive.h"
 #include "core/package/digest.h"
 #include "core/package/signature.h"
@@ -44,31 +44,6 @@ bool starts_with(std::string_view text, std::string_view prefix) {
   throw PackageError(path, "package '" + path + "' " + problem);
 }
 
-// The whole file, after the checks that give the clearest message for a wrong path.
-std::string read_file(const std::string& path, uint64_t max_bytes) {
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (status.type() == fs::file_type::not_found) fail_path(path, "does not exist");
-  if (ec) fail_path(path, "cannot be accessed: " + ec.message());
-  if (fs::is_directory(status)) fail_path(path, "is a directory, not a .pt2 file");
-  // A device or a named pipe could block the read or never end.
-  if (!fs::is_regular_file(status)) fail_path(path, "is not a regular file, not a .pt2 file");
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail_path(path, std::string("cannot be read: ") + std::strerror(errno));
-  // Read in blocks up to one past the limit: the size is checked on what was read.
-  std::string bytes;
-  char buffer[1 << 16];
-  while (file.read(buffer, sizeof buffer) || file.gcount() > 0) {
-    bytes.append(buffer, static_cast<size_t>(file.gcount()));
-    if (bytes.size() > max_bytes) {
-      fail_path(path, "is larger than the limit of " + std::to_string(max_bytes) +
-                          " bytes (PackageOptions::max_package_bytes)");
-    }
-  }
-  if (file.bad()) fail_path(path, std::string("cannot be read: ") + std::strerror(errno));
-  return bytes;
-}
-
 std::string checked_expected_sha256(const std::string& expected) {
   if (!is_sha256_hex(expected)) {
     throw InvalidArgumentError("expected_sha256 must be a sha256 digest (64 hex digits), got '" +
@@ -92,27 +67,41 @@ std::string make_private_directory(const std::string& parent, const std::string&
   return pattern;
 }
 
-// Creates `target` (which must not exist; symlinks are not followed) holding `data`.
-void write_new_file(const std::string& target, const std::string& data, const std::string& path) {
-  const int fd = ::open(target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    fail_path(path, "cannot be extracted to '" + target + "': " + std::strerror(errno));
+// A new file `target` (which must not exist; symlinks are not followed), written in pieces.
+class NewFile {
+ public:
+  NewFile(std::string target, const std::string& path) : target_(std::move(target)), path_(path) {
+    fd_ = ::open(target_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd_ < 0) fail(errno);
   }
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t wrote = ::write(fd, data.data() + done, data.size() - done);
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) {
-      const int error = errno;
-      ::close(fd);
-      fail_path(path, "cannot be extracted to '" + target + "': " + std::strerror(error));
+  ~NewFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  NewFile(const NewFile&) = delete;
+  NewFile& operator=(const NewFile&) = delete;
+
+  void write(std::string_view data) {
+    size_t done = 0;
+    while (done < data.size()) {
+      const ssize_t wrote = ::write(fd_, data.data() + done, data.size() - done);
+      if (wrote < 0 && errno == EINTR) continue;
+      if (wrote <= 0) fail(errno);
+      done += static_cast<size_t>(wrote);
     }
-    done += static_cast<size_t>(wrote);
   }
-  if (::close(fd) != 0) {
-    fail_path(path, "cannot be extracted to '" + target + "': " + std::strerror(errno));
+  void close() {
+    const int fd = std::exchange(fd_, -1);
+    if (::close(fd) != 0) fail(errno);
   }
-}
+
+ private:
+  [[noreturn]] void fail(int error) const {
+    fail_path(path_, "cannot be extracted to '" + target_ + "': " + std::strerror(error));
+  }
+  std::string target_;
+  const std::string& path_;
+  int fd_ = -1;
+};
 
 }  // namespace
 
@@ -133,22 +122,22 @@ const ExtractedModel& Extraction::model(const std::string& name) const {
 }
 
 Package::Package(std::string path, const PackageOptions& options)
-    : path_(std::move(path)), bytes_(read_file(path_, options.max_package_bytes)) {
-  sha256_ = sha256_hex(bytes_);
+    : path_(std::move(path)),
+      file_(std::make_unique<PackageFile>(path_, options.max_package_bytes)) {
   if (!options.expected_sha256.empty()) {
     const std::string expected = checked_expected_sha256(options.expected_sha256);
-    if (expected != sha256_) {
-      throw IntegrityError(path_, "package '" + path_ + "' has sha256 " + sha256_ +
+    if (expected != sha256()) {
+      throw IntegrityError(path_, "package '" + path_ + "' has sha256 " + sha256() +
                                       ", but the pinned expected_sha256 is " + expected +
                                       "; refusing to load another artifact than the pinned one");
     }
   }
   // A .pt2 package is a zip archive; its first bytes are a local file header.
-  if (bytes_.size() < 4 || bytes_.compare(0, 4, "PK\x03\x04", 4) != 0) {
-    fail(bytes_.empty() ? "is empty, not a .pt2 package"
-                        : "is not a .pt2 package (not a zip archive)");
+  if (file_->head() != std::string_view("PK\x03\x04", 4)) {
+    fail(file_->size() == 0 ? "is empty, not a .pt2 package"
+                            : "is not a .pt2 package (not a zip archive)");
   }
-  archive_ = std::make_unique<ZipArchive>(bytes_, path_, options.max_package_bytes);
+  archive_ = std::make_unique<ZipArchive>(*file_, options.max_package_bytes);
 
   // AOTInductor keeps every entry under one top folder, named after the file it wrote.
   const std::string& first_entry = archive_->entries().front().name;
@@ -251,6 +240,8 @@ void Package::require_model(const std::string& name) const {
 
 Package::~Package() = default;
 
+const std::string& Package::sha256() const { return file_->sha256(); }
+
 void Package::fail(const std::string& problem) const { fail_path(path_, problem); }
 
 std::string Package::relative_name(const ZipEntry& entry) const {
@@ -315,28 +306,38 @@ void Package::check_files(Extraction* destination) const {
     // reading and hashing it would only cost time (the lite runtime's start: the throughput
     // model is most of a package's bytes). verify_files (no destination) checks every file.
     if (destination != nullptr && !extracted_by(*destination, relative)) continue;
-    const std::string data = archive_->read(entry);
-    const std::string digest = sha256_hex(data);
+    // Like AOTInductor's loader: each model's own folder, and the shared constants folder.
+    // Each piece is hashed and written as it comes out of the archive (the package is never
+    // held whole); a digest that does not match refuses the package, and the extraction's
+    // directory, with what was written, is removed before anything loads from it.
+    const bool shared = starts_with(relative, "data/constants/");
+    const std::string name = relative.substr(relative.rfind('/') + 1);
+    std::vector<std::unique_ptr<NewFile>> targets;
+    if (destination != nullptr) {
+      for (ExtractedModel& model : destination->models) {
+        const bool own = starts_with(relative, "data/aotinductor/" + model.name + "/");
+        if (!own && !shared) continue;
+        const std::string target = model.directory + "/" + name;
+        targets.push_back(std::make_unique<NewFile>(target, path_));
+        if (own && ends_with(name, ".so")) {
+          if (!model.library.empty()) fail("has two compiled libraries for model '" + model.name + "'");
+          model.library = target;
+        } else if (ends_with(name, ".blob")) {
+          model.weights_blob = target;
+        }
+      }
+    }
+    Sha256 hash;
+    archive_->stream(entry, [&](std::string_view piece) {
+      hash.update(piece);
+      for (const auto& target : targets) target->write(piece);
+    });
+    for (const auto& target : targets) target->close();
+    const std::string digest = hash.hex();
     if (digest != listed->second) {
       throw IntegrityError(path_, "package '" + path_ + "': file '" + relative + "' has sha256 " +
                                       digest + ", but the manifest records " + listed->second +
                                       " (the package was modified after it was built)");
-    }
-    if (destination == nullptr) continue;
-    // Like AOTInductor's loader: each model's own folder, and the shared constants folder.
-    const bool shared = starts_with(relative, "data/constants/");
-    const std::string name = relative.substr(relative.rfind('/') + 1);
-    for (ExtractedModel& model : destination->models) {
-      const bool own = starts_with(relative, "data/aotinductor/" + model.name + "/");
-      if (!own && !shared) continue;
-      const std::string target = model.directory + "/" + name;
-      write_new_file(target, data, path_);
-      if (own && ends_with(name, ".so")) {
-        if (!model.library.empty()) fail("has two compiled libraries for model '" + model.name + "'");
-        model.library = target;
-      } else if (ends_with(name, ".blob")) {
-        model.weights_blob = target;
-      }
     }
   }
   for (const auto& [name, digest] : manifest_.files) {

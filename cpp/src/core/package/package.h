@@ -1,10 +1,12 @@
-// Internal: reading a .pt2 package the safe way. The file is read into memory once, and
-// everything is checked on those bytes: the digest of the whole file (pinning), the zip
-// structure (archive.h), the manifest, and the sha256 of every file the manifest lists. Only
-// then are the model's files written, from the same bytes, into a private temporary directory
-// whose library AOTInductor's runner loads. AOTInductor's own package loader is not used: it
-// extracts entries by their stored names (a '../' entry escapes its directory, reproduced with
-// torch 2.13), always under /tmp, and checks no digests.
+// Internal: reading a .pt2 package the safe way. The file is read once in full for its digest
+// (pinning), then only where needed, through the same descriptor (archive.h, PackageFile): the
+// zip structure, the manifest and signatures, each read checked against that first read, and
+// the files of the models loaded, streamed out of the archive, each hashed as it is written
+// into a private temporary directory and refused (the directory removed) unless it has the
+// sha256 the manifest lists, before any of it is loaded. The process never holds the whole
+// package, so loading costs no memory for the models it does not load. AOTInductor's own
+// package loader is not used: it extracts entries by their stored names (a '../' entry escapes
+// its directory, reproduced with torch 2.13), always under /tmp, and checks no digests.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 
 namespace tdaot::detail {
 
+class PackageFile;
 class ZipArchive;
 struct ZipEntry;
 
@@ -73,7 +76,7 @@ class Package {
 
   const std::string& path() const { return path_; }
   // The sha256 of the whole package file, 64 lowercase hex digits.
-  const std::string& sha256() const { return sha256_; }
+  const std::string& sha256() const;
   // The AOTInductor metadata of the manifest's first model.
   const Metadata& metadata() const { return metadata_.at(manifest_.models.front().name); }
   // The AOTInductor metadata of the listed model `model`.
@@ -87,10 +90,11 @@ class Package {
   // manifest and the zip writer's bookkeeping) and lacks none it lists. Throws IntegrityError.
   void verify_files() const;
 
-  // verify_files, and writes the files of `models` (names the manifest lists) into a new
-  // private directory under `parent_dir` ($TMPDIR or /tmp when empty), one subdirectory each.
-  // Nothing is written before an entry's digest matched, and the directory is removed again
-  // when anything fails.
+  // Checks the files as verify_files does (the digests of only the files it writes: the other
+  // models' are never read) and writes the files of `models` (names the manifest lists) into a
+  // new private directory under `parent_dir` ($TMPDIR or /tmp when empty), one subdirectory
+  // each. A file is hashed as it is written; the directory is removed again, before anything
+  // loads from it, when a digest does not match or anything else fails.
   Extraction extract(const std::string& parent_dir, const std::vector<std::string>& models) const;
 
   // Throws PackageError unless the manifest lists a model `name`, listing the ones it has.
@@ -106,9 +110,8 @@ class Package {
   [[noreturn]] void fail(const std::string& problem) const;
 
   std::string path_;
-  std::string bytes_;
-  std::string sha256_;
-  std::unique_ptr<ZipArchive> archive_;
+  std::unique_ptr<PackageFile> file_;
+  std::unique_ptr<ZipArchive> archive_;  // reads file_: declared after it, destroyed before
   std::string prefix_;     // the archive's top folder with its '/' ("package/")
   std::set<std::string> archive_models_;  // every "data/aotinductor/<name>/" in the archive
   std::map<std::string, Metadata> metadata_;  // by model name, for every listed model

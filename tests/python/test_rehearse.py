@@ -323,3 +323,26 @@ def test_tdaot_rehearse_errors_exit_2_naming_what_is_wrong(
         assert err.startswith("tdaot rehearse: error: "), err
     code, _, err = _cli(capsys, arm[2].path, "--mjcf", _mjcf(tmp_path, elbow="knee"), "--seconds", "0.1")
     assert code == 2 and "contract joint 'elbow' (output 'action') is not a joint of the MJCF" in err, err
+
+
+def test_robot_service_builds_the_observation_with_the_terms_library(arm):
+    """cpp/examples/robot_service (built against the installed package by the C++ suite's
+    robot_service.build) computes a contract's observation terms with tdaot/terms.h and
+    commands the PD torques of its gains."""
+    service = ROOT / "build/cpp/robot_service/robot_service"
+    if not os.access(service, os.X_OK):
+        pytest.skip(f"{service} is not built (ctest -R robot_service.build)")
+    done = subprocess.run(
+        [str(service), str(arm[2].path), "--steps", "20", "--rate", "500"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        "observation terms: 14 elements from the robot's state (tdaot/terms.h); commands: PD torques of the "
+        "2 joints of 'action'" in done.stdout
+    ), done.stdout
+    # The last command is joint 0's torque, finite and acting (the stand-in joints sway).
+    torque = float(re.search(r"last command action\[0\] = (\S+)", done.stdout)[1])
+    assert math.isfinite(torque) and torque != 0.0

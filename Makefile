@@ -35,8 +35,8 @@ help:
 	@echo "make test-asan  the C++ tests under AddressSanitizer + UBSan (build/asan, ~10 min)"
 	@echo "make fuzz   libFuzzer over manifest parsing and input validation (FUZZ_SECONDS=60)"
 	@echo "make install PREFIX=DIR  install the C++ package (find_package(tdaot)) under DIR"
-	@echo "make images       the build and runtime container images (podman or docker, docker/images.sh)"
-	@echo "make test-images  make test in the build image; a package it builds run in the runtime image"
+	@echo "make images       the build image and the runtime images, lite and full (podman or docker, docker/images.sh)"
+	@echo "make test-images  a package the build image builds run in both runtime images (no libtorch in the lite one); make test in the build image"
 	@echo "make gpu-bundle   the wheels and Debian packages a GPU machine lacks, into .gpu/ (tests/cuda)"
 	@echo "make test-cuda STEP=test|bench|suite  on a GPU machine: build there, CUDA tests / benchmark / all tests"
 	@echo "make clean  remove build outputs (keeps the venv)"
@@ -282,11 +282,13 @@ fuzz: $(FUZZ_BUILD)/build.ninja
 		-artifact_prefix=$(abspath $(FUZZ_BUILD))/artifacts/ $(FUZZ_ARGS) \
 	|| { echo "fuzz: crash input in $(FUZZ_BUILD)/artifacts/; fix it, then add it to tests/fuzz/regressions/"; exit 1; }
 
-# --- container images (docker/images.sh; README "Container images") ----------------------------
+# --- container images (docker/images.sh; docker/README.md) -------------------------------------
 # images: docker where `docker info` works, else podman (installed when missing); the public
-# Debian 12 base, or a local mmdebstrap one where no registry answers. test-images: the runtime
-# image runs a package the build image built (as a non-root user) and refuses a tampered one,
-# then `make test` runs inside the build image (~25 min on 2 cores).
+# Debian 12 base, or a local mmdebstrap one where no registry answers. The build image, the full
+# runtime's image and the runtime image (the lite runtime, no libtorch). test-images: both
+# runtime images run a package the build image built (as a non-root user) and refuse a tampered
+# one, no libtorch or c10 file is in the lite one; then `make test` inside the build image
+# (~25 min on 2 cores).
 .PHONY: images test-images
 images:
 	docker/images.sh build

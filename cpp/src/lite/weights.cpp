@@ -91,33 +91,13 @@ void LiteModelWeights::read_table() {
     table_[name] = ConstantInfo{constant.dtype, constant.sizes};
     built->push_back(std::move(constant));
   }
-  const std::lock_guard<std::mutex> lock(mutex_);
-  live_ = std::move(built);  // what every instance already holds: no generation change
-}
-
-void LiteModelWeights::publish(std::shared_ptr<const LiteConstantSet> set) {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  previous_ = std::move(live_);
-  live_ = std::move(set);
-  generation_.fetch_add(1, std::memory_order_release);
-}
-
-void LiteModelWeights::exchange() {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  std::swap(live_, previous_);
-  generation_.fetch_add(1, std::memory_order_release);
+  sets_.hold(std::move(built));  // what every instance already holds: no generation change
 }
 
 void LiteModelWeights::refresh(aoti::ModelHandle instance, uint64_t& seen,
                                std::shared_ptr<const LiteConstantSet>& held) const {
-  if (seen == generation_.load(std::memory_order_acquire)) return;
-  std::shared_ptr<const LiteConstantSet> set;
-  uint64_t generation = 0;
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    set = live_;
-    generation = generation_.load(std::memory_order_relaxed);
-  }
+  if (!sets_.behind(seen)) return;
+  auto [set, generation] = sets_.live();
   std::vector<aoti::ConstantMapEntry> pairs;
   pairs.reserve(set->size());
   for (const LiteConstant& constant : *set) {
@@ -167,7 +147,7 @@ void LiteWeights::swap(const WeightFile& file, const std::string& manifest_sha25
     for (const auto& [name, tensor] : per_model[i]) {
       set->push_back({name, tensor.dtype, tensor.shape, {}, tensor.data.get(), tensor.data});
     }
-    targets[i].weights->publish(std::move(set));
+    targets[i].weights->sets().publish(std::move(set));
   }
   ledger_.swapped(file.weights_sha256);
 }
@@ -175,7 +155,7 @@ void LiteWeights::swap(const WeightFile& file, const std::string& manifest_sha25
 void LiteWeights::rollback(const std::vector<Target>& targets, const std::string& package_path) {
   const std::lock_guard<std::mutex> lock(mutex_);
   ledger_.check_rollback(package_path);
-  for (const Target& target : targets) target.weights->exchange();
+  for (const Target& target : targets) target.weights->sets().exchange();
   ledger_.rolled_back();
 }
 

@@ -13,7 +13,6 @@
 // unswappable: a swap is refused naming the model and why.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "core/run/model_library.h"
+#include "core/weights/live_set.h"
 #include "core/weights/weights_check.h"
 
 namespace tdaot::detail {
@@ -46,10 +46,8 @@ class LiteModelWeights {
   const ConstantTable& table();
   const std::string& unswappable() const { return unswappable_; }
 
-  // Makes `set` live, keeping the live one as previous.
-  void publish(std::shared_ptr<const LiteConstantSet> set);
-  // Exchanges live and previous.
-  void exchange();
+  // The live and previous constant sets (the built-with set once the table is read).
+  LiveSet<LiteConstantSet>& sets() { return sets_; }
 
   // Before a run, in the binding's thread: gives `instance` (of this model's library, given
   // generation `seen`) the live constant set when a swap or rollback happened since; `held`
@@ -65,10 +63,7 @@ class LiteModelWeights {
   bool table_read_ = false;
   ConstantTable table_;
   std::string unswappable_;
-  mutable std::mutex mutex_;
-  std::shared_ptr<const LiteConstantSet> live_;  // null until the table is read
-  std::shared_ptr<const LiteConstantSet> previous_;
-  std::atomic<uint64_t> generation_{0};
+  LiveSet<LiteConstantSet> sets_;
 };
 
 // The policy-wide part: which weights are live, serialised swaps and rollbacks.

@@ -18,10 +18,7 @@ std::vector<detail::LiveWeights::Target> Policy::Impl::weight_targets() const {
 
 void Policy::swap_weights(const std::string& weights_path) const {
   const Impl& self = impl();
-  const detail::WeightFile file = detail::read_weight_file(weights_path);
-  // Before anything about the file is compared with the package: an unvouched file gets no
-  // further than its own digests.
-  if (!self.trusted_keys.empty()) detail::verify_weights_signature(file, self.trusted_keys);
+  const detail::WeightFile file = detail::read_swap_file(weights_path, self.trusted_keys);
   std::vector<std::string> names;
   for (const ModelSpec& model : self.manifest.models) names.push_back(model.name);
   self.live_weights->swap(file, self.manifest_sha256, names, self.weight_targets(), self.device);

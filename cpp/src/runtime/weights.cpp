@@ -40,14 +40,8 @@ ModelWeights::ModelWeights(const torch::inductor::AOTIModelContainerRunner& runn
 
 void ModelWeights::refresh(const ArrayrefLibrary& library, AOTInductorModelHandle& handle,
                            uint64_t& seen) const {
-  if (seen == generation_.load(std::memory_order_acquire)) return;
-  std::shared_ptr<const ConstantSet> set;
-  uint64_t generation = 0;
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    set = live_;
-    generation = generation_.load(std::memory_order_relaxed);
-  }
+  if (!sets_.behind(seen)) return;
+  const auto [set, generation] = sets_.live();
   if (!set) {
     AOTInductorModelHandle fresh = library.new_instance();  // the library's own constants
     library.destroy(handle);
@@ -66,19 +60,6 @@ void ModelWeights::refresh(const ArrayrefLibrary& library, AOTInductorModelHandl
     }
   }
   seen = generation;
-}
-
-void ModelWeights::publish(std::shared_ptr<const ConstantSet> set) {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  previous_ = std::move(live_);
-  live_ = std::move(set);
-  generation_.fetch_add(1, std::memory_order_release);
-}
-
-void ModelWeights::exchange() {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  std::swap(live_, previous_);
-  generation_.fetch_add(1, std::memory_order_release);
 }
 
 std::string LiveWeights::sha256() const {
@@ -123,7 +104,7 @@ void LiveWeights::swap(const WeightFile& file, const std::string& manifest_sha25
     if (targets[i].runner != nullptr) {
       targets[i].runner->swap_constant_buffer();  // waits for the calls in flight
     } else {
-      targets[i].weights->publish(std::move(sets[i]));
+      targets[i].weights->sets().publish(std::move(sets[i]));
     }
   }
   ledger_.swapped(file.weights_sha256);
@@ -136,7 +117,7 @@ void LiveWeights::rollback(const std::vector<Target>& targets, const std::string
     if (target.runner != nullptr) {
       target.runner->swap_constant_buffer();
     } else {
-      target.weights->exchange();
+      target.weights->sets().exchange();
     }
   }
   ledger_.rolled_back();

@@ -15,7 +15,6 @@
 #include <ATen/Tensor.h>
 #include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -23,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "core/weights/live_set.h"
 #include "core/weights/weights_check.h"
 #include "runtime/arrayref.h"
 
@@ -53,18 +53,13 @@ class ModelWeights {
   // after a swap or rollback.
   void refresh(const ArrayrefLibrary& library, AOTInductorModelHandle& handle,
                uint64_t& seen) const;
-  // Arrayref models: makes `set` live, keeping the live one as previous.
-  void publish(std::shared_ptr<const ConstantSet> set);
-  // Arrayref models: exchanges live and previous.
-  void exchange();
+  // Arrayref models: the live and previous constant sets (null: the library's own).
+  LiveSet<ConstantSet>& sets() { return sets_; }
 
  private:
   ConstantTable table_;
   std::string unswappable_;
-  mutable std::mutex mutex_;
-  std::shared_ptr<const ConstantSet> live_;  // null: the constants embedded in the library
-  std::shared_ptr<const ConstantSet> previous_;
-  std::atomic<uint64_t> generation_{0};
+  LiveSet<ConstantSet> sets_;
 };
 
 // The policy-wide part: which weights are live, serialised swaps and rollbacks. The file's checks

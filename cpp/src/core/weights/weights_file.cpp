@@ -153,6 +153,12 @@ std::string verify_weights_signature(const WeightFile& file,
                            {file.path, "weight file '" + file.path + "'", "header"});
 }
 
+WeightFile read_swap_file(const std::string& path, const std::vector<PublicKey>& trusted) {
+  WeightFile file = read_weight_file(path);
+  if (!trusted.empty()) verify_weights_signature(file, trusted);
+  return file;
+}
+
 WeightFile read_weight_file(const std::string& path) {
   WeightFile file;
   file.path = path;

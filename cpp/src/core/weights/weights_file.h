@@ -70,6 +70,11 @@ std::string weights_signing_payload(const WeightFile& file);
 // here: read_weight_file refuses it by its digest (WeightsError).
 std::string verify_weights_signature(const WeightFile& file, const std::vector<PublicKey>& trusted);
 
+// What a swap reads first: read_weight_file, then, when `trusted` is not empty,
+// verify_weights_signature, before anything about the file is compared with a package (an
+// unvouched file gets no further than its own digests).
+WeightFile read_swap_file(const std::string& path, const std::vector<PublicKey>& trusted);
+
 // Throws WeightsError: "weight file '<path>': tensor '<tensor>' <problem>" (no tensor part
 // when `tensor` is empty).
 [[noreturn]] void refuse_weights(const std::string& path, const std::string& tensor,

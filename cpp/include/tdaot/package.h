@@ -31,7 +31,8 @@ struct PackageOptions {
   // else /tmp. It must allow executable mappings (not be mounted noexec).
   std::string temp_dir;
   // The largest package file, and the most bytes its entries may declare unpacked, that
-  // loading accepts (the whole file is read into memory to check it). Default 4 GiB.
+  // loading accepts (the file is read once in full for its sha256; it is never held in memory
+  // whole). Default 4 GiB.
   uint64_t max_package_bytes = uint64_t{4} << 30;
 };
 

@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstring>
-#include <type_traits>
 
 #include "core/run/model_library.h"
 #include "tdaot/errors.h"
@@ -37,28 +36,24 @@ void make_torch_shim_global() {
 
 std::unique_ptr<ArrayrefLibrary> ArrayrefLibrary::open(const std::string& path) {
   make_torch_shim_global();
-  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = ::dlerror();
-    throw Error("cannot load '" + path + "': " + (why != nullptr ? why : "unknown error"));
-  }
-  std::unique_ptr<ArrayrefLibrary> library(new ArrayrefLibrary(handle));
-  const auto find = [handle](auto& entry, const char* name) {
-    entry = reinterpret_cast<std::remove_reference_t<decltype(entry)>>(::dlsym(handle, name));
-    return entry != nullptr;
-  };
-  if (!find(library->run, "AOTInductorModelRunMinimalArrayrefInterfaceV2") ||
-      !find(library->create, "AOTInductorModelCreateV2") ||
-      !find(library->destroy, "AOTInductorModelDelete") ||
-      !find(library->num_outputs, "AOTInductorModelGetNumOutputs")) {
-    return nullptr;  // closes the library again
-  }
-  find(library->last_error, "AOTInductorGetLastError");
-  find(library->update_constants, "AOTInductorModelUpdateConstantsMapV2");
-  return library;
+  std::unique_ptr<ModelLibrary> library = ModelLibrary::open(path, RTLD_NOW | RTLD_LOCAL);
+  if (!library) return nullptr;  // no minimal arrayref interface: closed again
+  return std::unique_ptr<ArrayrefLibrary>(new ArrayrefLibrary(std::move(library)));
 }
 
-ArrayrefLibrary::~ArrayrefLibrary() { ::dlclose(handle_); }
+// The core found the entry points with dlsym; a function pointer converted to another function
+// pointer type and back is the same pointer, and torch's declarations are the functions' own.
+ArrayrefLibrary::ArrayrefLibrary(std::unique_ptr<ModelLibrary> library)
+    : library_(std::move(library)) {
+  create = reinterpret_cast<decltype(create)>(library_->create);
+  destroy = reinterpret_cast<decltype(destroy)>(library_->destroy);
+  num_outputs = reinterpret_cast<decltype(num_outputs)>(library_->num_outputs);
+  run = reinterpret_cast<decltype(run)>(library_->run);
+  update_constants = reinterpret_cast<decltype(update_constants)>(library_->update_constants);
+  last_error = reinterpret_cast<decltype(last_error)>(library_->last_error);
+}
+
+ArrayrefLibrary::~ArrayrefLibrary() = default;
 
 AOTInductorModelHandle ArrayrefLibrary::new_instance() const {
   AOTInductorModelHandle handle = nullptr;
@@ -66,15 +61,6 @@ AOTInductorModelHandle ArrayrefLibrary::new_instance() const {
     throw Error("could not create a model instance: " + error_text());
   }
   return handle;
-}
-
-std::string ArrayrefLibrary::error_text() const {
-  const char* message = nullptr;
-  if (last_error == nullptr || last_error(&message) != AOTI_RUNTIME_SUCCESS ||
-      message == nullptr || *message == '\0') {
-    return "no message";
-  }
-  return message;
 }
 
 InstancePool::InstancePool(const ArrayrefLibrary& library, int count) : library_(library) {

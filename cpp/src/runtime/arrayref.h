@@ -28,14 +28,16 @@ namespace tdaot::detail {
 
 class ArrayrefLibrary {
  public:
-  // The entry points of the model library at `path` (dlopen-ed, RTLD_NOW | RTLD_LOCAL), or
-  // nullptr when it does not export AOTInductorModelRunMinimalArrayrefInterfaceV2 (a model built
-  // without the interface). Throws tdaot::Error naming the path when it cannot be loaded.
+  // The entry points of the model library at `path` (dlopen-ed, RTLD_NOW | RTLD_LOCAL, by the
+  // core's ModelLibrary, which the lite runtime opens models with), or nullptr when it does not
+  // export AOTInductorModelRunMinimalArrayrefInterfaceV2 (a model built without the interface).
+  // Throws tdaot::Error naming the path when it cannot be loaded.
   static std::unique_ptr<ArrayrefLibrary> open(const std::string& path);
   ~ArrayrefLibrary();
   ArrayrefLibrary(const ArrayrefLibrary&) = delete;
   ArrayrefLibrary& operator=(const ArrayrefLibrary&) = delete;
 
+  // The core's entry points with torch's declared types (the same addresses).
   // A model instance with the constants embedded in the library (its own copy of them).
   decltype(&AOTInductorModelCreateV2) create = nullptr;
   decltype(&AOTInductorModelDelete) destroy = nullptr;
@@ -49,11 +51,11 @@ class ArrayrefLibrary {
   // A new model instance; throws tdaot::Error with the library's message when that fails.
   AOTInductorModelHandle new_instance() const;
   // The library's message for the calling thread's last failed call, for error messages.
-  std::string error_text() const;
+  std::string error_text() const { return library_->error_text(); }
 
  private:
-  explicit ArrayrefLibrary(void* handle) : handle_(handle) {}
-  void* handle_;
+  explicit ArrayrefLibrary(std::unique_ptr<ModelLibrary> library);
+  std::unique_ptr<ModelLibrary> library_;  // owns the dlopen-ed library
 };
 
 // One model instance owned by its holder: deleted with it, also when the constructor that made

@@ -69,7 +69,9 @@ BOUND_MAX_BATCH = 16
 # most this many bytes (a power of two of rows): below glibc's 32 MB mmap threshold, so blocks
 # are reused from the heap. The conv benchmark policy at batch 4096 (its largest buffer 48 KiB a
 # row), p50 against the whole batch: 256 or 512 rows 0.73-0.75x, 128 0.81x, 64 0.90x (more
-# calls, a larger package), 1024 0.94x (50 MB buffers: mmap again).
+# calls, a larger package), 1024 0.94x (50 MB buffers: mmap again). In a process whose heap
+# keeps its memory (glibc's M_TOP_PAD/M_TRIM_THRESHOLD raised) the unchunked model needs ~0.8x
+# the CPU time of the chunked one: revisit this if the runtime ever keeps its heap.
 CHUNK_BYTES = 16 << 20
 
 # Inductor options per model tuning; part of the cache key (tdaot.builder.cache.artifact_key).

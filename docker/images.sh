@@ -147,7 +147,9 @@ stage_lite() {
       -L"$out/opt/tdaot/lib" -ltdaot_lite -o "$out/opt/tdaot/bin/robot_service"
     say "lite files: from this machine ($tool, $lib; robot_service compiled against them)"
   else
-    "${E[@]}" run --rm --network none -v "$PWD/$out:/out" "$BUILD_IMAGE" sh -ec '
+    # The network as Dockerfile.runtime-full's `make install` has it (host): nothing should be
+    # fetched, but a stale stamp must not fail the staging where the image build would not.
+    "${E[@]}" run --rm --network host -v "$PWD/$out:/out" "$BUILD_IMAGE" sh -ec '
       make install PREFIX=/opt/tdaot >/dev/null
       .venv/bin/cmake -S cpp/examples/robot_service -B build/robot_service -G Ninja \
         -DCMAKE_MAKE_PROGRAM=$PWD/.venv/bin/ninja -DCMAKE_PREFIX_PATH=/opt/tdaot -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -18,7 +18,8 @@
 // models run here is accepted. Errors are the tdaot::Error hierarchy (tdaot/errors.h).
 //
 // Thread-safety: a Policy may be shared between threads once constructed, and bindings of one
-// Policy are independent (each has its own model instance and its own copy of the weights). A
+// Policy are independent (each has its own model instance and its own copy of the weights it was
+// built with; weights swapped in are shared by the bindings, read-only). A
 // Binding is for one thread at a time: a run() or reset() while another call on it runs throws
 // tdaot::Error. Policy and Binding are movable, not copyable; a Binding keeps the loaded model
 // alive after its Policy is destroyed.

@@ -236,7 +236,7 @@ def test_bad_options_exit_2(arm, tmp_path):
     for args, message in (
         (["--command", "1,2"], "--command: expected vx,vy,yaw_rate"),
         (["--seconds", "0"], "--seconds must be > 0"),
-        (["--runtime", "torch", "--no-envelope"], "always runs the safety envelope"),
+        (["--runtime", "jax"], "--runtime: jax not in {lite,torch}"),
     ):
         done = _rehearse(arm[2].path, _mjcf(tmp_path), *args)
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
@@ -246,10 +246,12 @@ def test_bad_options_exit_2(arm, tmp_path):
 
 def test_the_full_runtime_rehearses_the_same_trajectory(arm, tmp_path):
     """--runtime torch: tdaot-rehearse-torch, the same loop on tdaot::Session (libtorch), with the
-    same contract and envelope: the same trajectory as the lite runtime's bound run."""
+    same contract and envelope (without it: tdaot::Binding): the same trajectory as the lite
+    runtime's bound run."""
     rows = {}
-    for runtime in ("lite", "torch"):
-        trajectory = tmp_path / f"{runtime}.csv"
+    for runtime, *extra in (("lite",), ("torch",), ("torch", "--no-envelope")):
+        name = " ".join((runtime, *extra))
+        trajectory = tmp_path / f"{len(rows)}.csv"
         done = _rehearse(
             arm[2].path,
             _mjcf(tmp_path),
@@ -257,6 +259,7 @@ def test_the_full_runtime_rehearses_the_same_trajectory(arm, tmp_path):
             "2",
             "--runtime",
             runtime,
+            *extra,
             "--command",
             ",".join(map(str, COMMAND)),
             "--trajectory",
@@ -267,13 +270,15 @@ def test_the_full_runtime_rehearses_the_same_trajectory(arm, tmp_path):
         summary = json.loads(done.stdout.strip().splitlines()[-1])
         assert summary["runtime"] == runtime and summary["control_steps"] == 100
         with open(trajectory, newline="") as file:
-            rows[runtime] = list(csv.DictReader(file))
-    assert "tdaot::Session" in done.stdout
-    assert rows["lite"][0].keys() == rows["torch"][0].keys() and len(rows["lite"]) == 100
-    worst = max(abs(float(a[k]) - float(b[k])) for a, b in zip(rows["lite"], rows["torch"]) for k in a)
-    assert worst < 1e-6, f"lite and torch trajectories differ by {worst:.2e}"
+            rows[name] = list(csv.DictReader(file))
+    assert "tdaot::Binding on model" in done.stdout and "envelope off" in done.stdout
+    lite = rows.pop("lite")
+    for name, other in rows.items():
+        assert lite[0].keys() == other[0].keys() and len(other) == 100
+        worst = max(abs(float(a[k]) - float(b[k])) for a, b in zip(lite, other) for k in a)
+        assert worst < 1e-6, f"lite and {name} trajectories differ by {worst:.2e}"
     # The arm moved: the comparison is not of two idle runs.
-    assert abs(float(rows["torch"][-1]["q.shoulder"]) - float(rows["torch"][0]["q.shoulder"])) > 0.3
+    assert abs(float(lite[-1]["q.shoulder"]) - float(lite[0]["q.shoulder"])) > 0.3
 
 
 def _cli(capsys, *argv) -> tuple[int, str, str]:

@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   app.add_option("--fall-fraction", options.fall_fraction,
                  "a fall: the base below this fraction of its starting height (or tilted > 60 deg)")
       ->capture_default_str();
-  app.add_flag("--no-envelope", no_envelope, "run without the safety envelope (lite runtime only)");
+  app.add_flag("--no-envelope", no_envelope, "run without the safety envelope");
   app.add_flag("--json", as_json, "print the summary as one JSON line too");
   try {
     app.parse(argc, argv);

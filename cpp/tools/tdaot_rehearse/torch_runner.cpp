@@ -1,11 +1,13 @@
 // tdaot-rehearse-torch's policy on the full runtime: tdaot::Session (libtorch, AOTInductor's
 // runner or the package's specialised model), batch 1, the same contract and safety envelope as
 // the lite runtime's bound run. Inputs are tensors the runner owns and the loop writes in place.
+// Without the envelope (--no-envelope): the full runtime's tdaot::Binding, which has none.
 #include <ATen/ATen.h>
 
 #include <string>
 #include <vector>
 
+#include "tdaot/binding.h"
 #include "tdaot/policy.h"
 #include "tdaot/session.h"
 #include "tdaot/types.h"
@@ -22,13 +24,13 @@ class TorchRunner final : public PolicyRunner {
   const Manifest& manifest() const override { return policy_.manifest(); }
   const std::optional<Contract>& contract() const override { return policy_.contract(); }
   void bind(bool envelope) override {
-    if (!envelope) {
-      throw UsageError("--no-envelope: the full runtime's tdaot::Session always runs the safety envelope "
-                       "(--runtime lite can run without it)");
-    }
     if (!manifest().batch.contains(1)) {
       throw UsageError("package '" + path_ + "' does not accept batch 1 (batch " +
                        std::to_string(manifest().batch.min) + ".." + std::to_string(manifest().batch.max) + ")");
+    }
+    if (!envelope) {
+      binding_.emplace(policy_.bind(1));
+      return;
     }
     session_.emplace(policy_, 1);
     for (const TensorSpec& spec : session_->inputs()) {
@@ -38,6 +40,7 @@ class TorchRunner final : public PolicyRunner {
     }
   }
   void* input_data(const std::string& key, DType dtype) override {
+    if (binding_) return checked(binding_->input(key), key, dtype).data_ptr();
     const std::vector<TensorSpec>& specs = session_->inputs();
     for (size_t i = 0; i < specs.size(); ++i) {
       if (specs[i].key == key) {
@@ -48,22 +51,33 @@ class TorchRunner final : public PolicyRunner {
     throw UsageError("input '" + key + "' is not one the session takes");
   }
   void run() override {
+    if (binding_) return binding_->run();
     outputs_ = session_->step_positional(inputs_);
     for (at::Tensor& out : outputs_) out = out.contiguous();
   }
   const void* output_data(const std::string& key, DType dtype) const override {
+    if (binding_) return checked(binding_->output(key), key, dtype).const_data_ptr();
     const auto index = manifest().output_index(key);
     if (!index || manifest().outputs[*index].dtype != dtype) {
       throw UsageError("output '" + key + "' is not a " + dtype_name(dtype) + " output of the package");
     }
     return outputs_.at(*index).const_data_ptr();
   }
-  const Interventions& interventions() const override { return session_->interventions(); }
-  std::string describe() const override { return "full runtime, tdaot::Session"; }
+  const Interventions& interventions() const override { return session_ ? session_->interventions() : none_; }
+  std::string describe() const override {
+    return binding_ ? "full runtime, tdaot::Binding on model " + binding_->model() : "full runtime, tdaot::Session";
+  }
 
  private:
+  static const at::Tensor& checked(const at::Tensor& tensor, const std::string& key, DType dtype) {
+    if (tensor.scalar_type() != to_scalar_type(dtype)) throw UsageError("'" + key + "' is not " + dtype_name(dtype));
+    return tensor;
+  }
+
   std::string path_;
   Policy policy_;
+  std::optional<Binding> binding_;  // without the envelope
+  Interventions none_;
   std::optional<Session> session_;
   std::vector<at::Tensor> inputs_;
   std::vector<at::Tensor> outputs_;

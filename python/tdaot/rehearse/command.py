@@ -26,7 +26,7 @@ def add_parser(commands) -> None:
     r.add_argument("--keyframe", help="start from this MJCF keyframe")
     r.add_argument("--runtime", choices=("lite", "torch"), help="the runtime that runs the package")
     r.add_argument("--trajectory", help="the CSV trajectory to write (default: a temporary file)")
-    r.add_argument("--no-envelope", action="store_true", help="without the safety envelope (lite)")
+    r.add_argument("--no-envelope", action="store_true", help="without the safety envelope")
     r.add_argument("--fall-fraction", help="a fall: the base below this fraction of its start height")
     r.add_argument("--reference", action="store_true", help="also run the eager policy and report parity")
     r.add_argument("--factory", help="FILE.py:FUNCTION returning (module, example): the eager policy")

@@ -1,0 +1,93 @@
+"""Inductor's CPU vector ISA selection: the private torch API tdaot uses for it, beside
+tdaot._torch_compat (which re-exports it) to keep each module short. Same rule: every use of
+torch internals for this lives here, and tests/python/test_torch_compat.py checks each entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def vector_isas_limited_to(class_names: tuple[str, ...] | None) -> Iterator[None]:
+    """Inductor's CPU vector ISAs limited to the named classes ("VecAVX2", ...) for the
+    duration (None: all). Inductor adds each ISA's own flags (-mavx512vnni, AMX) on top of
+    -march, so a target level must exclude the ISAs that go beyond it."""
+    from torch._inductor import cpu_vec_isa
+
+    probed = probed_vector_isas()
+    if class_names is None:
+        yield
+        return
+    original = cpu_vec_isa.valid_vec_isa_list
+    allowed = [isa for isa in probed if type(isa).__name__ in class_names]
+    # pick_vec_isa looks the list up through the module on every call.
+    cpu_vec_isa.valid_vec_isa_list = lambda: allowed
+    try:
+        yield
+    finally:
+        cpu_vec_isa.valid_vec_isa_list = original
+
+
+@functools.cache
+def probed_vector_isas() -> list:
+    """Inductor's valid CPU vector ISAs, probed the way inductor means to: with libtorch linked.
+
+    Inductor decides once per process whether an ISA works by compiling a probe library with the
+    compile options in force at that moment and dlopen-ing it in a child process. Probed under a
+    bound model's ``aot_inductor.link_libtorch = False``, the probe cannot resolve SLEEF from
+    libtorch, fails, and the ISA is dropped (the model silently gets scalar kernels); the failed
+    probe library also stays in inductor's cache and fails every later process. So the list is
+    settled here, with libtorch linked, and an ISA the CPU has whose cached probe fails has its
+    probe library removed and is probed once more.
+    """
+    import torch._inductor.config
+    from torch._inductor import cpu_vec_isa
+
+    with torch._inductor.config.patch({"aot_inductor.link_libtorch": True}):
+        valid = cpu_vec_isa.valid_vec_isa_list()
+        if sys.platform != "linux" or not hasattr(cpu_vec_isa, "x86_isa_checker"):
+            return valid
+        cpu_flags = cpu_vec_isa.x86_isa_checker()
+        stale = [
+            isa
+            for isa in cpu_vec_isa.supported_vec_isa_list
+            if isa not in valid and all(flag in cpu_flags for flag in str(isa).split())
+        ]
+        if not stale or not all(_remove_isa_probe(isa) for isa in stale):
+            return valid
+        cpu_vec_isa.VecISA._VecISA__bool__impl.cache_clear()
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()
+        return cpu_vec_isa.valid_vec_isa_list()
+
+
+def _remove_isa_probe(isa) -> bool:
+    """Remove inductor's cached probe library of ``isa`` (as VecISA.check_build names it);
+    whether one was there."""
+    from torch._inductor import cpu_vec_isa
+    from torch._inductor.codecache import write
+    from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions
+
+    key, source = write(
+        cpu_vec_isa.VecISA._avx_code,
+        "cpp",
+        extra=cpu_vec_isa._get_isa_dry_compile_fingerprint(isa.build_arch_flags()),
+    )
+    options = CppTorchOptions(vec_isa=isa, warning_all=False)
+    library = Path(CppBuilder(key, [source], options, str(Path(source).parent)).get_target_file_path())
+    if not library.is_file():
+        return False
+    library.unlink()
+    return True
+
+
+def picked_vector_isa() -> str:
+    """The vector ISA inductor generates CPU kernels for now ("" when scalar)."""
+    from torch._inductor import cpu_vec_isa
+
+    isa = cpu_vec_isa.pick_vec_isa()
+    return str(isa) if isa else ""

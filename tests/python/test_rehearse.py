@@ -328,6 +328,10 @@ def test_tdaot_rehearse_errors_exit_2_naming_what_is_wrong(
         assert err.startswith("tdaot rehearse: error: "), err
     code, _, err = _cli(capsys, arm[2].path, "--mjcf", _mjcf(tmp_path, elbow="knee"), "--seconds", "0.1")
     assert code == 2 and "contract joint 'elbow' (output 'action') is not a joint of the MJCF" in err, err
+    absent = tmp_path / "absent" / "tdaot-rehearse"
+    monkeypatch.setenv("TDAOT_REHEARSE", str(absent))
+    code, _, err = _cli(capsys, arm[2].path, "--mjcf", mjcf)
+    assert code == 2 and f"TDAOT_REHEARSE={str(absent)!r} is not an executable file" in err, err
 
 
 def test_robot_service_builds_the_observation_with_the_terms_library(arm):

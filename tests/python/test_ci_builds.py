@@ -238,6 +238,7 @@ def test_parity_failure_fails_the_build_with_the_error_table(tmp_path, capsys):
         [[artifact]]
         name = "noisy"
         factory = "noisy.py:noisy"
+        tuning = "throughput"  # one model: what is checked is the parity gate's report
         """,
     )
     report, junit = tmp_path / "r.json", tmp_path / "r.xml"

@@ -1,5 +1,10 @@
 #include "package_refusals.h"
 
+#include <sys/stat.h>
+#include <zip.h>
+
+#include <cstdint>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/manifest/manifest_internal.h"
@@ -25,6 +30,20 @@ std::string prefix_of(const std::string& package) {
   });
   std::filesystem::remove(package + ".probe");
   return prefix;
+}
+
+// Gives the entry `name` of the zip at `path` the Unix file type and mode `mode` (a symlink, a
+// pipe: what extraction must never create).
+void set_mode(const std::string& path, const std::string& name, uint32_t mode) {
+  int code = 0;
+  zip_t* zip = zip_open(path.c_str(), 0, &code);
+  ASSERT_NE(zip, nullptr) << path;
+  const zip_int64_t index = zip_name_locate(zip, name.c_str(), 0);
+  ASSERT_GE(index, 0) << name;
+  ASSERT_EQ(zip_file_set_external_attributes(zip, static_cast<zip_uint64_t>(index), 0,
+                                             ZIP_OPSYS_UNIX, mode << 16),
+            0);
+  ASSERT_EQ(zip_close(zip), 0) << path;
 }
 
 // A copy of `src` with a byte of model b1's library changed; sets `library` to its name in the
@@ -95,6 +114,31 @@ std::vector<Refusal> refusals(const fixtures::TempDir& dir, const std::string& e
   }, {{climbing, "pwned"}});
   add("an entry climbing out", dir.file("climbing.pt2"), plain, typeid(PackageError),
       {"has an unsafe entry '" + climbing + "'"});
+  const std::string absolute = "/tmp/tdaot-test-canary-absolute";
+  fixtures::edit_zip(tutorial, dir.file("absolute.pt2"), [](const std::string&, std::string&) {
+    return false;
+  }, {{absolute, "pwned"}});
+  add("an absolute entry", dir.file("absolute.pt2"), plain, typeid(PackageError),
+      {"has an unsafe entry '" + absolute + "'"});
+  for (const auto& [mode, kind] : std::vector<std::pair<uint32_t, std::string>>{
+           {S_IFLNK | 0777, "a symbolic link"}, {S_IFIFO | 0644, "a named pipe"}}) {
+    const std::string path = dir.file("special" + std::to_string(mode) + ".pt2");
+    const std::string entry = prefix + "data/aotinductor/b1/libc.so";
+    fixtures::edit_zip(tutorial, path, [](const std::string&, std::string&) { return false; },
+                       {{entry, "/lib/x86_64-linux-gnu/libc.so.6"}});
+    set_mode(path, entry, mode);
+    add("an entry that is " + kind, path, plain, typeid(PackageError),
+        {"entry '" + entry + "' that is " + kind});
+  }
+  fixtures::edit_zip(tutorial, dir.file("two_tops.pt2"), [](const std::string&, std::string&) {
+    return false;
+  }, {{"other/data/x", ""}});
+  add("two top folders", dir.file("two_tops.pt2"), plain, typeid(PackageError),
+      {"has entries under both '" + prefix + "' and 'other/data/x'"});
+  PackageOptions small = plain;
+  small.max_package_bytes = std::filesystem::file_size(tutorial) - 1;
+  add("a file above the size limit", tutorial, small, typeid(PackageError),
+      {"is larger than the limit of " + std::to_string(small.max_package_bytes) + " bytes"});
   PackageOptions no_dir = plain;
   no_dir.temp_dir = dir.file("missing/below");
   add("an extraction dir that cannot be made", tutorial, no_dir, typeid(PackageError),

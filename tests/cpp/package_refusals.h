@@ -24,7 +24,8 @@ struct Refusal {
 
 // Copies of tutorial.pt2 and tutorial_signed.pt2 written into `dir` (pinned to another digest or
 // to no digest at all, a model library changed, a file added or removed, an entry climbing out
-// of the extraction dir, unsigned with trusted keys, its signature removed, signed by another
+// of the extraction dir or absolute, a symlink or pipe entry, two top folders, a file above the
+// size limit, unsigned with trusted keys, its signature removed, signed by another
 // key, its manifest changed after signing, malformed signatures, unusable trusted keys, an
 // extraction dir that cannot be made). Every case extracts (if at all) under `extract`, which a
 // refusal must leave empty.

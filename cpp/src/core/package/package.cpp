@@ -17,6 +17,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/manifest/manifest_internal.h"
 #include "core/package/archive.h"
 #include "core/package/digest.h"
 #include "core/package/signature.h"

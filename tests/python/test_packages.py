@@ -309,11 +309,15 @@ def test_version_1_packages_are_refused_with_a_rebuild_hint(package, tmp_path, e
     _refused(path, extract_dir, tdaot.ManifestError, "version 1 packages carry no file digests.*rebuild")
 
 
+# A package built by torch 1.13 is refused naming it and this runtime's torch major.minor.
+_OTHER_TORCH = r"1\.13.*" + re.escape(".".join(torch.__version__.split(".")[:2]))
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
         ("cpu_isa", "avx512 amx_int8 sme", "sme"),
-        ("torch_version", "1.13.1", r"1\.13.*2\.13"),
+        ("torch_version", "1.13.1", _OTHER_TORCH),
     ],
     ids=["another-cpu-isa", "another-torch"],
 )
@@ -376,7 +380,7 @@ MANIFEST_FAULTS = [
     pytest.param(
         _edit_manifest(lambda m: m.update(torch_version="1.13.1")),
         tdaot.HostMismatchError,
-        r"1\.13.*2\.13",
+        _OTHER_TORCH,
         id="torch-version",
     ),
 ]

@@ -3,6 +3,7 @@ and `import tdaot` imports no build module until a build name is used."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -23,11 +24,19 @@ def _modules_after(code: str) -> list[str]:
     return json.loads(result.stdout.splitlines()[-1])
 
 
+@functools.cache
+def _before_tdaot() -> frozenset[str]:
+    """What `import torch, tensordict` imports by itself: not tdaot's doing. On torch 2.15,
+    tensordict's import of torch._dynamo brings torch._inductor and its codegen along."""
+    return frozenset(_modules_after("import torch, tensordict"))
+
+
 def _build_side(modules: list[str]) -> list[str]:
     return [
         m
         for m in modules
-        if m.startswith(BUILD_SIDE) or (m.startswith("tdaot.") and m.rsplit(".", 1)[-1] in BUILD_NAMES)
+        if (m.startswith(BUILD_SIDE) or (m.startswith("tdaot.") and m.rsplit(".", 1)[-1] in BUILD_NAMES))
+        and m not in _before_tdaot()
     ]
 
 

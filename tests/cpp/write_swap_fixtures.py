@@ -1,7 +1,8 @@
 """Writes what the weight swap tests compare with, into the build_test_packages fixture's folder
 (a ctest fixture of its own; no compile, a few seconds):
 
-- lite_swap_expected.json (tests/cpp/lite/test_lite_weights.cpp): seeded batch-1 inputs of tutorial.pt2 and, for each, the outputs of
+- lite_swap_expected.json (tests/cpp/lite/test_lite_weights.cpp): seeded batch-1 inputs of
+  tutorial.pt2 and, for each, the outputs of
   the full runtime's bound run after swapping in tutorial_v2.tdw (``"full"``: the same compiled
   model on the same constants, so equal exactly), of the eager tutorial policy given that file's
   weights (``"eager"``, loaded from its ``weights/`` entries), and of the package as built

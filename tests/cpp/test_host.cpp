@@ -215,12 +215,18 @@ struct ForeignPackage {
   std::string message;  // after "package '<path>' "
 };
 
+const std::string kThisTorch =
+    std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+const std::string kNextTorch = std::to_string(TORCH_VERSION_MAJOR) + "." +
+                               std::to_string(TORCH_VERSION_MINOR + 1) + ".0";
+
 TEST(HostCheck, PolicyRefusesForeignPackagesBeforeLoading) {
   const std::vector<ForeignPackage> cases = {
       {"old_torch", [](nlohmann::json& m) { m["torch_version"] = "1.0.0"; },
        "was built with torch 1.0.0"},
-      {"next_torch", [](nlohmann::json& m) { m["torch_version"] = "2.14.0"; },
-       "was built with torch 2.14.0 but this runtime uses torch 2.13"},
+      // The next minor after this runtime's torch (a literal 2.14.0 is accepted by a 2.14 build).
+      {"next_torch", [](nlohmann::json& m) { m["torch_version"] = kNextTorch; },
+       "was built with torch " + kNextTorch + " but this runtime uses torch " + kThisTorch},
       {"arm", [](nlohmann::json& m) { m["cpu_isa"] = "neon"; },
        "was built for cpu_isa 'neon', but 'neon' is not a CPU feature this host has"},
       {"future_x86", [](nlohmann::json& m) { m["cpu_isa"] = "avx10_2"; },

@@ -83,9 +83,7 @@ def test_operator_names_and_reasons():
     assert lite._lacking([lite.PROXY_EXECUTOR]) == [
         "calls operators through AOTInductor's proxy executor (aoti_torch_proxy_executor_call_function)"
     ]
-    assert (
-        lite._not_bound(spec) == "batch-1 model: not built for the bound run (its array-ref compile failed)"
-    )
+    assert lite._not_bound(spec) == "batch-1 model: not built for the bound run (its array-ref build refused)"
     assert lite._not_bound(dataclasses.replace(spec, batch=tdaot.BatchRange(32, 32))) == (
         "batch-32 model: the bound run is built for batches up to 16"
     )

@@ -123,7 +123,7 @@ def _not_bound(spec: ModelSpec) -> str:
         return "dynamic-batch latency model: not built for the bound run"
     if spec.batch.max > BOUND_MAX_BATCH:
         return f"batch-{spec.batch.max} model: the bound run is built for batches up to {BOUND_MAX_BATCH}"
-    return f"batch-{spec.batch.max} model: not built for the bound run (its array-ref compile failed)"
+    return f"batch-{spec.batch.max} model: not built for the bound run (its array-ref build refused)"
 
 
 def support(libraries: Iterable[bytes], spec: ModelSpec, bound: bool) -> LiteSupport:

@@ -53,6 +53,7 @@ _OWN_LOG = pytest.StashKey[bool]()
 
 
 def pytest_configure(config):
+    _own_inductor_cache_per_worker()
     path = os.environ.get(compile_log.ENV)
     if not path:
         fd, path = tempfile.mkstemp(prefix="tdaot-compiles-", suffix=".log")
@@ -69,15 +70,43 @@ def pytest_unconfigure(config):
         os.environ.pop(compile_log.ENV, None)
 
 
+def _own_inductor_cache_per_worker():
+    """Under pytest-xdist (`make test` runs two workers) each worker compiles into an inductor
+    cache of its own: two processes compiling one graph into one cache write the same model
+    library, and one read it half-written (seen when the two suites ran side by side)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    base = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default_cache_dir()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{base}-{worker}"
+
+
+_BEFORE = pytest.StashKey[int]()
+_COMPILES = "tdaot_compiles"  # a report's user property: the compiles its test ran
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    before = len(compile_log.read(item.config.stash[_LOG]))
-    try:
-        return (yield)
-    finally:
-        ran = len(compile_log.read(item.config.stash[_LOG])) - before
-        if ran:
-            _compiles[item.nodeid] = ran
+    item.stash[_BEFORE] = len(compile_log.read(item.config.stash[_LOG]))
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "teardown":
+        ran = len(compile_log.read(item.config.stash[_LOG])) - item.stash[_BEFORE]
+        report.user_properties.append((_COMPILES, ran))
+    return report
+
+
+def pytest_runtest_logreport(report):
+    # Called in the process that reports: the only one, or xdist's controller for its workers.
+    for name, ran in report.user_properties:
+        if name == _COMPILES and ran:
+            _compiles[report.nodeid] = ran
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -50,6 +50,7 @@ the lite runtime.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -57,6 +58,7 @@ import torch
 
 from tdaot import _torch_compat
 from tdaot.builder import rewrites
+from tdaot.manifest import BatchRange
 
 TUNINGS = ("throughput", "latency", "auto")
 DEFAULT_TUNING = "auto"
@@ -103,13 +105,15 @@ RECURRENT_OPS = rewrites.RECURRENT_OPS
 @dataclass(frozen=True)
 class ModelPlan:
     """One model of a package: its name, its tuning ("throughput" or "latency"), the static
-    batch it is specialised for (None: the package's whole range), and whether it is built
-    for the allocation-free bound run."""
+    batch it is specialised for (None: the package's whole range), whether it is built for the
+    allocation-free bound run, and the rows the runtime hands it at once (None: any call)."""
 
     name: str
     tuning: str
     batch: int | None = None
     bound: bool = False
+    # How the runtime slices a large call (ModelSpec.chunk_rows); not part of the compile.
+    chunk_rows: int | None = None
 
     def describe(self) -> dict:
         return {"name": self.name, "tuning": self.tuning, "batch": self.batch, "bound": self.bound}
@@ -144,19 +148,43 @@ def _specialised(name: str, batch: int) -> ModelPlan:
     return ModelPlan(name, "latency", batch, _torch_compat.has_arrayref_entry_point())
 
 
-def chunk_rows(program: torch.export.ExportedProgram, batch: int) -> int | None:
-    """Rows per chunk for ``program`` traced at the static ``batch``: the largest power of two
-    that keeps its largest batch-sized intermediate within CHUNK_BYTES, or None where the whole
-    batch does already."""
+def chunk_rows(program: torch.export.ExportedProgram, batch: BatchRange) -> int | None:
+    """Rows per chunk for ``program`` serving ``batch``: the largest power of two (for a dynamic
+    batch at least ``batch.min``) that keeps its largest batch-sized intermediate within CHUNK_BYTES, or None
+    where the largest batch does already. A static batch is traced in chunks of that many rows
+    (tdaot.builder.export); a dynamic model records it in the manifest (ModelSpec.chunk_rows)
+    and the runtime runs a larger call as slices of it."""
+    per_row = row_bytes(program)
+    if per_row * batch.max <= CHUNK_BYTES:
+        return None
+    rows = max(1, CHUNK_BYTES // per_row)
+    rows = 1 << (rows.bit_length() - 1)
+    if batch.dynamic:
+        rows = max(rows, batch.min)  # a slice is a batch the model serves
+    return rows if rows < batch.max else None
+
+
+def row_bytes(program: torch.export.ExportedProgram) -> int:
+    """Bytes per batch row of ``program``'s largest intermediate with a leading batch dim (its
+    first input's, static or symbolic)."""
+    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    first = placeholders[program.graph_signature.user_inputs[0]].meta["val"].shape[0]
     largest = 0
     for node in program.graph.nodes:
         value = node.meta.get("val")
-        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == batch:
-            largest = max(largest, value.numel() * value.element_size())
-    if largest <= CHUNK_BYTES:
-        return None
-    rows = max(1, CHUNK_BYTES * batch // largest)
-    return 1 << (rows.bit_length() - 1)
+        if not isinstance(value, torch.Tensor) or not value.dim() or not _same_size(value.shape[0], first):
+            continue
+        trailing = tuple(value.shape[1:])
+        if all(isinstance(size, int) for size in trailing):
+            largest = max(largest, math.prod(trailing) * value.element_size())
+    return largest
+
+
+def _same_size(a: int | torch.SymInt, b: int | torch.SymInt) -> bool:
+    """Equal sizes, compared without a guard: ints by value, symbols by their expression."""
+    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
+        return a.node.expr == b.node.expr
+    return isinstance(a, int) and isinstance(b, int) and a == b
 
 
 def tuning_options(tuning: str) -> dict:

@@ -108,7 +108,9 @@ def measure(calls: dict, rounds: int, per_round: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--artifacts", default="build/bench/artifacts")
     parser.add_argument("--policies", default="tutorial,mlp,conv,lstm")
     parser.add_argument("--batches", default="64,256,4096")
@@ -127,7 +129,8 @@ def main() -> int:
             built = tdaot.load(source / "policy.pt2", intra_op_threads=1)
             rows = next((m.chunk_rows for m in built.manifest.models if m.batch.dynamic), None)
             variants = {f"built ({rows})": source / "policy.pt2"}
-            variants["unchunked"] = with_chunk_rows(source / "policy.pt2", None, Path(scratch) / f"{policy}-0.pt2")
+            unchunked = Path(scratch) / f"{policy}-0.pt2"
+            variants["unchunked"] = with_chunk_rows(source / "policy.pt2", None, unchunked)
             for other in (int(r) for r in args.rows.split(",") if r):
                 copy = Path(scratch) / f"{policy}-{other}.pt2"
                 variants[f"rows {other}"] = with_chunk_rows(source / "policy.pt2", other, copy)
@@ -137,7 +140,7 @@ def main() -> int:
                 tensors = make_inputs(specs, batch)
                 calls = {"onnxruntime": onnx_call(source / "policy.onnx", tensors)}
                 for name, native in loaded.items():
-                    calls[name] = (lambda run: lambda: run(*tensors))(native.run_positional)
+                    calls[name] = bound_call(native.run_positional, tensors)
                 per_round = max(2, min(200, int(0.3 / max(1e-6, _once(calls["unchunked"])))))
                 row = {"policy": policy, "batch": batch, "variants": measure(calls, args.rounds, per_round)}
                 results.append(row)
@@ -145,6 +148,10 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
+
+
+def bound_call(run, tensors: list[torch.Tensor]):
+    return lambda: run(*tensors)
 
 
 def _once(call) -> float:

@@ -8,15 +8,19 @@ the latency tuning's C++ GEMM template was 1.2-2.4x slower from batch 64 up). Th
 each call to the model for its batch. A package whose batch is static holds one model of that
 kind. On CUDA, ``"auto"`` is ``"throughput"``.
 
-A static batch above ``CHUNK_BYTES`` worth of the largest intermediate is traced in chunks
-(:func:`chunk_rows`, tdaot.builder.export): the graph runs the policy on slices of the batch
-and concatenates the outputs, so no intermediate outgrows the chunk. At batch 4096 the conv
-benchmark policy's float copy of its uint8 pixels alone is 201 MB; glibc serves any block over
-32 MB by a fresh mmap, so every call page-faulted ~64k times (about 100 ms of kernel time a
-call) and streamed every layer through memory; in 256-row chunks the same model ran 1.3-1.6x
-faster (three runs on a loaded VM), about level with ONNX Runtime (benchmarks/README.md).
-Rows must be independent, as a batch of environments is: a policy that mixes rows (batch
-statistics) gives other results chunked.
+A batch above ``CHUNK_BYTES`` worth of the largest intermediate runs in chunks of rows
+(:func:`chunk_rows`): a static batch is traced so (tdaot.builder.export: the graph runs the
+policy on slices of the batch and concatenates the outputs), and the dynamic model records the
+rows in the manifest (``ModelSpec.chunk_rows``), from which the runtime runs a larger call as
+slices and writes each slice's outputs into the whole call's. So no intermediate outgrows the
+chunk. At batch 4096 the conv benchmark policy's float copy of its uint8 pixels alone is 201 MB;
+glibc serves any block over 32 MB by a fresh mmap, so every call page-faulted ~64k times (about
+100 ms of kernel time a call) and streamed every layer through memory; in 256-row chunks the same
+model ran 1.3-1.6x faster (loaded VM), about level with ONNX Runtime (benchmarks/README.md).
+Rows must be independent, as a batch of environments is: before chunking anything the build
+runs the eager policy on a few distinct rows at once and in two calls
+(tdaot.builder.checks.rows_independent); a policy whose outputs differ (batch statistics, a
+normalisation over the batch) is never chunked.
 
 ``"throughput"`` is inductor's own choice: matrix products call ATen (MKL), recurrent layers
 call ATen's fused RNN op (one oneDNN RNN primitive). Best from batch ~64 up.

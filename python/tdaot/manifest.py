@@ -270,8 +270,8 @@ class Manifest:
             lite = ""
             if model.lite is not None:
                 lite = ", lite" if model.lite.runs else f", needs libtorch ({model.lite.why})"
-            sliced = f", in slices of {model.chunk_rows} rows" if model.chunk_rows else ""
-            lines.append(f"  model {model.name:<11} batch {served}, {model.tuning}{sliced}{lite}")
+            sliced = f"; calls of more than {model.chunk_rows} rows run in slices" if model.chunk_rows else ""
+            lines.append(f"  model {model.name:<11} batch {served}, {model.tuning}{lite}{sliced}")
         if any(model.lite is not None for model in self.models):
             lines.append(f"  lite runtime      {self.lite_batches_described()}")
         width = max(len(s.key) for s in (*self.inputs, *self.outputs))

@@ -1,9 +1,9 @@
 """Large batches (tdaot.builder.tuning): a specialised model above BOUND_MAX_BATCH is throughput
 tuned, a static batch whose largest intermediate is over CHUNK_BYTES is traced in chunks of rows,
 and a dynamic model that would outgrow it records the rows the runtime slices a larger call into;
-a policy whose rows mix is never chunked. CHUNK_BYTES is lowered here so the tutorial policy's
-small batches chunk: one package (a dynamic model run in slices and a chunked batch-48 one) is
-compiled, twice through a cache."""
+a policy whose rows mix is never chunked. CHUNK_BYTES and SLICE_BYTES are lowered here so the
+tutorial policy's small batches chunk: one package (a dynamic model run in slices and a chunked
+batch-48 one) is compiled, twice through a cache."""
 
 from __future__ import annotations
 
@@ -45,6 +45,11 @@ class _BatchCentred(nn.Module):
         return x - x.mean(0, keepdim=True)
 
 
+def _small_budgets(monkeypatch) -> None:
+    for budget in ("CHUNK_BYTES", "SLICE_BYTES"):
+        monkeypatch.setattr(tuning, budget, SMALL_CHUNK_BYTES)
+
+
 def _calls(program, target) -> int:
     return sum(node.target is target for node in program.graph.nodes)
 
@@ -79,8 +84,8 @@ def test_chunk_rows_keeps_the_largest_intermediate_within_the_budget(monkeypatch
     assert tuning.row_bytes(program) == tuning.row_bytes(dynamic) == 256  # 64 floats
     assert tuning.chunk_rows(program, static) is None  # 12 KiB: under the default budget
     assert tuning.chunk_rows(dynamic, BatchRange(1, 1024)) is None  # 256 KiB at most
-    assert tuning.chunk_rows(dynamic, BatchRange(1, 1 << 20)) == 65536  # 16 MiB of 256-byte rows
-    monkeypatch.setattr(tuning, "CHUNK_BYTES", SMALL_CHUNK_BYTES)
+    assert tuning.chunk_rows(dynamic, BatchRange(1, 1 << 20)) == 8192  # 3 MiB of 256-byte rows: 12288
+    _small_budgets(monkeypatch)
     assert tuning.chunk_rows(program, static) == 16  # 4 KiB of 256-byte rows
     assert tuning.chunk_rows(dynamic, BatchRange(1, 64)) == 16
     assert tuning.chunk_rows(dynamic, BatchRange(20, 64)) == 20  # never below the smallest batch
@@ -108,15 +113,15 @@ def test_a_large_static_batch_is_traced_in_chunks_that_equal_the_whole(monkeypat
 
 
 def test_a_policy_whose_rows_mix_is_never_chunked(monkeypatch):
-    monkeypatch.setattr(tuning, "CHUNK_BYTES", SMALL_CHUNK_BYTES)
+    _small_budgets(monkeypatch)
     policy, example = _tutorial()
     assert export_policy(policy, example, batch=(1, 64)).chunk_rows == 16
     # A recurrent policy's state rows are rows like any other: it is chunked too (its largest
     # intermediate is 8 floats a row, so the budget is lowered further for it).
     recurrent, recurrent_example = _policies().recurrent_policy()
-    monkeypatch.setattr(tuning, "CHUNK_BYTES", 512)
+    monkeypatch.setattr(tuning, "SLICE_BYTES", 512)
     assert export_policy(recurrent, recurrent_example, batch=(1, 64)).chunk_rows == 16
-    monkeypatch.setattr(tuning, "CHUNK_BYTES", SMALL_CHUNK_BYTES)
+    _small_budgets(monkeypatch)
     mixing = TensorDictModule(nn.Sequential(nn.Linear(3, 64), _BatchCentred()), ["observation"], ["action"])
     x = TensorDict(observation=torch.randn(48, 3), batch_size=[48])
     assert export_policy(mixing, x, batch=(1, 64)).chunk_rows is None
@@ -126,7 +131,7 @@ def test_a_policy_whose_rows_mix_is_never_chunked(monkeypatch):
 
 
 def test_chunked_model_is_built_cached_on_its_own_and_matches_eager(monkeypatch, tmp_path):
-    monkeypatch.setattr(tuning, "CHUNK_BYTES", SMALL_CHUNK_BYTES)
+    _small_budgets(monkeypatch)
     policy, example = _tutorial()
     cache = ArtifactCache(tmp_path / "cache")
     options = {"batch": (1, 64), "specialize": (48,), "cache": cache}

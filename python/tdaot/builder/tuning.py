@@ -8,15 +8,16 @@ the latency tuning's C++ GEMM template was 1.2-2.4x slower from batch 64 up). Th
 each call to the model for its batch. A package whose batch is static holds one model of that
 kind. On CUDA, ``"auto"`` is ``"throughput"``.
 
-A batch above ``CHUNK_BYTES`` worth of the largest intermediate runs in chunks of rows
-(:func:`chunk_rows`): a static batch is traced so (tdaot.builder.export: the graph runs the
-policy on slices of the batch and concatenates the outputs), and the dynamic model records the
-rows in the manifest (``ModelSpec.chunk_rows``), from which the runtime runs a larger call as
-slices and writes each slice's outputs into the whole call's. So no intermediate outgrows the
-chunk. At batch 4096 the conv benchmark policy's float copy of its uint8 pixels alone is 201 MB;
-glibc serves any block over 32 MB by a fresh mmap, so every call page-faulted ~64k times (about
-100 ms of kernel time a call) and streamed every layer through memory; in 256-row chunks the same
-model ran 1.3-1.6x faster (loaded VM), about level with ONNX Runtime (benchmarks/README.md).
+A batch above ``CHUNK_BYTES`` (a dynamic one: ``SLICE_BYTES``) worth of the largest
+intermediate runs in chunks of rows (:func:`chunk_rows`): a static batch is traced so
+(tdaot.builder.export: the graph runs the policy on slices of the batch and concatenates the
+outputs), and the dynamic model records the rows in the manifest (``ModelSpec.chunk_rows``), from
+which the runtime runs a larger call as slices and writes each slice's outputs into the whole
+call's. So no intermediate outgrows the chunk. At batch 4096 the conv benchmark policy's float
+copy of its uint8 pixels alone is 201 MB; glibc serves any block over 32 MB by a fresh mmap, so
+every call page-faulted ~64k times (about 100 ms of kernel time a call) and streamed every layer
+through memory; in chunks the same model runs 1.5-1.9x faster, faster than ONNX Runtime
+(benchmarks/README.md).
 Rows must be independent, as a batch of environments is: before chunking anything the build
 runs the eager policy on a few distinct rows at once and in two calls
 (tdaot.builder.checks.rows_independent); a policy whose outputs differ (batch statistics, a
@@ -74,11 +75,19 @@ BOUND_MAX_BATCH = 16
 # A static batch whose largest intermediate is over this many bytes is traced in chunks of at
 # most this many bytes (a power of two of rows): below glibc's 32 MB mmap threshold, so blocks
 # are reused from the heap. The conv benchmark policy at batch 4096 (its largest buffer 48 KiB a
-# row), p50 against the whole batch: 256 or 512 rows 0.73-0.75x, 128 0.81x, 64 0.90x (more
-# calls, a larger package), 1024 0.94x (50 MB buffers: mmap again). In a process whose heap
-# keeps its memory (glibc's M_TOP_PAD/M_TRIM_THRESHOLD raised) the unchunked model needs ~0.8x
-# the CPU time of the chunked one: revisit this if the runtime ever keeps its heap.
+# row), p50 against the whole batch: 256 or 512 rows 0.73-0.75x, 128 0.81x, 64 0.90x (every
+# chunk is one more copy of the graph in the model: more code, a larger package), 1024 0.94x
+# (50 MB buffers: mmap again).
 CHUNK_BYTES = 16 << 20
+# The same budget for the dynamic model's run-time slices, where a slice costs one more call and
+# no code: smaller, as glibc also gives memory back whenever a call's freed blocks at the top of
+# its heap outgrow twice its (dynamic) mmap threshold, and faults it in again on the next call.
+# CPU time per call at batch 4096 (one process, benchmarks/chunks_ab.py, loaded 2-core VM): conv
+# (48 KiB a row) whole 258 ms (95 ms of it system time, 64k faults), slices of 32 / 64 / 128 /
+# 256 rows 152 / 135 / 132 / 143 ms; MLP (1 KiB a row) whole 9.4 ms (2.9 ms system, 2k faults:
+# 4 MiB buffers), slices of 256 / 1024 / 2048 rows 6.3 / 6.5 / 6.8 ms, no faults. 3 MiB gives the
+# conv policy 64 rows and the MLP 2048.
+SLICE_BYTES = 3 << 20
 
 # Inductor options per model tuning; part of the cache key (tdaot.builder.cache.artifact_key).
 _OPTIONS = {
@@ -154,14 +163,16 @@ def _specialised(name: str, batch: int) -> ModelPlan:
 
 def chunk_rows(program: torch.export.ExportedProgram, batch: BatchRange) -> int | None:
     """Rows per chunk for ``program`` serving ``batch``: the largest power of two (for a dynamic
-    batch at least ``batch.min``) that keeps its largest batch-sized intermediate within CHUNK_BYTES, or None
-    where the largest batch does already. A static batch is traced in chunks of that many rows
+    batch at least ``batch.min``) that keeps its largest batch-sized intermediate within
+    CHUNK_BYTES (a dynamic batch: SLICE_BYTES), or None where the largest batch does already.
+    A static batch is traced in chunks of that many rows
     (tdaot.builder.export); a dynamic model records it in the manifest (ModelSpec.chunk_rows)
     and the runtime runs a larger call as slices of it."""
+    budget = SLICE_BYTES if batch.dynamic else CHUNK_BYTES
     per_row = row_bytes(program)
-    if per_row * batch.max <= CHUNK_BYTES:
+    if per_row * batch.max <= budget:
         return None
-    rows = max(1, CHUNK_BYTES // per_row)
+    rows = max(1, budget // per_row)
     rows = 1 << (rows.bit_length() - 1)
     if batch.dynamic:
         rows = max(rows, batch.min)  # a slice is a batch the model serves

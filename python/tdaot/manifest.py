@@ -189,12 +189,15 @@ class ModelSpec:
     """One compiled model of the package: its name in the archive, the batch sizes it serves,
     its tuning, and whether it runs on the lite runtime (None: not recorded, as in packages
     built before tdaot recorded it; such a model is taken as needing libtorch). The runner
-    sends a call with batch B to the model with the narrowest range holding B."""
+    sends a call with batch B to the model with the narrowest range holding B. ``chunk_rows``
+    (None: never) is the most rows the runner hands the model at once: a larger call runs as
+    slices of rows (tdaot.builder.tuning says when the build records it)."""
 
     name: str
     batch: BatchRange
     tuning: str
     lite: LiteSupport | None = None
+    chunk_rows: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -204,6 +207,8 @@ class ModelSpec:
         }
         if self.lite is not None:
             data["lite"] = self.lite.to_dict()
+        if self.chunk_rows is not None:
+            data["chunk_rows"] = self.chunk_rows
         return data
 
 
@@ -265,7 +270,8 @@ class Manifest:
             lite = ""
             if model.lite is not None:
                 lite = ", lite" if model.lite.runs else f", needs libtorch ({model.lite.why})"
-            lines.append(f"  model {model.name:<11} batch {served}, {model.tuning}{lite}")
+            sliced = f"; calls of more than {model.chunk_rows} rows run in slices" if model.chunk_rows else ""
+            lines.append(f"  model {model.name:<11} batch {served}, {model.tuning}{lite}{sliced}")
         if any(model.lite is not None for model in self.models):
             lines.append(f"  lite runtime      {self.lite_batches_described()}")
         width = max(len(s.key) for s in (*self.inputs, *self.outputs))
@@ -373,6 +379,7 @@ class Manifest:
                     BatchRange(m["batch"]["min"], m["batch"]["max"]),
                     m["tuning"],
                     LiteSupport.from_dict(m["lite"]) if m.get("lite") is not None else None,
+                    m.get("chunk_rows"),
                 )
                 for m in data.get("models") or ()
             ),

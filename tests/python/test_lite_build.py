@@ -166,6 +166,8 @@ def test_inspect_shows_which_models_and_batches_run_lite(tutorial, tutorial_b14,
     table = capsys.readouterr().out
     assert "model b1          batch 1, latency, lite" in table
     assert "model model       batch 1..1048576, throughput, needs libtorch (dynamic-batch throughput" in table
+    # Its largest intermediate is 256 bytes a row: slices of 3 MiB (tuning.SLICE_BYTES), a power of 2.
+    assert "; calls of more than 8192 rows run in slices" in table
     assert "lite runtime      serves batch 1 (model b1)" in table
     assert main(["inspect", tutorial_b14[2].path]) == 0
     assert "lite runtime      serves batch 1 (model b1), 4 (model b4)" in capsys.readouterr().out

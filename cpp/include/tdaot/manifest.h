@@ -64,6 +64,12 @@ struct ModelSpec {
   std::string tuning;
   // Whether it runs on the lite runtime (the optional per-model "lite" field).
   std::optional<LiteSupport> lite;
+  // The optional per-model "chunk_rows": a call of more rows runs as slices of at most this many
+  // (the last holds the remainder, joined to the one before when smaller than batch.min), each
+  // slice's outputs written into the whole call's. The build records it for a CPU model whose
+  // rows are independent and whose largest intermediate outgrows its budget at the largest
+  // batch (tdaot.builder.tuning). Absent (packages built before it, or not needed): never sliced.
+  std::optional<int64_t> chunk_rows;
 };
 
 // "lite" when the model runs on the lite runtime, else "needs libtorch: <why>" (tools' tables).

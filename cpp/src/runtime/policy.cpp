@@ -280,6 +280,39 @@ std::vector<at::Tensor> Policy::Impl::execute(const Model& model,
                                               const std::vector<at::Tensor>& inputs) const {
   apply_intra_op_threads();
   if (model.instances) return execute_arrayref(model, inputs);
+  const std::optional<int64_t>& rows = model.spec->chunk_rows;
+  if (rows && inputs.front().size(0) > *rows) return execute_slices(model, inputs, *rows);
+  return execute_runner(model, inputs);
+}
+
+std::vector<at::Tensor> Policy::Impl::execute_slices(const Model& model,
+                                                     const std::vector<at::Tensor>& inputs,
+                                                     int64_t rows) const {
+  const int64_t batch = inputs.front().size(0);
+  std::vector<at::Tensor> outputs;
+  std::vector<at::Tensor> slice(inputs.size());
+  for (int64_t start = 0; start < batch;) {
+    int64_t length = std::min(rows, batch - start);
+    // A remainder the model does not serve (below its smallest batch) joins this slice.
+    const int64_t rest = batch - start - length;
+    if (rest > 0 && rest < model.spec->batch.min) length += rest;
+    for (size_t i = 0; i < inputs.size(); ++i) slice[i] = inputs[i].narrow(0, start, length);
+    const std::vector<at::Tensor> part = execute_runner(model, slice);
+    if (outputs.empty()) {
+      for (const at::Tensor& output : part) {
+        std::vector<int64_t> shape = output.sizes().vec();
+        shape.front() = batch;
+        outputs.push_back(at::empty(shape, output.options()));
+      }
+    }
+    for (size_t i = 0; i < part.size(); ++i) outputs[i].narrow(0, start, length).copy_(part[i]);
+    start += length;
+  }
+  return outputs;
+}
+
+std::vector<at::Tensor> Policy::Impl::execute_runner(const Model& model,
+                                                     const std::vector<at::Tensor>& inputs) const {
   std::vector<at::Tensor> outputs;
   try {
     // The compiled model is forward-only: its operator calls skip the autograd and

@@ -44,6 +44,14 @@ struct Policy::Impl {
   // the output count.
   std::vector<at::Tensor> execute(const std::vector<at::Tensor>& inputs) const;
   std::vector<at::Tensor> execute(const Model& model, const std::vector<at::Tensor>& inputs) const;
+  // execute() on a runner model, the call whole.
+  std::vector<at::Tensor> execute_runner(const Model& model, const std::vector<at::Tensor>& inputs) const;
+  // execute() of a call of more than `rows` rows (the model's ModelSpec::chunk_rows): the runner
+  // on slices of at most `rows` rows, their outputs copied into new tensors of the whole batch.
+  // The model's intermediates then stay the size of a slice: above glibc's mmap threshold each
+  // call mapped, faulted in and unmapped them afresh (tdaot.builder.tuning).
+  std::vector<at::Tensor> execute_slices(const Model& model, const std::vector<at::Tensor>& inputs,
+                                         int64_t rows) const;
   // execute() on an arrayref model: the outputs are new contiguous tensors.
   std::vector<at::Tensor> execute_arrayref(const Model& model,
                                            const std::vector<at::Tensor>& inputs) const;

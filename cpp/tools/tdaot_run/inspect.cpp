@@ -48,7 +48,9 @@ void print_models(const std::vector<ModelSpec>& models) {
     std::cout << "  " << std::left << std::setw(static_cast<int>(name_width)) << model.name
               << "  batch " << std::setw(static_cast<int>(batch_width))
               << batches_text(model.batch) << "  " << std::setw(10) << model.tuning << "  "
-              << lite_text(model) << "\n";
+              << lite_text(model);
+    if (model.chunk_rows) std::cout << "; calls of more than " << *model.chunk_rows << " rows run in slices";
+    std::cout << "\n";
   }
 }
 

@@ -198,3 +198,42 @@ def _differs(now, saved) -> bool:
     if isinstance(now, torch.Tensor) or isinstance(saved, torch.Tensor):
         return now is not saved
     return now != saved
+
+
+# The rows rows_independent compares (two calls of half as many against one).
+_PROBE_ROWS = 4
+
+
+def rows_independent(wrapper, tensors, interaction_type: str) -> bool:
+    """Whether the eager policy's batch rows are independent, as running a batch in chunks of
+    rows assumes (a batch of environments is): its outputs on _PROBE_ROWS distinct rows made from
+    the example equal those of the same rows in two calls of half as many. A policy that mixes
+    rows (batch statistics, a normalisation over the batch) gives other outputs, and one that
+    fails on the probe is taken as mixing them too. Under "random" the network is compared at
+    "deterministic" (samples are not comparable); its chunks draw their samples call by call."""
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.arange(_PROBE_ROWS) % tensors[0].shape[0]
+    probe = [_distinct_rows(t[rows.to(t.device)], generator) for t in tensors]
+    half = _PROBE_ROWS // 2
+    mode = "deterministic" if interaction_type == "random" else interaction_type
+    try:
+        with set_interaction_type(InteractionType(mode)), torch.no_grad():
+            whole = wrapper(*probe)
+            parts = [wrapper(*(t[:half] for t in probe)), wrapper(*(t[half:] for t in probe))]
+        return all(
+            torch.allclose(w, torch.cat(p), rtol=1e-4, atol=1e-5, equal_nan=True)
+            for w, *p in zip(whole, *parts, strict=True)
+        )
+    except Exception:  # noqa: BLE001 - a policy that cannot be probed is not chunked, nothing more
+        return False
+
+
+def _distinct_rows(tensor: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """``tensor``'s rows made distinct where that cannot leave the inputs' domain: floating ones
+    perturbed, uint8 ones (pixels) drawn anew; integer and bool ones kept (indices, flags)."""
+    if tensor.is_floating_point():
+        noise = torch.randn(tensor.shape, generator=generator).to(tensor.device, tensor.dtype)
+        return tensor + noise * (tensor.abs() + 1) * 0.1
+    if tensor.dtype == torch.uint8:
+        return torch.randint(0, 256, tensor.shape, generator=generator, dtype=torch.uint8).to(tensor.device)
+    return tensor

@@ -179,8 +179,10 @@ def build_package(
 
 
 def model_specs(manifest: Manifest, plans: list[ModelPlan]) -> tuple[ModelSpec, ...]:
-    """The manifest's list of models: each plan's name, batches and tuning."""
+    """The manifest's list of models: each plan's name, batches, tuning and chunk rows."""
     return tuple(
-        ModelSpec(p.name, BatchRange(p.batch, p.batch) if p.batch else manifest.batch, p.tuning)
+        ModelSpec(
+            p.name, BatchRange(p.batch, p.batch) if p.batch else manifest.batch, p.tuning, None, p.chunk_rows
+        )
         for p in plans
     )

@@ -45,6 +45,7 @@ class ExportedPolicy:
     recurrent: Recurrent | None = None
     custom_ops: tuple[str, ...] = ()
     rewrites: tuple[str, ...] = ()  # the module rewrites applied before tracing
+    chunk_rows: int | None = None  # of the dynamic model: ModelSpec.chunk_rows
 
 
 class PositionalPolicy(nn.Module):
@@ -199,9 +200,12 @@ def export_policy(
         with checks.no_python_side_effects(wrapper.module), torch.no_grad():
             wrapper.module(wrapper.make_tensordict([t.clone() for t in input_tensors]))
         program, batch_range = _export_with_fallback(wrapper, input_tensors, batch_range)
-        wrapper.chunk_rows = None if batch_range.dynamic else tuning.chunk_rows(program, batch_range.min)
-        if wrapper.chunk_rows is not None:
+        rows = tuning.chunk_rows(program, batch_range)
+        if rows is not None and not checks.rows_independent(wrapper, input_tensors, interaction_type):
+            rows = None  # rows that mix are never chunked
+        if rows is not None and not batch_range.dynamic:
             # A large static batch: traced again in chunks (tdaot.builder.tuning says why).
+            wrapper.chunk_rows = rows
             program = _export(wrapper, input_tensors, batch_range)
     if interaction_type != "random":
         checks.check_no_sampling(program, describe_module(module), interaction_type)
@@ -216,6 +220,8 @@ def export_policy(
         recurrent=recurrent_state(inputs, outputs),
         custom_ops=checks.custom_operators(program),
         rewrites=applied,
+        # A dynamic CPU model's slices at run time (the CUDA caching allocator keeps its blocks).
+        chunk_rows=rows if batch_range.dynamic and input_tensors[0].device.type == "cpu" else None,
     )
 
 

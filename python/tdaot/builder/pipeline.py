@@ -189,9 +189,11 @@ def exported_program_path(package_path: str | os.PathLike) -> str:
 
 
 def _plans(exported: ExportedPolicy, options: BuildOptions) -> list[ModelPlan]:
-    return plan_models(
+    plans = plan_models(
         options.tuning, options.specialize, options.device, exported.batch.min, exported.batch.max
     )
+    # The model of the whole dynamic range runs a large call in slices (tdaot.builder.tuning).
+    return [dataclasses.replace(p, chunk_rows=exported.chunk_rows) if p.batch is None else p for p in plans]
 
 
 def _compile(policy, example, exported, manifest, path, options, cache, report) -> bool:

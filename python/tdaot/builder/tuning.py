@@ -8,15 +8,20 @@ the latency tuning's C++ GEMM template was 1.2-2.4x slower from batch 64 up). Th
 each call to the model for its batch. A package whose batch is static holds one model of that
 kind. On CUDA, ``"auto"`` is ``"throughput"``.
 
-A static batch above ``CHUNK_BYTES`` worth of the largest intermediate is traced in chunks
-(:func:`chunk_rows`, tdaot.builder.export): the graph runs the policy on slices of the batch
-and concatenates the outputs, so no intermediate outgrows the chunk. At batch 4096 the conv
-benchmark policy's float copy of its uint8 pixels alone is 201 MB; glibc serves any block over
-32 MB by a fresh mmap, so every call page-faulted ~64k times (about 100 ms of kernel time a
-call) and streamed every layer through memory; in 256-row chunks the same model ran 1.3-1.6x
-faster (three runs on a loaded VM), about level with ONNX Runtime (benchmarks/README.md).
-Rows must be independent, as a batch of environments is: a policy that mixes rows (batch
-statistics) gives other results chunked.
+A batch above ``CHUNK_BYTES`` (a dynamic one: ``SLICE_BYTES``) worth of the largest
+intermediate runs in chunks of rows (:func:`chunk_rows`): a static batch is traced so
+(tdaot.builder.export: the graph runs the policy on slices of the batch and concatenates the
+outputs), and the dynamic model records the rows in the manifest (``ModelSpec.chunk_rows``), from
+which the runtime runs a larger call as slices and writes each slice's outputs into the whole
+call's. So no intermediate outgrows the chunk. At batch 4096 the conv benchmark policy's float
+copy of its uint8 pixels alone is 201 MB; glibc serves any block over 32 MB by a fresh mmap, so
+every call page-faulted ~64k times (about 100 ms of kernel time a call) and streamed every layer
+through memory; in chunks the same model runs 1.5-1.9x faster, faster than ONNX Runtime
+(benchmarks/README.md).
+Rows must be independent, as a batch of environments is: before chunking anything the build
+runs the eager policy on a few distinct rows at once and in two calls
+(tdaot.builder.checks.rows_independent); a policy whose outputs differ (batch statistics, a
+normalisation over the batch) is never chunked.
 
 ``"throughput"`` is inductor's own choice: matrix products call ATen (MKL), recurrent layers
 call ATen's fused RNN op (one oneDNN RNN primitive). Best from batch ~64 up.
@@ -50,6 +55,7 @@ the lite runtime.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -57,6 +63,7 @@ import torch
 
 from tdaot import _torch_compat
 from tdaot.builder import rewrites
+from tdaot.manifest import BatchRange
 
 TUNINGS = ("throughput", "latency", "auto")
 DEFAULT_TUNING = "auto"
@@ -68,11 +75,19 @@ BOUND_MAX_BATCH = 16
 # A static batch whose largest intermediate is over this many bytes is traced in chunks of at
 # most this many bytes (a power of two of rows): below glibc's 32 MB mmap threshold, so blocks
 # are reused from the heap. The conv benchmark policy at batch 4096 (its largest buffer 48 KiB a
-# row), p50 against the whole batch: 256 or 512 rows 0.73-0.75x, 128 0.81x, 64 0.90x (more
-# calls, a larger package), 1024 0.94x (50 MB buffers: mmap again). In a process whose heap
-# keeps its memory (glibc's M_TOP_PAD/M_TRIM_THRESHOLD raised) the unchunked model needs ~0.8x
-# the CPU time of the chunked one: revisit this if the runtime ever keeps its heap.
+# row), p50 against the whole batch: 256 or 512 rows 0.73-0.75x, 128 0.81x, 64 0.90x (every
+# chunk is one more copy of the graph in the model: more code, a larger package), 1024 0.94x
+# (50 MB buffers: mmap again).
 CHUNK_BYTES = 16 << 20
+# The same budget for the dynamic model's run-time slices, where a slice costs one more call and
+# no code: smaller, as glibc also gives memory back whenever a call's freed blocks at the top of
+# its heap outgrow twice its (dynamic) mmap threshold, and faults it in again on the next call.
+# CPU time per call at batch 4096 (one process, benchmarks/chunks_ab.py, loaded 2-core VM): conv
+# (48 KiB a row) whole 258 ms (95 ms of it system time, 64k faults), slices of 32 / 64 / 128 /
+# 256 rows 152 / 135 / 132 / 143 ms; MLP (1 KiB a row) whole 9.4 ms (2.9 ms system, 2k faults:
+# 4 MiB buffers), slices of 256 / 1024 / 2048 rows 6.3 / 6.5 / 6.8 ms, no faults. 3 MiB gives the
+# conv policy 64 rows and the MLP 2048.
+SLICE_BYTES = 3 << 20
 
 # Inductor options per model tuning; part of the cache key (tdaot.builder.cache.artifact_key).
 _OPTIONS = {
@@ -103,13 +118,15 @@ RECURRENT_OPS = rewrites.RECURRENT_OPS
 @dataclass(frozen=True)
 class ModelPlan:
     """One model of a package: its name, its tuning ("throughput" or "latency"), the static
-    batch it is specialised for (None: the package's whole range), and whether it is built
-    for the allocation-free bound run."""
+    batch it is specialised for (None: the package's whole range), whether it is built for the
+    allocation-free bound run, and the rows the runtime hands it at once (None: any call)."""
 
     name: str
     tuning: str
     batch: int | None = None
     bound: bool = False
+    # How the runtime slices a large call (ModelSpec.chunk_rows); not part of the compile.
+    chunk_rows: int | None = None
 
     def describe(self) -> dict:
         return {"name": self.name, "tuning": self.tuning, "batch": self.batch, "bound": self.bound}
@@ -144,19 +161,45 @@ def _specialised(name: str, batch: int) -> ModelPlan:
     return ModelPlan(name, "latency", batch, _torch_compat.has_arrayref_entry_point())
 
 
-def chunk_rows(program: torch.export.ExportedProgram, batch: int) -> int | None:
-    """Rows per chunk for ``program`` traced at the static ``batch``: the largest power of two
-    that keeps its largest batch-sized intermediate within CHUNK_BYTES, or None where the whole
-    batch does already."""
+def chunk_rows(program: torch.export.ExportedProgram, batch: BatchRange) -> int | None:
+    """Rows per chunk for ``program`` serving ``batch``: the largest power of two (for a dynamic
+    batch at least ``batch.min``) that keeps its largest batch-sized intermediate within
+    CHUNK_BYTES (a dynamic batch: SLICE_BYTES), or None where the largest batch does already.
+    A static batch is traced in chunks of that many rows
+    (tdaot.builder.export); a dynamic model records it in the manifest (ModelSpec.chunk_rows)
+    and the runtime runs a larger call as slices of it."""
+    budget = SLICE_BYTES if batch.dynamic else CHUNK_BYTES
+    per_row = row_bytes(program)
+    if per_row * batch.max <= budget:
+        return None
+    rows = max(1, budget // per_row)
+    rows = 1 << (rows.bit_length() - 1)
+    if batch.dynamic:
+        rows = max(rows, batch.min)  # a slice is a batch the model serves
+    return rows if rows < batch.max else None
+
+
+def row_bytes(program: torch.export.ExportedProgram) -> int:
+    """Bytes per batch row of ``program``'s largest intermediate with a leading batch dim (its
+    first input's, static or symbolic)."""
+    placeholders = {node.name: node for node in program.graph.nodes if node.op == "placeholder"}
+    first = placeholders[program.graph_signature.user_inputs[0]].meta["val"].shape[0]
     largest = 0
     for node in program.graph.nodes:
         value = node.meta.get("val")
-        if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == batch:
-            largest = max(largest, value.numel() * value.element_size())
-    if largest <= CHUNK_BYTES:
-        return None
-    rows = max(1, CHUNK_BYTES * batch // largest)
-    return 1 << (rows.bit_length() - 1)
+        if not isinstance(value, torch.Tensor) or not value.dim() or not _same_size(value.shape[0], first):
+            continue
+        trailing = tuple(value.shape[1:])
+        if all(isinstance(size, int) for size in trailing):
+            largest = max(largest, math.prod(trailing) * value.element_size())
+    return largest
+
+
+def _same_size(a: int | torch.SymInt, b: int | torch.SymInt) -> bool:
+    """Equal sizes, compared without a guard: ints by value, symbols by their expression."""
+    if isinstance(a, torch.SymInt) and isinstance(b, torch.SymInt):
+        return a.node.expr == b.node.expr
+    return isinstance(a, int) and isinstance(b, int) and a == b
 
 
 def tuning_options(tuning: str) -> dict:

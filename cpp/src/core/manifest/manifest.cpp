@@ -92,6 +92,7 @@ std::string Manifest::to_json(int indent) const {
           entry["lite"]["why"] = model.lite->why;
         }
       }
+      if (model.chunk_rows) entry["chunk_rows"] = *model.chunk_rows;
       list.push_back(std::move(entry));
     }
     out["models"] = list;

@@ -140,7 +140,7 @@ LiteSupport parse_lite(const Parser& p, const json& value, const std::string& fi
 // AOTInductor packages by default, serving the whole range, tuning unknown.
 std::vector<ModelSpec> parse_models(const Parser& p, const json& root, const BatchRange& batch) {
   auto it = root.find("models");
-  if (it == root.end() || it->is_null()) return {ModelSpec{kDefaultModelName, batch, "", std::nullopt}};
+  if (it == root.end() || it->is_null()) return {ModelSpec{kDefaultModelName, batch, "", std::nullopt, std::nullopt}};
   const json& list = p.array(*it, "models");
   if (list.empty()) p.fail("models", "empty; a package holds at least one model");
   std::vector<ModelSpec> models;
@@ -169,6 +169,11 @@ std::vector<ModelSpec> parse_models(const Parser& p, const json& root, const Bat
     }
     auto lite = list[i].find("lite");
     if (lite != list[i].end() && !lite->is_null()) model.lite = parse_lite(p, *lite, field + ".lite");
+    auto chunk = list[i].find("chunk_rows");
+    if (chunk != list[i].end() && !chunk->is_null()) {
+      // A slice is a batch the model serves: never fewer rows than its smallest batch.
+      model.chunk_rows = p.integer(*chunk, field + ".chunk_rows", model.batch.min);
+    }
     models.push_back(std::move(model));
   }
   // Every batch of the range is served: sweep the ranges in order of their start.

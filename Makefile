@@ -208,10 +208,15 @@ TORCH_BUILD := build/torch-$(TORCH)
 # (CUDA_HOME, else /usr/local/cuda), though the tests run on the CPU.
 CUDA_HOME ?= $(wildcard /usr/local/cuda)
 TORCH_CMAKE_ARGS := $(if $(CUDA_HOME),-DCUDA_TOOLKIT_ROOT_DIR=$(CUDA_HOME) -DCUDAToolkit_ROOT=$(CUDA_HOME))
+# Every tool and library the tests would otherwise look for in build/cpp (the 2.13 build) is
+# this torch's build.
+TORCH_TEST_PACKAGES := $(abspath $(TORCH_BUILD))/cpp/tests/cpp/packages
 TORCH_ENV := TORCHINDUCTOR_CACHE_DIR=$(abspath $(TORCH_BUILD))/inductor \
 	TDAOT_LITE=$(abspath $(TORCH_BUILD))/cpp/tdaot-lite \
 	TDAOT_REHEARSE=$(abspath $(TORCH_BUILD))/cpp/tdaot-rehearse \
-	TDAOT_TEST_OPS_LIB=$(abspath $(TORCH_BUILD))/cpp/tests/ops/libtdaot_test_ops.so
+	TDAOT_ROBOT_SERVICE=$(abspath $(TORCH_BUILD))/cpp/robot_service/robot_service \
+	TDAOT_TEST_OPS_LIB=$(abspath $(TORCH_BUILD))/cpp/tests/ops/libtdaot_test_ops.so \
+	TDAOT_TEST_PACKAGES=$(TORCH_TEST_PACKAGES)
 
 $(TORCH_VENV)/.deps-stamp: Makefile
 	@test -n "$(TORCH)" || { echo "make test-torch TORCH=X.Y.Z (a torch release)"; exit 2; }
@@ -225,15 +230,19 @@ $(TORCH_VENV)/.tdaot-stamp: $(TORCH_VENV)/.deps-stamp build/.apt-stamp pyproject
 		--config-settings=build-dir=$(TORCH_BUILD)/{wheel_tag} --config-settings=cmake.define.TDAOT_WERROR=ON
 	@touch $@
 
-test-torch: $(TORCH_VENV)/.tdaot-stamp
+# setup: the main venv (torch 2.13) is TDAOT_OTHER_PYTHON, the other torch of the cross-torch
+# lite test. The test packages are built once, as in `make test`; ctest runs before pytest so
+# that its robot_service.build has built the service that test_rehearse runs.
+test-torch: $(TORCH_VENV)/.tdaot-stamp setup
 	$(TORCH_VENV)/bin/cmake -S . -B $(TORCH_BUILD)/cpp -G Ninja \
 		-DCMAKE_MAKE_PROGRAM=$(abspath $(TORCH_VENV))/bin/ninja -DPython_EXECUTABLE=$(abspath $(TORCH_PY)) \
 		-DCMAKE_BUILD_TYPE=Release -DTDAOT_WERROR=ON $(TORCH_CMAKE_ARGS)
 	$(TORCH_VENV)/bin/cmake --build $(TORCH_BUILD)/cpp -j $(JOBS)
+	$(TORCH_ENV) $(TORCH_PY) tests/cpp/build_test_packages.py $(TORCH_TEST_PACKAGES)
 	@# Both suites run whatever the first gives; the target fails if either did.
-	$(TORCH_ENV) TDAOT_OTHER_PYTHON=$(abspath $(PY)) $(TORCH_PY) -m pytest -p no:cacheprovider; py=$$?; \
 	$(TORCH_ENV) $(TORCH_VENV)/bin/ctest --test-dir $(TORCH_BUILD)/cpp --output-on-failure; cpp=$$?; \
-	echo "test-torch: torch $(TORCH): pytest exit $$py, ctest exit $$cpp"; [ $$py = 0 ] && [ $$cpp = 0 ]
+	$(TORCH_ENV) TDAOT_OTHER_PYTHON=$(abspath $(PY)) $(TORCH_PY) -m pytest -p no:cacheprovider; py=$$?; \
+	echo "test-torch: torch $(TORCH): ctest exit $$cpp, pytest exit $$py"; [ $$py = 0 ] && [ $$cpp = 0 ]
 
 # --- sanitizers and fuzzing (tests/sanitizers, tests/fuzz) -------------------------------
 # make test-asan: the runtime, tdaot-run and the C++ tests built with AddressSanitizer and

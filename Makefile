@@ -121,11 +121,11 @@ PREFIX ?= $(abspath build/install)
 install: cpp
 	$(CMAKE) --install $(BUILD) --prefix $(PREFIX)
 
-# test-cpp includes the installed-package consumer build (robot_service, see tests/cpp).
-# The suites run one after the other: side by side (make -j2) they raced in torch inductor's
-# shared cache (/tmp/torchinductor_<user>) when both compiled the same graph, and a package build
-# read a half-written model file (seen in a fresh-clone run, 2026-11-23).
-test: docs lint test-python test-cpp
+# test-cpp includes the installed-package consumer build (robot_service, see tests/cpp), which
+# pytest's robot_service test runs: hence ctest first. The suites run one after the other, each
+# keeping both cores busy; side by side (make -j2) they once raced in torch inductor's shared
+# cache when both compiled the same graph (seen in a fresh-clone run, 2026-11-23).
+test: docs lint test-cpp test-python
 
 lint: $(VENV)/.deps-stamp
 	$(VENV)/bin/ruff check python tests examples benchmarks

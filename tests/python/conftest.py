@@ -58,15 +58,32 @@ def pytest_configure(config):
     if not path:
         fd, path = tempfile.mkstemp(prefix="tdaot-compiles-", suffix=".log")
         os.close(fd)
-        os.environ[compile_log.ENV] = path  # the tests' subprocesses inherit it
         config.stash[_OWN_LOG] = True
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        # A log per xdist worker (and its tests' subprocesses), so a test's count holds its own
+        # compiles and not the other worker's; the controller adds them up.
+        path = f"{path}-{worker}"
+        Path(path).write_text("")
+    os.environ[compile_log.ENV] = path  # the tests' subprocesses inherit it
     config.stash[_LOG] = path
     config.stash[_LOG_START] = len(compile_log.read(path))
 
 
+def _suite_compiles(config) -> list:
+    """The compiles of this run: the log's since the start, and every xdist worker's."""
+    path = config.stash[_LOG]
+    workers = sorted(Path(path).parent.glob(Path(path).name + "-gw*"))
+    return compile_log.read(path)[config.stash[_LOG_START] :] + [
+        c for w in workers for c in compile_log.read(w)
+    ]
+
+
 def pytest_unconfigure(config):
-    if config.stash.get(_OWN_LOG, False):
-        Path(config.stash[_LOG]).unlink(missing_ok=True)
+    if config.stash.get(_OWN_LOG, False) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        path = Path(config.stash[_LOG])
+        for log in [path, *path.parent.glob(path.name + "-gw*")]:
+            log.unlink(missing_ok=True)
         os.environ.pop(compile_log.ENV, None)
 
 
@@ -110,7 +127,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    compiles = compile_log.read(config.stash[_LOG])[config.stash[_LOG_START] :]
+    compiles = _suite_compiles(config)
     terminalreporter.write_sep("=", f"pytest: {compile_log.summary(compiles)}")
     for nodeid, count in sorted(_compiles.items(), key=lambda item: -item[1])[:15]:
         terminalreporter.write_line(f"{count:4d}  {nodeid}")

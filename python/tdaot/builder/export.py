@@ -200,7 +200,10 @@ def export_policy(
         with checks.no_python_side_effects(wrapper.module), torch.no_grad():
             wrapper.module(wrapper.make_tensordict([t.clone() for t in input_tensors]))
         program, batch_range = _export_with_fallback(wrapper, input_tensors, batch_range)
-        rows = tuning.chunk_rows(program, batch_range)
+        # A dynamic model is sliced at run time on the CPU only (the CUDA caching allocator keeps
+        # its blocks), so elsewhere neither its rows nor the eager probe of them are wanted.
+        sliceable = not batch_range.dynamic or input_tensors[0].device.type == "cpu"
+        rows = tuning.chunk_rows(program, batch_range) if sliceable else None
         if rows is not None and not checks.rows_independent(wrapper, input_tensors, interaction_type):
             rows = None  # rows that mix are never chunked
         if rows is not None and not batch_range.dynamic:
@@ -220,8 +223,7 @@ def export_policy(
         recurrent=recurrent_state(inputs, outputs),
         custom_ops=checks.custom_operators(program),
         rewrites=applied,
-        # A dynamic CPU model's slices at run time (the CUDA caching allocator keeps its blocks).
-        chunk_rows=rows if batch_range.dynamic and input_tensors[0].device.type == "cpu" else None,
+        chunk_rows=rows if batch_range.dynamic else None,  # the dynamic model's run-time slices
     )
 
 

@@ -182,7 +182,10 @@ def model_specs(manifest: Manifest, plans: list[ModelPlan]) -> tuple[ModelSpec, 
     """The manifest's list of models: each plan's name, batches, tuning and chunk rows."""
     return tuple(
         ModelSpec(
-            p.name, BatchRange(p.batch, p.batch) if p.batch else manifest.batch, p.tuning, None, p.chunk_rows
+            p.name,
+            BatchRange(p.batch, p.batch) if p.batch else manifest.batch,
+            p.tuning,
+            chunk_rows=p.chunk_rows,
         )
         for p in plans
     )

@@ -19,7 +19,7 @@ from conftest import ROOT
 
 import tdaot
 from tdaot.builder.options import BuildOptions
-from tdaot.builder.rewrites import conv2d_as_gemm
+from tdaot.builder.rewrites import conv2d_as_gemm, divisions_as_multiplications
 from tdaot.builder.tuning import BOUND_MAX_BATCH, ModelPlan, plan_models
 from tdaot.cli import main
 
@@ -187,6 +187,36 @@ def test_conv_as_gemm_leaves_grouped_and_dilated_convolutions_to_aten():
     x, weight = torch.randn(1, 4, 8, 8), torch.randn(4, 2, 3, 3)
     assert conv2d_as_gemm(x, weight, None, (1, 1), (0, 0), (1, 1), 2) is NotImplemented
     assert conv2d_as_gemm(x, torch.randn(4, 4, 3, 3), None, (1, 1), (0, 0), (2, 2), 1) is NotImplemented
+
+
+class _Divisions(torch.nn.Module):
+    """Pixels scaled by a number (rewritten), by a tensor, by zero and by a bool (all kept)."""
+
+    def forward(self, pixels, scale):
+        x = pixels.float() / 255.0
+        return x, x / scale, pixels / 7, x / 0.0, x / True
+
+
+def _div_nodes(program) -> list:
+    return [n for n in program.graph.nodes if n.target is torch.ops.aten.div.Tensor]
+
+
+def test_divisions_by_a_number_become_multiplications_by_its_reciprocal():
+    pixels, scale = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8), torch.full((1,), 3.0)
+    program = torch.export.export(_Divisions(), (pixels, scale))
+    rewritten = divisions_as_multiplications(program)
+    kept = [n.args[1] for n in _div_nodes(rewritten)]
+    assert len(_div_nodes(program)) == 5 and len(kept) == 3
+    assert 0.0 in kept and True in kept  # by zero and by a bool: left to aten
+    want, got = program.module()(pixels, scale), rewritten.module()(pixels, scale)
+    for w, g in zip(want, got):
+        assert g.dtype == w.dtype  # an integer tensor / 7 is float either way
+        torch.testing.assert_close(g, w, rtol=1.2e-7, atol=0, equal_nan=True)
+
+
+def test_a_program_without_divisions_by_a_number_is_returned_as_it_is():
+    program = torch.export.export(torch.nn.Linear(3, 2), (torch.randn(1, 3),))
+    assert divisions_as_multiplications(program) is program
 
 
 def test_each_model_runs_in_torchs_own_loader(auto_project):

@@ -32,7 +32,9 @@ time setting themselves up:
 - matrix products whose weight is a constant use inductor's C++ GEMM template: a
   micro-kernel generated for the layer's shape, weights prepacked at build time;
 - recurrent layers (``aten.lstm``, ``aten.gru``, ``aten.rnn_tanh``, ``aten.rnn_relu``)
-  are decomposed before compiling into matmuls and pointwise ops that inductor fuses.
+  are decomposed before compiling into matmuls and pointwise ops that inductor fuses;
+- a division by a constant number is a multiplication by its reciprocal
+  (tdaot.builder.rewrites: the vector division was a fifth of a pixel policy's batch-1 call).
 
 Both are slower at large batch (benchmarks/README.md). The choice between the template
 and ATen is made here, never by timing candidates on the build machine (which is what
@@ -217,6 +219,7 @@ def cache_key_parts(tuning: str, bound: bool = False) -> dict:
     parts: dict = {"tuning": tuning, "inductor": tuning_options(tuning)}
     if tuning == "latency":
         parts["decomposed"] = list(RECURRENT_OPS)
+        parts["rewrites"] = ["divisions_as_multiplications"]
     if bound:
         parts["bound"] = {
             **_BOUND_OPTIONS,
@@ -228,10 +231,11 @@ def cache_key_parts(tuning: str, bound: bool = False) -> dict:
 def tune_program(
     program: torch.export.ExportedProgram, tuning: str, bound: bool = False
 ) -> torch.export.ExportedProgram:
-    """The program a model compiles: for "latency", recurrent ops decomposed; for the bound
-    run, convolutions as GEMMs too."""
+    """The program a model compiles: for "latency", recurrent ops decomposed and divisions by
+    constants as multiplications; for the bound run, convolutions as GEMMs too."""
     if tuning == "latency":
         program = _torch_compat.decompose(program, RECURRENT_OPS)
+        program = rewrites.divisions_as_multiplications(program)
     if bound:
         program = rewrites.convolutions_as_gemm(program)
     return program

@@ -13,7 +13,12 @@ from torch import nn
 
 from tdaot.builder.rewrites import torchrl_distributions, torchrl_modules
 from tdaot.builder.rewrites.modules import CHECKED_AGAINST, ModuleRewrite, rewrite_modules
-from tdaot.builder.rewrites.programs import RECURRENT_OPS, conv2d_as_gemm, convolutions_as_gemm
+from tdaot.builder.rewrites.programs import (
+    RECURRENT_OPS,
+    conv2d_as_gemm,
+    convolutions_as_gemm,
+    divisions_as_multiplications,
+)
 
 # Every module rewrite, in the order they are applied.
 MODULE_REWRITES: tuple[ModuleRewrite, ...] = torchrl_modules.REWRITES + torchrl_distributions.REWRITES
@@ -31,6 +36,7 @@ __all__ = [
     "ModuleRewrite",
     "conv2d_as_gemm",
     "convolutions_as_gemm",
+    "divisions_as_multiplications",
     "for_export",
     "rewrite_modules",
 ]

@@ -87,10 +87,20 @@ def decompose(
     torch's own decomposition table (unchanged when it calls none of them)."""
     from torch._decomp import decomposition_table
 
+    present = _called(program, op_names)
+    table = {op: decomposition_table[op] for op in present}
+    return program.run_decompositions(table) if table else program
+
+
+def calls_any(program: torch.export.ExportedProgram, op_names: tuple[str, ...]) -> bool:
+    """Whether ``program`` calls one of the aten ops named ``packet.overload``."""
+    return bool(_called(program, op_names))
+
+
+def _called(program: torch.export.ExportedProgram, op_names: tuple[str, ...]) -> list:
     ops = [getattr(getattr(torch.ops.aten, name), overload) for name, overload in map(_split_op, op_names)]
     present = {node.target for node in program.graph.nodes if node.op == "call_function"}
-    table = {op: decomposition_table[op] for op in ops if op in present}
-    return program.run_decompositions(table) if table else program
+    return [op for op in ops if op in present]
 
 
 def _split_op(name: str) -> tuple[str, str]:

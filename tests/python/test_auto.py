@@ -20,7 +20,7 @@ from conftest import ROOT
 import tdaot
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.rewrites import conv2d_as_gemm, divisions_as_multiplications
-from tdaot.builder.tuning import BOUND_MAX_BATCH, ModelPlan, plan_models
+from tdaot.builder.tuning import BOUND_MAX_BATCH, DECOMPOSED_RNN_MAX_BATCH, ModelPlan, plan_models
 from tdaot.cli import main
 
 POLICIES = ROOT / "examples" / "policies.py"
@@ -71,6 +71,34 @@ def test_model_plans(tuning, specialize, device, low, high, expected):
     plans = plan_models(tuning, specialize, device, low, high)
     assert [(p.name, p.batch, p.bound) for p in plans] == expected
     assert 64 > BOUND_MAX_BATCH
+
+
+@pytest.mark.parametrize(
+    ("tuning", "specialize", "low", "high", "expected"),
+    [
+        # A dynamic recurrent package: one more dynamic model up to DECOMPOSED_RNN_MAX_BATCH rows.
+        ("auto", None, 1, 1 << 20, [
+            ("model", None, None, False), ("small", None, 128, True), ("b1", 1, None, False),
+        ]),
+        ("auto", (1, 64, 256), 2, 4096, [
+            ("model", None, None, False), ("small", None, 128, True),
+            ("b64", 64, None, True), ("b256", 256, None, False),
+        ]),
+        # Its whole range within it: the one dynamic model is decomposed.
+        ("auto", (), 1, 64, [("model", None, None, True)]),
+        ("auto", None, 32, 32, [("model", 32, None, True)]),
+        ("auto", None, 200, 200, [("model", 200, None, False)]),
+        ("auto", None, 128, 4096, [("model", None, None, False)]),
+        # "throughput" is inductor's own choice; "latency" decomposes in every model already.
+        ("throughput", None, 1, 4096, [("model", None, None, False)]),
+        ("latency", None, 1, 4096, [("model", None, None, False)]),
+    ],
+)  # fmt: skip
+def test_recurrent_policies_get_decomposed_models_for_few_rows(tuning, specialize, low, high, expected):
+    plans = plan_models(tuning, specialize, "cpu", low, high, recurrent=True)
+    assert [(p.name, p.batch, p.batch_max, p.decomposed) for p in plans] == expected
+    assert all(p.recurrent_decomposed() for p in plans if p.tuning == "latency")
+    assert DECOMPOSED_RNN_MAX_BATCH == 128
 
 
 @pytest.mark.parametrize(

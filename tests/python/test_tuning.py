@@ -1,7 +1,9 @@
 """Build tunings: the "latency" build (inductor's C++ GEMM template, recurrent layers
-decomposed) through the API, the CLI and config files, its parity, cache key and errors.
+decomposed) through the API, the CLI and config files, its parity, cache key and errors; the
+decomposed model "auto" adds for a recurrent policy's small batches.
 
-Two AOTInductor compiles: the tutorial policy (through a config file) and an LSTM policy.
+AOTInductor compiles: the tutorial policy (through a config file), an LSTM policy with
+tuning "latency" and with "auto" (three models).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import tdaot.builder.tuning
 from tdaot.builder.cache import artifact_key
 from tdaot.builder.config import load_config
 from tdaot.builder.export import export_policy
-from tdaot.builder.tuning import RECURRENT_OPS, TUNINGS, tune_program
+from tdaot.builder.tuning import DECOMPOSED_RNN_MAX_BATCH, RECURRENT_OPS, TUNINGS, tune_program
 from tdaot.cli import main
 from tdaot.errors import BuildError, ConfigError
 from tdaot.manifest import Manifest, Source
@@ -143,6 +145,24 @@ def test_latency_lstm_is_decomposed_and_matches_eager(tmp_path):
     tdaot.testing.assert_parity(policy, artifact, example, batch_sizes=[1, 5, 64])
     native = tdaot.load(artifact.path)
     assert native.sha256 == artifact.sha256
+
+
+def test_auto_lstm_serves_few_rows_from_a_decomposed_model_and_matches_eager(tmp_path):
+    """tuning "auto" on a dynamic recurrent policy: beside the fused-op model for every batch and
+    the batch-1 model, a dynamic model for batches up to DECOMPOSED_RNN_MAX_BATCH that calls no
+    fused RNN op; each batch below runs on the model it should and matches eager."""
+    from policies import lstm_policy
+
+    policy, example = lstm_policy()
+    artifact = tdaot.build(policy, example, tmp_path / "lstm.pt2")
+    models = {m.name: m for m in artifact.manifest.models}
+    assert list(models) == ["model", "small", "b1"]
+    assert (models["small"].batch.min, models["small"].batch.max) == (1, DECOMPOSED_RNN_MAX_BATCH)
+    fused = "aoti_torch_cpu_mkldnn_rnn_layer"
+    assert fused in models["model"].lite.needs and fused not in models["small"].lite.needs
+    native = tdaot.load(artifact.path)
+    assert [native.bind(b).model for b in (1, 2, 128, 129)] == ["b1", "small", "small", "model"]
+    tdaot.testing.assert_parity(policy, native, example, batch_sizes=[1, 5, 128, 129])
 
 
 def test_gru_and_rnn_layers_are_decomposed_too():

@@ -75,7 +75,7 @@ def compile_model(
         raise CompileError(refusal)
     started, ok = time.perf_counter(), False
     try:
-        program = tune_program(program, plan.tuning, plan.bound)
+        program = tune_program(program, plan.tuning, plan.bound, plan.decomposed)
         with warnings.catch_warnings(), compiling_for(target), compiling_with(plan.tuning, plan.bound):
             # torch 2.13's own packaging code trips its pytree deprecation; not the user's concern.
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec", category=FutureWarning)
@@ -178,12 +178,19 @@ def build_package(
     return sealed
 
 
+def _served(plan: ModelPlan, package: BatchRange) -> BatchRange:
+    """The batches ``plan``'s model serves in a package serving ``package``."""
+    if plan.batch:
+        return BatchRange(plan.batch, plan.batch)
+    return BatchRange(package.min, plan.batch_max) if plan.batch_max else package
+
+
 def model_specs(manifest: Manifest, plans: list[ModelPlan]) -> tuple[ModelSpec, ...]:
     """The manifest's list of models: each plan's name, batches, tuning and chunk rows."""
     return tuple(
         ModelSpec(
             p.name,
-            BatchRange(p.batch, p.batch) if p.batch else manifest.batch,
+            _served(p, manifest.batch),
             p.tuning,
             chunk_rows=p.chunk_rows,
         )

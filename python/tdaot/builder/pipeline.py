@@ -31,7 +31,7 @@ from tdaot.builder.messages import module_class_name
 from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
 from tdaot.builder.targets import CPU_TARGETS, vector_isa
-from tdaot.builder.tuning import ModelPlan, plan_models, tune_program
+from tdaot.builder.tuning import ModelPlan, calls_recurrent_ops, plan_models, tune_program
 from tdaot.errors import BuildError, CompileError, SpecialisationWarning, StaticBatchWarning
 from tdaot.manifest import Manifest, Source, read_manifest
 
@@ -119,9 +119,8 @@ def build(
     if options.save_exported:
         # What went into the compiler for the package's first model: its rewrites included.
         plan = _plans(exported, options)[0]
-        torch.export.save(
-            tune_program(exported.program, plan.tuning, plan.bound), exported_program_path(path)
-        )
+        program = tune_program(exported.program, plan.tuning, plan.bound, plan.decomposed)
+        torch.export.save(program, exported_program_path(path))
     signed_by = None
     if signing_key is not None:
         from tdaot.signing import sign
@@ -189,11 +188,16 @@ def exported_program_path(package_path: str | os.PathLike) -> str:
 
 
 def _plans(exported: ExportedPolicy, options: BuildOptions) -> list[ModelPlan]:
-    plans = plan_models(
-        options.tuning, options.specialize, options.device, exported.batch.min, exported.batch.max
-    )
-    # The model of the whole dynamic range runs a large call in slices (tdaot.builder.tuning).
-    return [dataclasses.replace(p, chunk_rows=exported.chunk_rows) if p.batch is None else p for p in plans]
+    batch = exported.batch
+    recurrent = calls_recurrent_ops(exported.program)
+    plans = plan_models(options.tuning, options.specialize, options.device, batch.min, batch.max, recurrent)
+    # A dynamic model runs a call larger than the chunk in slices (tdaot.builder.tuning).
+    rows = exported.chunk_rows
+
+    def sliced(plan: ModelPlan) -> bool:
+        return plan.batch is None and rows is not None and rows < (plan.batch_max or batch.max)
+
+    return [dataclasses.replace(p, chunk_rows=rows) if sliced(p) else p for p in plans]
 
 
 def _compile(policy, example, exported, manifest, path, options, cache, report) -> bool:
@@ -243,7 +247,7 @@ def _compile(policy, example, exported, manifest, path, options, cache, report) 
             if refusal is not None:
                 what = "for the allocation-free bound run" if attempt.bound else "at all"
                 warnings.warn(
-                    f"the batch-{plan.batch} model {plan.name!r} of {manifest.source.module_class} could "
+                    f"the {_serving(plan)} model {plan.name!r} of {manifest.source.module_class} could "
                     f"not be compiled {what} ({refusal}); "
                     + (
                         "it is built without it (a Binding at that batch uses the standard runner)"
@@ -264,6 +268,10 @@ def _compile(policy, example, exported, manifest, path, options, cache, report) 
     if hits and all(hits):
         report("cached")
     return bool(hits) and all(hits)
+
+
+def _serving(plan: ModelPlan) -> str:
+    return f"batch-{plan.batch}" if plan.batch else f"up-to-batch-{plan.batch_max}"
 
 
 def file_sha256(path: str) -> str:

@@ -8,6 +8,12 @@ the latency tuning's C++ GEMM template was 1.2-2.4x slower from batch 64 up). Th
 each call to the model for its batch. A package whose batch is static holds one model of that
 kind. On CUDA, ``"auto"`` is ``"throughput"``.
 
+Recurrent layers under ``"auto"``: a throughput model serving at most
+``DECOMPOSED_RNN_MAX_BATCH`` rows computes them decomposed (matmuls and fused pointwise ops),
+not by ATen's fused op, which sets up a oneDNN RNN primitive on every call; a dynamic package
+serving more rows than that holds one more dynamic model, ``"small"``, for its batches up to
+it (the runner picks the narrowest range, so batch 1 stays with its own model).
+
 A batch above ``CHUNK_BYTES`` (a dynamic one: ``SLICE_BYTES``) worth of the largest
 intermediate runs in chunks of rows (:func:`chunk_rows`): a static batch is traced so
 (tdaot.builder.export: the graph runs the policy on slices of the batch and concatenates the
@@ -57,6 +63,7 @@ the lite runtime.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -71,6 +78,10 @@ TUNINGS = ("throughput", "latency", "auto")
 DEFAULT_TUNING = "auto"
 # The batch sizes "auto" specialises for when specialize is not given.
 DEFAULT_SPECIALIZE = (1,)
+# Up to this many rows a recurrent policy's throughput model (under "auto") decomposes its
+# recurrent layers. p50 decomposed / fused, nn.LSTM(48, 128) one step (benchmarks/variants.py,
+# 2026-11-25, Xeon): batch 2 0.19, 8 0.35, 32 0.63, 64 0.83, 128 0.94, 192 1.01, 256 1.19.
+DECOMPOSED_RNN_MAX_BATCH = 128
 # Largest static batch compiled for the bound run: its intermediates live on the stack.
 # It is also the largest a specialised model gets the latency tuning for.
 BOUND_MAX_BATCH = 16
@@ -120,24 +131,43 @@ RECURRENT_OPS = rewrites.RECURRENT_OPS
 @dataclass(frozen=True)
 class ModelPlan:
     """One model of a package: its name, its tuning ("throughput" or "latency"), the static
-    batch it is specialised for (None: the package's whole range), whether it is built for the
-    allocation-free bound run, and the rows the runtime hands it at once (None: any call)."""
+    batch it is specialised for (None: dynamic), the most rows a dynamic model serves (None: the
+    package's whole range), whether it is built for the allocation-free bound run, whether a
+    throughput model decomposes recurrent layers (the latency tuning always does), and the rows
+    the runtime hands it at once (None: any call)."""
 
     name: str
     tuning: str
     batch: int | None = None
     bound: bool = False
+    batch_max: int | None = None
+    decomposed: bool = False
     # How the runtime slices a large call (ModelSpec.chunk_rows); not part of the compile.
     chunk_rows: int | None = None
 
     def describe(self) -> dict:
-        return {"name": self.name, "tuning": self.tuning, "batch": self.batch, "bound": self.bound}
+        described = {"name": self.name, "tuning": self.tuning, "batch": self.batch, "bound": self.bound}
+        # Only where set: the other models' cache keys stay what they were.
+        if self.batch_max is not None:
+            described["batch_max"] = self.batch_max
+        if self.decomposed:
+            described["decomposed"] = True
+        return described
+
+    def recurrent_decomposed(self) -> bool:
+        return self.tuning == "latency" or self.decomposed
 
 
 def plan_models(
-    tuning: str, specialize: Sequence[int] | None, device: str, low: int, high: int
+    tuning: str,
+    specialize: Sequence[int] | None,
+    device: str,
+    low: int,
+    high: int,
+    recurrent: bool = False,
 ) -> list[ModelPlan]:
-    """The models a package serving batches ``low..high`` holds under ``tuning``."""
+    """The models a package serving batches ``low..high`` holds under ``tuning`` (``recurrent``:
+    its program calls one of ``RECURRENT_OPS``)."""
     if tuning == "auto" and device != "cpu":
         tuning = "throughput"  # latency models are CPU builds
     if tuning == "throughput":
@@ -147,10 +177,20 @@ def plan_models(
         bound = static and low <= BOUND_MAX_BATCH and _torch_compat.has_arrayref_entry_point()
         return [ModelPlan("model", "latency", low if static else None, bound)]
     if static:
-        return [_specialised("model", low)]
-    sizes = DEFAULT_SPECIALIZE if specialize is None else specialize
-    return [ModelPlan("model", "throughput")] + [
-        _specialised(f"b{size}", size) for size in sizes if low <= size <= high
+        plans = [_specialised("model", low)]
+    else:
+        sizes = DEFAULT_SPECIALIZE if specialize is None else specialize
+        plans = [ModelPlan("model", "throughput")]
+        if recurrent and high > DECOMPOSED_RNN_MAX_BATCH > low:
+            plans.append(ModelPlan("small", "throughput", batch_max=DECOMPOSED_RNN_MAX_BATCH))
+        plans += [_specialised(f"b{size}", size) for size in sizes if low <= size <= high]
+    if not recurrent:
+        return plans
+    return [
+        dataclasses.replace(p, decomposed=True)
+        if p.tuning == "throughput" and (p.batch or p.batch_max or high) <= DECOMPOSED_RNN_MAX_BATCH
+        else p
+        for p in plans
     ]
 
 
@@ -179,6 +219,11 @@ def chunk_rows(program: torch.export.ExportedProgram, batch: BatchRange) -> int 
     if batch.dynamic:
         rows = max(rows, batch.min)  # a slice is a batch the model serves
     return rows if rows < batch.max else None
+
+
+def calls_recurrent_ops(program: torch.export.ExportedProgram) -> bool:
+    """Whether ``program`` calls one of ``RECURRENT_OPS``."""
+    return _torch_compat.calls_any(program, RECURRENT_OPS)
 
 
 def row_bytes(program: torch.export.ExportedProgram) -> int:
@@ -214,11 +259,12 @@ def model_options(plan: ModelPlan) -> dict:
     return {**tuning_options(plan.tuning), **(_BOUND_OPTIONS if plan.bound else {})}
 
 
-def cache_key_parts(tuning: str, bound: bool = False) -> dict:
+def cache_key_parts(tuning: str, bound: bool = False, decomposed: bool = False) -> dict:
     """Everything a model's tuning changes in its build, for the artifact cache key."""
     parts: dict = {"tuning": tuning, "inductor": tuning_options(tuning)}
-    if tuning == "latency":
+    if tuning == "latency" or decomposed:
         parts["decomposed"] = list(RECURRENT_OPS)
+    if tuning == "latency":
         parts["rewrites"] = ["divisions_as_multiplications"]
     if bound:
         parts["bound"] = {
@@ -229,12 +275,14 @@ def cache_key_parts(tuning: str, bound: bool = False) -> dict:
 
 
 def tune_program(
-    program: torch.export.ExportedProgram, tuning: str, bound: bool = False
+    program: torch.export.ExportedProgram, tuning: str, bound: bool = False, decomposed: bool = False
 ) -> torch.export.ExportedProgram:
     """The program a model compiles: for "latency", recurrent ops decomposed and divisions by
-    constants as multiplications; for the bound run, convolutions as GEMMs too."""
-    if tuning == "latency":
+    constants as multiplications; for the bound run, convolutions as GEMMs too; ``decomposed``:
+    recurrent ops decomposed (a throughput model of a few rows)."""
+    if tuning == "latency" or decomposed:
         program = _torch_compat.decompose(program, RECURRENT_OPS)
+    if tuning == "latency":
         program = rewrites.divisions_as_multiplications(program)
     if bound:
         program = rewrites.convolutions_as_gemm(program)

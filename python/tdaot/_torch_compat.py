@@ -85,11 +85,16 @@ def decompose(
 ) -> torch.export.ExportedProgram:
     """``program`` with the aten ops named ``packet.overload`` that it calls decomposed by
     torch's own decomposition table (unchanged when it calls none of them)."""
+    table = decompositions(program, op_names)
+    return program.run_decompositions(table) if table else program
+
+
+def decompositions(program: torch.export.ExportedProgram, op_names: tuple[str, ...]) -> dict:
+    """torch's own decompositions of the aten ops named ``packet.overload`` that ``program``
+    calls, as a table for ``run_decompositions`` (empty when it calls none of them)."""
     from torch._decomp import decomposition_table
 
-    present = _called(program, op_names)
-    table = {op: decomposition_table[op] for op in present}
-    return program.run_decompositions(table) if table else program
+    return {op: decomposition_table[op] for op in _called(program, op_names)}
 
 
 def calls_any(program: torch.export.ExportedProgram, op_names: tuple[str, ...]) -> bool:

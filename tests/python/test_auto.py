@@ -20,7 +20,13 @@ from conftest import ROOT
 import tdaot
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.rewrites import conv2d_as_gemm, divisions_as_multiplications
-from tdaot.builder.tuning import BOUND_MAX_BATCH, DECOMPOSED_RNN_MAX_BATCH, ModelPlan, plan_models
+from tdaot.builder.tuning import (
+    BOUND_MAX_BATCH,
+    DECOMPOSED_RNN_MAX_BATCH,
+    ModelPlan,
+    plan_models,
+    tune_program,
+)
 from tdaot.cli import main
 
 POLICIES = ROOT / "examples" / "policies.py"
@@ -240,6 +246,31 @@ def test_divisions_by_a_number_become_multiplications_by_its_reciprocal():
     for w, g in zip(want, got):
         assert g.dtype == w.dtype  # an integer tensor / 7 is float either way
         torch.testing.assert_close(g, w, rtol=1.2e-7, atol=0, equal_nan=True)
+
+
+class _PixelHead(torch.nn.Module):
+    """Pixels scaled by a number, a convolution, then a flatten: the conv benchmark policy's shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 4, stride=2)
+        self.head = torch.nn.Linear(4 * 3 * 3, 2)
+
+    def forward(self, pixels):
+        return self.head(torch.relu(self.conv(pixels.float() / 255.0)).flatten(1))
+
+
+def test_a_bound_latency_program_gets_every_rewrite_in_one_retrace():
+    """The division rewrite before the im2col one left the flatten a view of a channels-last
+    output (inductor: "Cannot view a tensor with shape ..."): both go into one retrace."""
+    pixels = torch.randint(0, 256, (1, 3, 8, 8), dtype=torch.uint8)
+    torch.manual_seed(0)
+    module = _PixelHead()
+    program = torch.export.export(module, (pixels,))
+    tuned = tune_program(program, "latency", bound=True)
+    targets = {node.target for node in tuned.graph.nodes}
+    assert torch.ops.aten.conv2d.default not in targets and torch.ops.aten.div.Tensor not in targets
+    torch.testing.assert_close(tuned.module()(pixels), module(pixels), rtol=1e-5, atol=1e-6)
 
 
 def test_a_program_without_divisions_by_a_number_is_returned_as_it_is():

@@ -280,13 +280,14 @@ def tune_program(
     """The program a model compiles: for "latency", recurrent ops decomposed and divisions by
     constants as multiplications; for the bound run, convolutions as GEMMs too; ``decomposed``:
     recurrent ops decomposed (a throughput model of a few rows)."""
+    table: dict = {}
     if tuning == "latency" or decomposed:
-        program = _torch_compat.decompose(program, RECURRENT_OPS)
+        table |= _torch_compat.decompositions(program, RECURRENT_OPS)
     if tuning == "latency":
-        program = rewrites.divisions_as_multiplications(program)
+        table |= rewrites.division_table(program)
     if bound:
-        program = rewrites.convolutions_as_gemm(program)
-    return program
+        table |= rewrites.convolution_table(program)
+    return rewrites.apply(program, table)  # in one retrace (rewrites.apply says why)
 
 
 @contextlib.contextmanager

@@ -15,8 +15,11 @@ from tdaot.builder.rewrites import torchrl_distributions, torchrl_modules
 from tdaot.builder.rewrites.modules import CHECKED_AGAINST, ModuleRewrite, rewrite_modules
 from tdaot.builder.rewrites.programs import (
     RECURRENT_OPS,
+    apply,
     conv2d_as_gemm,
+    convolution_table,
     convolutions_as_gemm,
+    division_table,
     divisions_as_multiplications,
 )
 
@@ -34,8 +37,11 @@ __all__ = [
     "MODULE_REWRITES",
     "RECURRENT_OPS",
     "ModuleRewrite",
+    "apply",
     "conv2d_as_gemm",
+    "convolution_table",
     "convolutions_as_gemm",
+    "division_table",
     "divisions_as_multiplications",
     "for_export",
     "rewrite_modules",

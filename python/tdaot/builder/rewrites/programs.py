@@ -56,10 +56,16 @@ def conv2d_as_gemm(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation
 def divisions_as_multiplications(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     """``program`` with each true division of a tensor by a finite, nonzero number (not a tensor)
     as a multiplication by the number's reciprocal (unchanged without any)."""
+    return apply(program, division_table(program))
+
+
+def division_table(program: torch.export.ExportedProgram) -> dict:
+    """The decomposition entry of ``divisions_as_multiplications`` where ``program`` has such a
+    division (else empty)."""
     div = torch.ops.aten.div.Tensor
     if not any(node.target is div and _reciprocal(node.args[1]) for node in program.graph.nodes):
-        return program
-    return program.run_decompositions({div: _division_as_multiplication})
+        return {}
+    return {div: _division_as_multiplication}
 
 
 def _reciprocal(divisor: object) -> float | None:
@@ -77,7 +83,23 @@ def _division_as_multiplication(x, divisor):
 
 def convolutions_as_gemm(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     """``program`` with its plain 2-D convolutions as im2col + GEMM (unchanged without any)."""
+    return apply(program, convolution_table(program))
+
+
+def convolution_table(program: torch.export.ExportedProgram) -> dict:
+    """The decomposition entry of ``convolutions_as_gemm`` where ``program`` has a 2-D
+    convolution (else empty)."""
     conv = torch.ops.aten.conv2d.default
-    if not any(node.target is conv for node in program.graph.nodes):
-        return program
-    return program.run_decompositions({conv: conv2d_as_gemm})
+    return {conv: conv2d_as_gemm} if any(node.target is conv for node in program.graph.nodes) else {}
+
+
+def apply(program: torch.export.ExportedProgram, table: dict) -> torch.export.ExportedProgram:
+    """``program`` retraced once with every entry of ``table`` (unchanged when it is empty).
+
+    Several rewrites go into one retrace, never one after another: a retrace fixes each
+    ``reshape`` as a ``view`` or a copy by the strides its input has then, and a later rewrite
+    that changes those strides (the im2col convolution's output is channels-last) would leave a
+    ``view`` that no longer applies (seen: the conv policy's flatten after its division was
+    rewritten, "Cannot view a tensor with shape [1, 32, 4, 4] and strides (512, 1, 128, 32)").
+    """
+    return program.run_decompositions(table) if table else program

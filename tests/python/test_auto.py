@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 import zipfile
 
 import pytest
@@ -271,6 +272,31 @@ def test_a_bound_latency_program_gets_every_rewrite_in_one_retrace():
     targets = {node.target for node in tuned.graph.nodes}
     assert torch.ops.aten.conv2d.default not in targets and torch.ops.aten.div.Tensor not in targets
     torch.testing.assert_close(tuned.module()(pixels), module(pixels), rtol=1e-5, atol=1e-6)
+
+
+def test_a_pixel_policy_gets_a_bound_lite_batch_one_model(tmp_path):
+    """End to end, the shape that broke: uint8 pixels / 255, a convolution, a flatten. Its
+    batch-1 model is built for the bound run (no SpecialisationWarning), runs lite, and matches
+    eager through the bound run."""
+    from tensordict import TensorDict
+    from tensordict.nn import TensorDictModule
+
+    torch.manual_seed(0)
+    policy = TensorDictModule(_PixelHead(), in_keys=["pixels"], out_keys=["action"])
+    pixels = torch.randint(0, 256, (1, 3, 8, 8), dtype=torch.uint8)
+    example = TensorDict({"pixels": pixels}, batch_size=[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tdaot.SpecialisationWarning)
+        warnings.simplefilter("error", tdaot.LiteWarning)
+        artifact = tdaot.build(policy, example, tmp_path / "pixels.pt2", batch="static")
+    (model,) = artifact.manifest.models
+    assert (model.tuning, model.lite.runs) == ("latency", True)
+    assert BOUND_ENTRY in _libraries(artifact.path)["model"]
+    binding = tdaot.load(artifact.path).bind(batch=1)
+    binding.inputs["pixels"].copy_(pixels)
+    binding.run()
+    want = policy(example.clone())["action"]
+    torch.testing.assert_close(binding.outputs["action"], want, rtol=1e-5, atol=1e-6)
 
 
 def test_a_program_without_divisions_by_a_number_is_returned_as_it_is():

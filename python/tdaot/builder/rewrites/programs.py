@@ -13,7 +13,8 @@ faster or allocation-free code. Each applies only to the ops it is written for.
   multiplication by its reciprocal (within one rounding of the quotient). A vector division
   costs ~10 cycles, a multiplication less than one; where a convolution's im2col repeats each
   input element (the conv benchmark policy's ``pixels.float() / 255`` under an 8x8 kernel of
-  stride 4: 3.5 times) the division was a fifth of the whole batch-1 call (58.7 -> 46.5 us).
+  stride 4: 3.5 times) the division was a fifth of the whole batch-1 call; with the
+  multiplication that gather is a tenth of it (perf, benchmarks/README.md).
 """
 
 from __future__ import annotations

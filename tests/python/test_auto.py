@@ -17,6 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import ROOT
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 
 import tdaot
 from tdaot.builder.options import BuildOptions
@@ -278,9 +280,6 @@ def test_a_pixel_policy_gets_a_bound_lite_batch_one_model(tmp_path):
     """End to end, the shape that broke: uint8 pixels / 255, a convolution, a flatten. Its
     batch-1 model is built for the bound run (no SpecialisationWarning), runs lite, and matches
     eager through the bound run."""
-    from tensordict import TensorDict
-    from tensordict.nn import TensorDictModule
-
     torch.manual_seed(0)
     policy = TensorDictModule(_PixelHead(), in_keys=["pixels"], out_keys=["action"])
     pixels = torch.randint(0, 256, (1, 3, 8, 8), dtype=torch.uint8)

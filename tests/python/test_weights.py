@@ -290,18 +290,72 @@ def test_export_weights_names_the_first_structural_difference(tutorial, tmp_path
         tdaot.export_weights(policy, tutorial[2].path, tmp_path / "other.tdw")
 
 
-def test_export_weights_refuses_a_package_built_without_weight_records(tutorial, tmp_path):
-    """A package of an earlier tdaot: its models' metadata lack the weight record."""
+def _with_metadata(tutorial, tmp_path, change):
+    """A copy of the tutorial package, ``old.pt2``, with ``change(metadata)`` applied to each of
+    its models' AOTInductor metadata."""
     records = _torch_compat.read_archive(tutorial[2].path)
     for name, data in records.items():
         if name.endswith("_metadata.json"):
             metadata = json.loads(data)
-            metadata.pop(RECORD_KEY, None)
+            change(metadata)
             records[name] = json.dumps(metadata).encode()
     old = tmp_path / "old.pt2"
     _torch_compat.write_archive(str(old), records)
+    return old
+
+
+def _with_record(change):
+    """A metadata change applying ``change`` to the model's weight record."""
+
+    def changed(metadata):
+        record = json.loads(metadata[RECORD_KEY])
+        change(record)
+        metadata[RECORD_KEY] = json.dumps(record, sort_keys=True)
+
+    return changed
+
+
+def test_export_weights_refuses_a_package_built_without_weight_records(tutorial, tmp_path):
+    """A package of an earlier tdaot: its models' metadata lack the weight record."""
+    old = _with_metadata(tutorial, tmp_path, lambda metadata: metadata.pop(RECORD_KEY, None))
     with pytest.raises(tdaot.WeightsError, match=f"package '{old}' .* records nothing about its weights"):
         tdaot.export_weights(tutorial[0], old, tmp_path / "old.tdw")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda record: record.pop("tuning"),
+            r"\(model '\w+'\) does not record its tuning: it was built by an earlier tdaot",
+        ),
+        (
+            lambda record: record["tuning"].update(rewrites=["an_older_rewrite"]),
+            r"\(model '\w+'\) was built with another tuning than this tdaot compiles it with "
+            r"\(differs in 'rewrites': .*an_older_rewrite",
+        ),
+    ],
+    ids=["no-tuning-recorded", "other-rewrites"],
+)
+def test_export_weights_refuses_a_package_compiled_with_another_tuning(tutorial, tmp_path, change, message):
+    """Its constants could have the names and shapes of ours in another order: refused before
+    anything is compiled."""
+    old = _with_metadata(tutorial, tmp_path, _with_record(change))
+    with pytest.raises(tdaot.WeightsError, match=f"package '{old}' " + message) as caught:
+        tdaot.export_weights(tutorial[0], old, tmp_path / "old.tdw")
+    assert caught.value.path == str(old)
+    assert not (tmp_path / "old.tdw").exists()
+
+
+def test_export_weights_refuses_a_package_built_with_another_torch(tutorial, tmp_path, monkeypatch):
+    built_with = re.escape(torch.__version__)
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    with pytest.raises(
+        tdaot.WeightsError,
+        match=rf"was built with torch {built_with}, this process runs torch 2\.99\.0: "
+        r"make its weight files with the torch it was built with",
+    ):
+        tdaot.export_weights(tutorial[0], tutorial[2].path, tmp_path / "other.tdw")
 
 
 def test_the_signed_bytes_are_the_same_in_python_and_cpp_and_exclude_signatures(

@@ -35,7 +35,8 @@ from tdaot.builder.tuning import ModelPlan, cache_key_parts, plan_models
 from tdaot.manifest import Manifest
 
 # Bump when the build itself changes what a given key produces.
-CACHE_FORMAT = 2
+# 3: each model records its tuning for export_weights (tdaot.builder.weights.check_build).
+CACHE_FORMAT = 3
 
 
 def default_cache_dir() -> Path:

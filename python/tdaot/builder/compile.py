@@ -17,7 +17,14 @@ from tdaot.builder import compile_log, lite
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.package import check_output_path, write_package
 from tdaot.builder.targets import CPU_TARGETS, compiling_for, inductor_options
-from tdaot.builder.tuning import ModelPlan, compiling_with, model_options, plan_models, tune_program
+from tdaot.builder.tuning import (
+    ModelPlan,
+    cache_key_parts,
+    compiling_with,
+    model_options,
+    plan_models,
+    tune_program,
+)
 from tdaot.builder.weights_format import program_record
 from tdaot.errors import CompileError
 from tdaot.manifest import METADATA_KEY, BatchRange, Manifest, ModelSpec
@@ -69,6 +76,8 @@ def compile_model(
         kernel_threads=options.kernel_threads,
         export={"batch": options.batch, "out_keys": options.out_keys},
         plan=plan.describe(),
+        # What export_weights must compile the model with again for its constants to fit.
+        tuning=cache_key_parts(plan.tuning, plan.bound, plan.decomposed),
     )
     refusal = known_refusal(manifest, plan)
     if refusal is not None:

@@ -25,7 +25,7 @@ from tdaot.builder.compile import compile_model
 from tdaot.builder.export import export_policy
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.pipeline import _signing_key, file_sha256
-from tdaot.builder.tuning import ModelPlan
+from tdaot.builder.tuning import ModelPlan, cache_key_parts
 from tdaot.builder.weights_format import RECORD_KEY, graph_digest, program_weights, write_weight_file
 from tdaot.errors import WeightsError
 from tdaot.manifest import Manifest, read_manifest
@@ -60,6 +60,8 @@ def export_weights(
             "export_weights makes weight files for cpu packages only",
             base,
         )
+    for name, record in built.items():
+        check_build(record, manifest, base, name)
     first = next(iter(built.values()))
     options = BuildOptions(
         batch=_batch(first["export"]["batch"]),
@@ -99,6 +101,38 @@ def export_weights(
 
         sign(out, signing_key)
     return digest
+
+
+def check_build(record: dict, manifest: Manifest, base: str, model: str) -> None:
+    """Raises WeightsError unless this process compiles model ``model`` of the package ``base``
+    as it was built: with the same torch and the same tuning (``record["tuning"]``, the model's
+    cache_key_parts). The constants a swap carries are compiled here; a rewrite that orders or
+    packs them differently (another torch's GEMM template, another tdaot's rewrites) would give
+    constants of the right names and shapes in the wrong layout, which no check at swap time
+    could see."""
+    where = f"package {base!r} (model {model!r})"
+    if manifest.torch_version != torch.__version__:
+        raise WeightsError(
+            f"{where} was built with torch {manifest.torch_version}, this process runs torch "
+            f"{torch.__version__}: make its weight files with the torch it was built with",
+            base,
+        )
+    plan = ModelPlan(**record["plan"])
+    ours = cache_key_parts(plan.tuning, plan.bound, plan.decomposed)
+    theirs = record.get("tuning")
+    if theirs is None:
+        raise WeightsError(
+            f"{where} does not record its tuning: it was built by an earlier tdaot, whose compiled "
+            "constants this tdaot cannot vouch for; build it again to swap its weights",
+            base,
+        )
+    if theirs != ours:
+        changed = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+        raise WeightsError(
+            f"{where} was built with another tuning than this tdaot compiles it with (differs in "
+            f"{', '.join(map(repr, changed))}: {theirs} vs {ours}); build it again to swap its weights",
+            base,
+        )
 
 
 def check_structure(program: torch.export.ExportedProgram, record: dict, base: str, model: str) -> None:

@@ -113,6 +113,24 @@ def _split_op(name: str) -> tuple[str, str]:
     return packet, overload
 
 
+def with_state(program: torch.export.ExportedProgram, values: dict) -> torch.export.ExportedProgram:
+    """A shallow copy of ``program`` whose parameters and buffers named in ``values`` hold those
+    tensors instead (same shapes and dtypes; a parameter stays a Parameter); ``program`` keeps
+    its own. ExportedProgram has no public setter; ``run_decompositions`` and AOTInductor read
+    the values, strides included, from ``state_dict``."""
+    import copy
+
+    state = dict(program.state_dict)
+    for name, value in values.items():
+        old = state[name]
+        if isinstance(old, torch.nn.Parameter):
+            value = torch.nn.Parameter(value, requires_grad=old.requires_grad)
+        state[name] = value
+    copied = copy.copy(program)
+    copied._state_dict = state
+    return copied
+
+
 # --- inductor -----------------------------------------------------------------------------
 
 

@@ -69,7 +69,6 @@ _GAIN_FIELDS = ("stiffness", "damping")
 _SIGNAL_FIELDS = ("names", *_VALUE_FIELDS, "terms", *_GAIN_FIELDS)
 
 
-
 @dataclass(frozen=True)
 class Signal:
     """One key of per-sample shape [n]: ``names`` (n unique strings, the policy's order) and

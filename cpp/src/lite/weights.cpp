@@ -88,7 +88,7 @@ void LiteModelWeights::read_table() {
                           {tensor.strides, tensor.strides + tensor.ndim},
                           tensor.data(),
                           container};
-    table_[name] = ConstantInfo{constant.dtype, constant.sizes};
+    table_[name] = ConstantInfo{constant.dtype, constant.sizes, constant.strides};
     built->push_back(std::move(constant));
   }
   sets_.hold(std::move(built));  // what every instance already holds: no generation change
@@ -144,8 +144,11 @@ void LiteWeights::swap(const WeightFile& file, const std::string& manifest_sha25
   ledger_.swapping();
   for (size_t i = 0; i < targets.size(); ++i) {
     auto set = std::make_shared<LiteConstantSet>();
+    const ConstantTable& table = targets[i].weights->table();
     for (const auto& [name, tensor] : per_model[i]) {
-      set->push_back({name, tensor.dtype, tensor.shape, {}, tensor.data.get(), tensor.data});
+      const std::vector<int64_t>& strides = table.at(name).strides;
+      const WeightTensor laid = in_layout(tensor, strides);
+      set->push_back({name, laid.dtype, laid.shape, strides, laid.data.get(), laid.data});
     }
     targets[i].weights->sets().publish(std::move(set));
   }

@@ -13,10 +13,14 @@
 namespace tdaot::detail {
 namespace {
 
-// A weight file's tensor as an ATen tensor on `device` (its own memory).
-at::Tensor to_tensor(const WeightTensor& tensor, c10::Device device) {
-  return at::from_blob(tensor.data.get(), tensor.shape, at::dtype(to_scalar_type(tensor.dtype)))
-      .to(device, /*non_blocking=*/false, /*copy=*/true);
+// A weight file's tensor as an ATen tensor on `device` (its own memory) in the strides of the
+// model's constant `info` (the copy keeps them: the tensor is dense).
+at::Tensor to_tensor(const WeightTensor& tensor, const ConstantInfo& info, c10::Device device) {
+  const WeightTensor laid = in_layout(tensor, info.strides);
+  const auto options = at::dtype(to_scalar_type(laid.dtype));
+  const at::Tensor view = info.strides.empty() ? at::from_blob(laid.data.get(), laid.shape, options)
+                                               : at::from_blob(laid.data.get(), laid.shape, info.strides, options);
+  return view.to(device, /*non_blocking=*/false, /*copy=*/true);
 }
 
 }  // namespace
@@ -34,7 +38,7 @@ ModelWeights::ModelWeights(const torch::inductor::AOTIModelContainerRunner& runn
       return;
     }
     table_[name] = ConstantInfo{static_cast<DType>(value->second.scalar_type()),
-                                value->second.sizes().vec()};
+                                value->second.sizes().vec(), value->second.strides().vec()};
   }
 }
 
@@ -81,9 +85,10 @@ void LiveWeights::swap(const WeightFile& file, const std::string& manifest_sha25
   std::vector<std::shared_ptr<const ConstantSet>> sets(targets.size());
   for (size_t i = 0; i < targets.size(); ++i) {
     auto set = std::make_shared<ConstantSet>();
+    const ConstantTable& table = targets[i].weights->table();
     for (const auto& [name, tensor] : per_model[i]) {
       set->names.push_back(name);
-      set->tensors.push_back(to_tensor(tensor, device));
+      set->tensors.push_back(to_tensor(tensor, table.at(name), device));
     }
     if (targets[i].runner != nullptr) {
       torch::inductor::TensorConstantMap map;

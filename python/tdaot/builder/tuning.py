@@ -269,7 +269,12 @@ def cache_key_parts(tuning: str, bound: bool = False, decomposed: bool = False) 
     if bound:
         parts["bound"] = {
             **_BOUND_OPTIONS,
-            "rewrites": ["convolutions_as_gemm", "gemm_accumulator_on_stack", "output_clones_kept"],
+            "rewrites": [
+                "convolutions_as_gemm",
+                "channels_last_weights",
+                "gemm_accumulator_on_stack",
+                "output_clones_kept",
+            ],
         }
     return parts
 
@@ -287,6 +292,9 @@ def tune_program(
         table |= rewrites.division_table(program)
     if bound:
         table |= rewrites.convolution_table(program)
+        # Before the retrace: conv2d_as_gemm picks each convolution's patch order by the layout
+        # of its weight (a constant the retrace reads).
+        program = rewrites.channels_last_weights(program)
     return rewrites.apply(program, table)  # in one retrace (rewrites.apply says why)
 
 

@@ -18,10 +18,12 @@ namespace tdaot::detail {
 // weights it was built with, as canonical_digest computes it.
 inline constexpr const char* kWeightsMetadataKey = "tdaot.weights_sha256";
 
-// One constant a model takes: the dtype and shape of its live value.
+// One constant a model takes: the dtype, shape and strides of its live value (empty strides:
+// contiguous). A swap hands the model its new value in those strides (in_layout).
 struct ConstantInfo {
   DType dtype = DType::Float32;
   std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
 };
 // A model's constants by AOTInductor's internal name.
 using ConstantTable = std::map<std::string, ConstantInfo>;

@@ -159,6 +159,45 @@ WeightFile read_swap_file(const std::string& path, const std::vector<PublicKey>&
   return file;
 }
 
+WeightTensor in_layout(const WeightTensor& tensor, const std::vector<int64_t>& strides) {
+  const size_t dims = tensor.shape.size();
+  if (strides.empty()) return tensor;
+  if (strides.size() != dims) {
+    throw Error("internal: " + std::to_string(strides.size()) + " strides for a tensor of " +
+                std::to_string(dims) + " dims");
+  }
+  int64_t count = 1;
+  int64_t span = 1;  // elements from the first to one past the last
+  bool contiguous = true;
+  for (size_t d = dims; d-- > 0;) {
+    if (strides[d] < 0) throw Error("internal: a negative stride");
+    if (tensor.shape[d] != 1 && strides[d] != count) contiguous = false;
+    if (tensor.shape[d] == 0) return tensor;
+    span += (tensor.shape[d] - 1) * strides[d];
+    count *= tensor.shape[d];
+  }
+  if (contiguous) return tensor;
+  const size_t size = element_size(tensor.dtype);
+  WeightTensor laid = tensor;
+  laid.nbytes = static_cast<size_t>(span) * size;
+  laid.data = aligned_bytes(laid.nbytes);
+  std::memset(laid.data.get(), 0, laid.nbytes);
+  const auto* from = static_cast<const unsigned char*>(tensor.data.get());
+  auto* to = static_cast<unsigned char*>(laid.data.get());
+  std::vector<int64_t> index(dims, 0);
+  int64_t offset = 0;  // of element `index` in the new layout
+  for (int64_t i = 0; i < count; ++i) {
+    std::memcpy(to + offset * size, from + i * size, size);
+    for (size_t d = dims; d-- > 0;) {  // the next index in row-major order
+      offset += strides[d];
+      if (++index[d] < tensor.shape[d]) break;
+      offset -= index[d] * strides[d];
+      index[d] = 0;
+    }
+  }
+  return laid;
+}
+
 WeightFile read_weight_file(const std::string& path) {
   WeightFile file;
   file.path = path;

@@ -75,6 +75,13 @@ std::string verify_weights_signature(const WeightFile& file, const std::vector<P
 // unvouched file gets no further than its own digests).
 WeightFile read_swap_file(const std::string& path, const std::vector<PublicKey>& trusted);
 
+// `tensor` (contiguous, as a weight file holds every tensor) with each element moved to where
+// `strides` (in elements, one per dim, none negative) place it: the layout the model compiled the
+// constant in, which its kernels index with no regard to the strides of the tensor they are
+// handed (a bound convolution's weight is channels-last). Contiguous or empty `strides`: `tensor`
+// itself, sharing its bytes.
+WeightTensor in_layout(const WeightTensor& tensor, const std::vector<int64_t>& strides);
+
 // Throws WeightsError: "weight file '<path>': tensor '<tensor>' <problem>" (no tensor part
 // when `tensor` is empty).
 [[noreturn]] void refuse_weights(const std::string& path, const std::string& tensor,

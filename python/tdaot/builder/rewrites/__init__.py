@@ -16,6 +16,7 @@ from tdaot.builder.rewrites.modules import CHECKED_AGAINST, ModuleRewrite, rewri
 from tdaot.builder.rewrites.programs import (
     RECURRENT_OPS,
     apply,
+    channels_last_weights,
     conv2d_as_gemm,
     convolution_table,
     convolutions_as_gemm,
@@ -38,6 +39,7 @@ __all__ = [
     "RECURRENT_OPS",
     "ModuleRewrite",
     "apply",
+    "channels_last_weights",
     "conv2d_as_gemm",
     "convolution_table",
     "convolutions_as_gemm",

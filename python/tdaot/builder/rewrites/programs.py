@@ -24,6 +24,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from tdaot import _torch_compat
+
 # The recurrent ops the latency tuning decomposes; part of the cache key.
 RECURRENT_OPS = (
     "lstm.input",
@@ -39,19 +41,110 @@ RECURRENT_OPS = (
 
 def conv2d_as_gemm(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     """aten.conv2d as zero padding + unfold + one matrix product. Grouped and dilated
-    convolutions, and non-4-D inputs, are left to aten (NotImplemented)."""
+    convolutions, and non-4-D inputs, are left to aten (NotImplemented).
+
+    The patch order follows the weight's layout, so that the GEMM's weight is always a view of
+    the constant (the C++ GEMM template prepacks only a constant, not a tensor computed in the
+    graph): (C, kh, kw) for a contiguous weight, (kh, kw, C) for a channels-last one, whose
+    gathers read whole pixels of a channels-last input (``channels_last_weights`` says which)."""
     if groups != 1 or x.dim() != 4 or any(d != 1 for d in dilation) or isinstance(padding, str):
         return NotImplemented
-    if any(padding):
-        x = F.pad(x, (padding[1], padding[1], padding[0], padding[0]))
     out_channels, channels, kh, kw = weight.shape
-    (sh, sw), (batch, _, height, width) = stride, x.shape
+    sh, sw = stride
+    pixel_major = _channels_last(weight)
+    if pixel_major:
+        x = x.permute(0, 2, 3, 1)  # B, H, W, C
+        if any(padding):
+            x = F.pad(x, (0, 0, padding[1], padding[1], padding[0], padding[0]))
+        batch, height, width, _ = x.shape
+        patches = x.unfold(1, kh, sh).unfold(2, kw, sw)  # B, oh, ow, C, kh, kw
+        order, w = (0, 1, 2, 4, 5, 3), weight.permute(0, 2, 3, 1)
+    else:
+        if any(padding):
+            x = F.pad(x, (padding[1], padding[1], padding[0], padding[0]))
+        batch, _, height, width = x.shape
+        patches = x.unfold(2, kh, sh).unfold(3, kw, sw)  # B, C, oh, ow, kh, kw
+        order, w = (0, 2, 3, 1, 4, 5), weight
     oh, ow = (height - kh) // sh + 1, (width - kw) // sw + 1
-    patches = x.unfold(2, kh, sh).unfold(3, kw, sw)  # B, C, oh, ow, kh, kw
-    cols = patches.permute(0, 2, 3, 1, 4, 5).reshape(batch * oh * ow, channels * kh * kw)
-    w = weight.reshape(out_channels, channels * kh * kw).t()
+    cols = patches.permute(*order).reshape(batch * oh * ow, channels * kh * kw)
+    w = w.reshape(out_channels, channels * kh * kw).t()
     out = torch.addmm(bias, cols, w) if bias is not None else torch.mm(cols, w)
     return out.reshape(batch, oh, ow, out_channels).permute(0, 3, 1, 2)
+
+
+def _channels_last(weight: torch.Tensor) -> bool:
+    """Whether a 4-D weight is laid out channels-last and not also contiguous (a 1x1 kernel's
+    is both: either patch order reads it alike)."""
+    return weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+
+
+# Ops whose output keeps a channels-last input's layout and that take one tensor: a convolution
+# fed through them reads the channels-last output of an im2col convolution.
+_LAYOUT_KEEPING = {
+    torch.ops.aten.relu.default,
+    torch.ops.aten.leaky_relu.default,
+    torch.ops.aten.elu.default,
+    torch.ops.aten.gelu.default,
+    torch.ops.aten.silu.default,
+    torch.ops.aten.sigmoid.default,
+    torch.ops.aten.tanh.default,
+    torch.ops.aten.hardtanh.default,
+    torch.ops.aten.clamp.default,
+    torch.ops.aten.mul.Tensor,
+    torch.ops.aten.add.Tensor,
+    torch.ops.aten.mul.Scalar,
+    torch.ops.aten.add.Scalar,
+}
+
+
+def channels_last_weights(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """``program`` with the weight of every 2-D convolution whose input is another
+    convolution's output (through layout-keeping pointwise ops) laid out channels-last, so
+    that ``conv2d_as_gemm`` gathers its patches in (kh, kw, C) order: each gather reads whole
+    pixels of the previous im2col GEMM's channels-last output instead of one value per pixel
+    (the conv benchmark policy's batch-1 bound call: 0.90x, benchmarks/README.md). Same values,
+    same names and shapes: only the layout of those parameters changes, on a copy (the
+    original program keeps its own). Unchanged where no convolution qualifies."""
+    conv = torch.ops.aten.conv2d.default
+    parameters = {**program.graph_signature.inputs_to_parameters, **program.graph_signature.inputs_to_buffers}
+    names = set()
+    for node in program.graph.nodes:
+        if node.target is not conv or not _as_gemm(node) or not _fed_by_convolution(node.args[0], conv):
+            continue
+        weight = node.args[1]
+        name = parameters.get(getattr(weight, "name", None))
+        value = program.state_dict.get(name)
+        if isinstance(value, torch.Tensor) and value.dim() == 4 and not _channels_last(value):
+            names.add(name)
+    relaid = {
+        name: program.state_dict[name].detach().contiguous(memory_format=torch.channels_last)
+        for name in names
+    }
+    return _torch_compat.with_state(program, relaid) if relaid else program
+
+
+def _as_gemm(node: torch.fx.Node) -> bool:
+    """Whether ``conv2d_as_gemm`` rewrites the aten.conv2d call ``node`` (not grouped, not
+    dilated, padding given as numbers)."""
+    args = (*node.args, *([None] * 7))[:7]
+    padding, dilation, groups = args[4], args[5], args[6]
+    return (
+        groups in (None, 1)
+        and not isinstance(padding, str)
+        and (dilation is None or all(d == 1 for d in dilation))
+    )
+
+
+def _fed_by_convolution(node: object, conv: object) -> bool:
+    """Whether graph node ``node`` is a ``conv`` output, directly or through pointwise ops that
+    keep its layout and whose other operands are numbers, not tensors."""
+    while isinstance(node, torch.fx.Node):
+        if node.target is conv:
+            return True
+        if node.target not in _LAYOUT_KEEPING or any(isinstance(a, torch.fx.Node) for a in node.args[1:]):
+            return False
+        node = node.args[0]
+    return False
 
 
 def divisions_as_multiplications(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

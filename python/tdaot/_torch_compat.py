@@ -15,6 +15,7 @@ import io
 import logging
 import re
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -126,7 +127,10 @@ def with_state(program: torch.export.ExportedProgram, values: dict) -> torch.exp
         if isinstance(old, torch.nn.Parameter):
             value = torch.nn.Parameter(value, requires_grad=old.requires_grad)
         state[name] = value
-    copied = copy.copy(program)
+    with warnings.catch_warnings():
+        # torch 2.13's ExportedProgram trips its own pytree deprecation when copied.
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec", category=FutureWarning)
+        copied = copy.copy(program)
     copied._state_dict = state
     return copied
 

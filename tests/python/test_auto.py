@@ -8,6 +8,7 @@ the conv rewrite checked without compiling.
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 import warnings
@@ -252,38 +253,64 @@ def test_divisions_by_a_number_become_multiplications_by_its_reciprocal():
 
 
 class _PixelHead(torch.nn.Module):
-    """Pixels scaled by a number, a convolution, then a flatten: the conv benchmark policy's shape."""
+    """Pixels scaled by a number, two convolutions (the second padded, fed by the first through
+    a ReLU), then a flatten: the conv benchmark policy's shape."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 4, 4, stride=2)
-        self.head = torch.nn.Linear(4 * 3 * 3, 2)
+        self.conv2 = torch.nn.Conv2d(4, 6, 3, padding=1)
+        self.head = torch.nn.Linear(6 * 4 * 4, 2)
 
     def forward(self, pixels):
-        return self.head(torch.relu(self.conv(pixels.float() / 255.0)).flatten(1))
+        hidden = torch.relu(self.conv(pixels.float() / 255.0))
+        return self.head(torch.relu(self.conv2(hidden)).flatten(1))
+
+
+PIXELS = torch.randint(0, 256, (1, 3, 10, 10), dtype=torch.uint8, generator=torch.Generator().manual_seed(5))
 
 
 def test_a_bound_latency_program_gets_every_rewrite_in_one_retrace():
     """The division rewrite before the im2col one left the flatten a view of a channels-last
     output (inductor: "Cannot view a tensor with shape ..."): both go into one retrace."""
-    pixels = torch.randint(0, 256, (1, 3, 8, 8), dtype=torch.uint8)
     torch.manual_seed(0)
     module = _PixelHead()
-    program = torch.export.export(module, (pixels,))
+    program = torch.export.export(module, (PIXELS,))
     tuned = tune_program(program, "latency", bound=True)
     targets = {node.target for node in tuned.graph.nodes}
     assert torch.ops.aten.conv2d.default not in targets and torch.ops.aten.div.Tensor not in targets
-    torch.testing.assert_close(tuned.module()(pixels), module(pixels), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(tuned.module()(PIXELS), module(PIXELS), rtol=1e-5, atol=1e-6)
 
 
-def test_a_pixel_policy_gets_a_bound_lite_batch_one_model(tmp_path):
-    """End to end, the shape that broke: uint8 pixels / 255, a convolution, a flatten. Its
-    batch-1 model is built for the bound run (no SpecialisationWarning), runs lite, and matches
-    eager through the bound run."""
+def test_a_convolution_fed_by_another_gathers_whole_pixels():
+    """conv2 reads conv's channels-last im2col output: its weight is laid out channels-last in
+    the bound program, so its patches are gathered in (kh, kw, C) order; conv, reading the NCHW
+    pixels, keeps its layout. The program handed in keeps its own weights."""
+    torch.manual_seed(0)
+    module = _PixelHead()
+    program = torch.export.export(module, (PIXELS,))
+    tuned = tune_program(program, "latency", bound=True)
+    channels_last = torch.channels_last
+    assert tuned.state_dict["conv2.weight"].is_contiguous(memory_format=channels_last)
+    assert not tuned.state_dict["conv2.weight"].is_contiguous()
+    assert tuned.state_dict["conv.weight"].is_contiguous()
+    assert isinstance(tuned.state_dict["conv2.weight"], torch.nn.Parameter)
+    assert program.state_dict["conv2.weight"].is_contiguous()
+    torch.testing.assert_close(tuned.module()(PIXELS), module(PIXELS), rtol=1e-5, atol=1e-6)
+    # Only the bound run's programs: the others keep ATen's convolution.
+    assert tune_program(program, "latency").state_dict["conv2.weight"].is_contiguous()
+
+
+def test_a_pixel_policy_gets_a_bound_lite_batch_one_model_whose_weights_swap(tmp_path):
+    """End to end, the shape that broke: uint8 pixels / 255, two convolutions, a flatten. Its
+    batch-1 model is built for the bound run (no SpecialisationWarning), runs lite, matches
+    eager through the bound run, and keeps matching a retrained policy after a weight swap in
+    either runtime (its constants include a channels-last convolution weight)."""
+    from tdaot import _torch_compat, lite
+
     torch.manual_seed(0)
     policy = TensorDictModule(_PixelHead(), in_keys=["pixels"], out_keys=["action"])
-    pixels = torch.randint(0, 256, (1, 3, 8, 8), dtype=torch.uint8)
-    example = TensorDict({"pixels": pixels}, batch_size=[1])
+    example = TensorDict({"pixels": PIXELS}, batch_size=[1])
     with warnings.catch_warnings():
         warnings.simplefilter("error", tdaot.SpecialisationWarning)
         warnings.simplefilter("error", tdaot.LiteWarning)
@@ -291,11 +318,33 @@ def test_a_pixel_policy_gets_a_bound_lite_batch_one_model(tmp_path):
     (model,) = artifact.manifest.models
     assert (model.tuning, model.lite.runs) == ("latency", True)
     assert BOUND_ENTRY in _libraries(artifact.path)["model"]
-    binding = tdaot.load(artifact.path).bind(batch=1)
-    binding.inputs["pixels"].copy_(pixels)
-    binding.run()
-    want = policy(example.clone())["action"]
-    torch.testing.assert_close(binding.outputs["action"], want, rtol=1e-5, atol=1e-6)
+    records = _torch_compat.read_archive(str(artifact.path))
+    constants = _torch_compat.compiled_constants({k: v for k, v in records.items() if "/model/" in k})
+    assert any(v.dim() == 4 and v.shape[1] == 4 and not v.is_contiguous() for v in constants.values()), {
+        k: (tuple(v.shape), v.stride()) for k, v in constants.items()
+    }
+
+    native = tdaot.load(artifact.path)
+    binding = native.bind(batch=1)
+
+    def bound_action():
+        binding.inputs["pixels"].copy_(PIXELS)
+        binding.run()
+        return binding.outputs["action"].clone()
+
+    torch.testing.assert_close(bound_action(), policy(example.clone())["action"], rtol=1e-5, atol=1e-6)
+
+    retrained = copy.deepcopy(policy)
+    with torch.no_grad():
+        for parameter in retrained.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(7)) * 0.3)
+    swap = tmp_path / "pixels-v2.tdw"
+    tdaot.export_weights(retrained, artifact.path, swap)
+    want = retrained(example.clone())["action"]
+    native.swap_weights(str(swap))
+    torch.testing.assert_close(bound_action(), want, rtol=1e-5, atol=1e-6)
+    result = lite.run(artifact.path, 1, {"pixels": PIXELS.tolist()}, weights=swap).outputs[0]
+    torch.testing.assert_close(torch.tensor(result["action"]), want, rtol=1e-5, atol=1e-6)
 
 
 def test_a_program_without_divisions_by_a_number_is_returned_as_it_is():

@@ -214,11 +214,54 @@ def test_cache_is_per_model(auto_project):
     ("stride", "padding", "groups", "dilation"),
     [((1, 1), (0, 0), 1, (1, 1)), ((2, 2), (1, 1), 1, (1, 1)), ((1, 2), (2, 0), 1, (1, 1))],
 )
-def test_conv_as_gemm_equals_conv2d(stride, padding, groups, dilation):
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_conv_as_gemm_equals_conv2d(stride, padding, groups, dilation, layout):
+    """Either patch order (the weight's layout picks it), from either input layout."""
     torch.manual_seed(0)
     x, weight, bias = torch.randn(2, 3, 9, 11), torch.randn(5, 3, 3, 2), torch.randn(5)
-    got = conv2d_as_gemm(x, weight, bias, stride, padding, dilation, groups)
-    torch.testing.assert_close(got, F.conv2d(x, weight, bias, stride, padding, dilation, groups))
+    want = F.conv2d(x, weight, bias, stride, padding, dilation, groups)
+    memory_format = getattr(torch, f"{layout}_format" if layout == "contiguous" else layout)
+    weight = weight.contiguous(memory_format=memory_format)
+    for given in (x, x.contiguous(memory_format=torch.channels_last)):
+        got = conv2d_as_gemm(given, weight, bias, stride, padding, dilation, groups)
+        torch.testing.assert_close(got, want)
+
+
+class _ConvChains(torch.nn.Module):
+    """Convolutions fed by a plain convolution through a ReLU and a scaling (relaid out), by a
+    grouped one, by a sum with another tensor, and by the input (all kept as they are)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.fed = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.grouped = torch.nn.Conv2d(4, 4, 3, padding=1, groups=2)
+        self.after_grouped = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.after_sum = torch.nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        a = self.fed(torch.relu(self.first(x)) * 0.5)
+        b = self.after_grouped(self.grouped(x))
+        return a + b + self.after_sum(self.first(x) + x)
+
+
+def test_only_convolutions_fed_by_an_im2col_convolution_get_channels_last_weights():
+    from tdaot.builder.rewrites import channels_last_weights
+
+    torch.manual_seed(0)
+    module, x = _ConvChains(), torch.randn(1, 4, 6, 6)
+    program = torch.export.export(module, (x,))
+    relaid = channels_last_weights(program)
+    laid = {
+        name.split(".")[0]: not value.is_contiguous()
+        for name, value in relaid.state_dict.items()
+        if name.endswith("weight")
+    }
+    assert laid == {"first": False, "fed": True, "grouped": False, "after_grouped": False, "after_sum": False}
+    tuned = tune_program(program, "latency", bound=True)
+    torch.testing.assert_close(tuned.module()(x), module(x), rtol=1e-5, atol=1e-5)
+    unchanged = torch.export.export(torch.nn.Conv2d(3, 2, 3), (torch.randn(1, 3, 5, 5),))
+    assert channels_last_weights(unchanged) is unchanged
 
 
 def test_conv_as_gemm_leaves_grouped_and_dilated_convolutions_to_aten():

@@ -136,11 +136,12 @@ def _as_gemm(node: torch.fx.Node) -> bool:
 
 
 def _fed_by_convolution(node: object, conv: object) -> bool:
-    """Whether graph node ``node`` is a ``conv`` output, directly or through pointwise ops that
-    keep its layout and whose other operands are numbers, not tensors."""
+    """Whether graph node ``node`` is the output of a ``conv`` that ``conv2d_as_gemm`` rewrites
+    (its GEMM writes channels-last), directly or through pointwise ops that keep its layout and
+    whose other operands are numbers, not tensors."""
     while isinstance(node, torch.fx.Node):
         if node.target is conv:
-            return True
+            return _as_gemm(node)
         if node.target not in _LAYOUT_KEEPING or any(isinstance(a, torch.fx.Node) for a in node.args[1:]):
             return False
         node = node.args[0]

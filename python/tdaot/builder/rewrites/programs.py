@@ -81,19 +81,14 @@ def _channels_last(weight: torch.Tensor) -> bool:
 # Ops whose output keeps a channels-last input's layout and that take one tensor: a convolution
 # fed through them reads the channels-last output of an im2col convolution.
 _LAYOUT_KEEPING = {
-    torch.ops.aten.relu.default,
-    torch.ops.aten.leaky_relu.default,
-    torch.ops.aten.elu.default,
-    torch.ops.aten.gelu.default,
-    torch.ops.aten.silu.default,
-    torch.ops.aten.sigmoid.default,
-    torch.ops.aten.tanh.default,
-    torch.ops.aten.hardtanh.default,
-    torch.ops.aten.clamp.default,
-    torch.ops.aten.mul.Tensor,
-    torch.ops.aten.add.Tensor,
-    torch.ops.aten.mul.Scalar,
-    torch.ops.aten.add.Scalar,
+    getattr(getattr(torch.ops.aten, packet), overload)
+    for packet, overload in (
+        *(
+            (name, "default")
+            for name in ("relu", "leaky_relu", "elu", "gelu", "silu", "sigmoid", "tanh", "hardtanh", "clamp")
+        ),
+        *((name, overload) for name in ("mul", "add") for overload in ("Tensor", "Scalar")),
+    )
 }
 
 

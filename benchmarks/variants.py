@@ -35,7 +35,7 @@ import tdaot  # noqa: E402
 from run import Worker, base_env  # noqa: E402
 from tdaot.builder import BuildOptions  # noqa: E402
 from tdaot.builder.compile import compile_package  # noqa: E402
-from tdaot.builder.rewrites import convolutions_as_gemm  # noqa: E402
+from tdaot.builder.rewrites import convolutions_as_gemm, divisions_as_multiplications  # noqa: E402
 from tdaot.builder.tuning import tune_program  # noqa: E402
 from tdaot.manifest import read_manifest  # noqa: E402
 
@@ -54,12 +54,17 @@ VARIANTS = {
     # bound models of tuning="auto" get), which the latency tuning then gives to the C++ GEMM
     # template instead of oneDNN.
     "conv-gemm": {"rewrite": "conv-gemm"},
+    # A division by a constant number as a multiplication by its reciprocal (what latency
+    # models get), on the throughput model.
+    "reciprocal": {"rewrite": "reciprocal"},
 }
 
 
 def rewrite(program: torch.export.ExportedProgram, name: str) -> torch.export.ExportedProgram:
     if name == "conv-gemm":
         return convolutions_as_gemm(program)
+    if name == "reciprocal":
+        return divisions_as_multiplications(program)
     return tune_program(program, name)
 
 

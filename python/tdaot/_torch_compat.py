@@ -103,8 +103,13 @@ def calls_any(program: torch.export.ExportedProgram, op_names: tuple[str, ...]) 
     return bool(_called(program, op_names))
 
 
+def aten_ops(op_names: tuple[str, ...]) -> list:
+    """The aten op overloads named ``packet.overload`` ("relu.default", "lstm.input")."""
+    return [getattr(getattr(torch.ops.aten, name), overload) for name, overload in map(_split_op, op_names)]
+
+
 def _called(program: torch.export.ExportedProgram, op_names: tuple[str, ...]) -> list:
-    ops = [getattr(getattr(torch.ops.aten, name), overload) for name, overload in map(_split_op, op_names)]
+    ops = aten_ops(op_names)
     present = {node.target for node in program.graph.nodes if node.op == "call_function"}
     return [op for op in ops if op in present]
 

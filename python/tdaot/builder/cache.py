@@ -35,7 +35,7 @@ from tdaot.builder.tuning import ModelPlan, cache_key_parts, plan_models
 from tdaot.manifest import Manifest
 
 # Bump when the build itself changes what a given key produces.
-# 3: each model records its tuning for export_weights (tdaot.builder.weights.check_build).
+# 3: each model records its tuning for export_weights (tdaot.builder.weights.check_tuning).
 CACHE_FORMAT = 3
 
 

@@ -60,8 +60,14 @@ def export_weights(
             "export_weights makes weight files for cpu packages only",
             base,
         )
+    if manifest.torch_version != torch.__version__:
+        raise WeightsError(
+            f"package {base!r} was built with torch {manifest.torch_version}, this process runs torch "
+            f"{torch.__version__}: make its weight files with the torch it was built with",
+            base,
+        )
     for name, record in built.items():
-        check_build(record, manifest, base, name)
+        check_tuning(record, base, name)
     first = next(iter(built.values()))
     options = BuildOptions(
         batch=_batch(first["export"]["batch"]),
@@ -103,20 +109,14 @@ def export_weights(
     return digest
 
 
-def check_build(record: dict, manifest: Manifest, base: str, model: str) -> None:
-    """Raises WeightsError unless this process compiles model ``model`` of the package ``base``
-    as it was built: with the same torch and the same tuning (``record["tuning"]``, the model's
-    cache_key_parts). The constants a swap carries are compiled here; a rewrite that orders or
-    packs them differently (another torch's GEMM template, another tdaot's rewrites) would give
-    constants of the right names and shapes in the wrong layout, which no check at swap time
-    could see."""
+def check_tuning(record: dict, base: str, model: str) -> None:
+    """Raises WeightsError unless this tdaot compiles model ``model`` of the package ``base`` with
+    the tuning it was built with (``record["tuning"]``, the model's cache_key_parts). The
+    constants a swap carries are compiled here; a rewrite that orders or packs them differently
+    (another tdaot's rewrites) would give constants of the right names and shapes in the wrong
+    layout, which no check at swap time could see. (The torch that compiles them must be the
+    package's too: export_weights checks that once.)"""
     where = f"package {base!r} (model {model!r})"
-    if manifest.torch_version != torch.__version__:
-        raise WeightsError(
-            f"{where} was built with torch {manifest.torch_version}, this process runs torch "
-            f"{torch.__version__}: make its weight files with the torch it was built with",
-            base,
-        )
     plan = ModelPlan(**record["plan"])
     ours = cache_key_parts(plan.tuning, plan.bound, plan.decomposed)
     theirs = record.get("tuning")

@@ -47,7 +47,7 @@ def conv2d_as_gemm(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation
     the constant (the C++ GEMM template prepacks only a constant, not a tensor computed in the
     graph): (C, kh, kw) for a contiguous weight, (kh, kw, C) for a channels-last one, whose
     gathers read whole pixels of a channels-last input (``channels_last_weights`` says which)."""
-    if groups != 1 or x.dim() != 4 or any(d != 1 for d in dilation) or isinstance(padding, str):
+    if x.dim() != 4 or not _plain(padding, dilation, groups):
         return NotImplemented
     out_channels, channels, kh, kw = weight.shape
     sh, sw = stride
@@ -78,18 +78,26 @@ def _channels_last(weight: torch.Tensor) -> bool:
     return weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
 
 
+def _plain(padding, dilation, groups) -> bool:
+    """Whether a convolution with these arguments is one ``conv2d_as_gemm`` rewrites: not
+    grouped, not dilated, its padding given as numbers (None: the argument's default)."""
+    return (
+        groups in (None, 1)
+        and not isinstance(padding, str)
+        and (dilation is None or all(d == 1 for d in dilation))
+    )
+
+
 # Ops whose output keeps a channels-last input's layout and that take one tensor: a convolution
 # fed through them reads the channels-last output of an im2col convolution.
-_LAYOUT_KEEPING = {
-    getattr(getattr(torch.ops.aten, packet), overload)
-    for packet, overload in (
-        *(
-            (name, "default")
-            for name in ("relu", "leaky_relu", "elu", "gelu", "silu", "sigmoid", "tanh", "hardtanh", "clamp")
-        ),
-        *((name, overload) for name in ("mul", "add") for overload in ("Tensor", "Scalar")),
+_LAYOUT_KEEPING = set(
+    _torch_compat.aten_ops(
+        (
+            *(f"{name}.default" for name in ("relu", "leaky_relu", "elu", "gelu", "silu", "sigmoid", "tanh")),
+            *("hardtanh.default", "clamp.default", "mul.Tensor", "mul.Scalar", "add.Tensor", "add.Scalar"),
+        )
     )
-}
+)
 
 
 def channels_last_weights(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
@@ -102,19 +110,14 @@ def channels_last_weights(program: torch.export.ExportedProgram) -> torch.export
     original program keeps its own). Unchanged where no convolution qualifies."""
     conv = torch.ops.aten.conv2d.default
     parameters = {**program.graph_signature.inputs_to_parameters, **program.graph_signature.inputs_to_buffers}
-    names = set()
+    relaid = {}
     for node in program.graph.nodes:
         if node.target is not conv or not _as_gemm(node) or not _fed_by_convolution(node.args[0], conv):
             continue
-        weight = node.args[1]
-        name = parameters.get(getattr(weight, "name", None))
+        name = parameters.get(getattr(node.args[1], "name", None))
         value = program.state_dict.get(name)
         if isinstance(value, torch.Tensor) and value.dim() == 4 and not _channels_last(value):
-            names.add(name)
-    relaid = {
-        name: program.state_dict[name].detach().contiguous(memory_format=torch.channels_last)
-        for name in names
-    }
+            relaid[name] = value.detach().contiguous(memory_format=torch.channels_last)
     return _torch_compat.with_state(program, relaid) if relaid else program
 
 
@@ -122,12 +125,7 @@ def _as_gemm(node: torch.fx.Node) -> bool:
     """Whether ``conv2d_as_gemm`` rewrites the aten.conv2d call ``node`` (not grouped, not
     dilated, padding given as numbers)."""
     args = (*node.args, *([None] * 7))[:7]
-    padding, dilation, groups = args[4], args[5], args[6]
-    return (
-        groups in (None, 1)
-        and not isinstance(padding, str)
-        and (dilation is None or all(d == 1 for d in dilation))
-    )
+    return _plain(*args[4:7])
 
 
 def _fed_by_convolution(node: object, conv: object) -> bool:

@@ -61,6 +61,9 @@ VARIANTS = {
     # Every 4-D weight stored channels-last (inductor otherwise copies each convolution weight to
     # channels-last on every call of the throughput model).
     "cl-weights": {"rewrite": "cl-weights"},
+    # Activations left in the graph's layout (NCHW): no channels-last conversion of the pixels
+    # (inductor's layout optimisation otherwise makes every convolution channels-last).
+    "nchw": {"options": {"layout_optimization": False}},
 }
 
 

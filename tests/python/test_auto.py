@@ -264,6 +264,41 @@ def test_only_convolutions_fed_by_an_im2col_convolution_get_channels_last_weight
     assert channels_last_weights(unchanged) is unchanged
 
 
+class _PooledResiduals(torch.nn.Module):
+    """Convolutions fed through a max pool, a residual sum of two such outputs and an average
+    pool (relaid out), and through a sum with a weight (kept): an IMPALA-like stack."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.after_pool = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.after_residual = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.after_shift = torch.nn.Conv2d(4, 4, 3)
+        self.shift = torch.nn.Parameter(torch.randn(1, 4, 1, 1))
+
+    def forward(self, x):
+        pooled = F.max_pool2d(self.first(x), 3, 2, padding=1)
+        summed = pooled + self.after_pool(torch.relu(pooled))
+        out = self.after_residual(F.avg_pool2d(torch.relu(summed), 2))
+        return out.sum() + self.after_shift(summed + self.shift).sum()
+
+
+def test_convolutions_fed_through_pools_and_residual_sums_get_channels_last_weights():
+    from tdaot.builder.rewrites import channels_last_weights
+
+    torch.manual_seed(0)
+    module, x = _PooledResiduals(), torch.randn(1, 3, 12, 12)
+    relaid = channels_last_weights(torch.export.export(module, (x,)))
+    laid = {
+        name.split(".")[0]: not value.is_contiguous()
+        for name, value in relaid.state_dict.items()
+        if name.endswith("weight")
+    }
+    assert laid == {"first": False, "after_pool": True, "after_residual": True, "after_shift": False}
+    tuned = tune_program(torch.export.export(module, (x,)), "latency", bound=True)
+    torch.testing.assert_close(tuned.module()(x), module(x), rtol=1e-5, atol=1e-5)
+
+
 def test_conv_as_gemm_leaves_grouped_and_dilated_convolutions_to_aten():
     x, weight = torch.randn(1, 4, 8, 8), torch.randn(4, 2, 3, 3)
     assert conv2d_as_gemm(x, weight, None, (1, 1), (0, 0), (1, 1), 2) is NotImplemented

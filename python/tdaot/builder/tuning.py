@@ -271,7 +271,9 @@ def cache_key_parts(tuning: str, bound: bool = False, decomposed: bool = False) 
             **_BOUND_OPTIONS,
             "rewrites": [
                 "convolutions_as_gemm",
-                "channels_last_weights",
+                # /2: through pooling and residual sums too; its models' packed GEMM weights
+                # differ from /1's, so a weight file must not cross (export_weights checks this).
+                "channels_last_weights/2",
                 "gemm_accumulator_on_stack",
                 "output_clones_kept",
             ],

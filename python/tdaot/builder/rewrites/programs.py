@@ -88,13 +88,15 @@ def _plain(padding, dilation, groups) -> bool:
     )
 
 
-# Ops whose output keeps a channels-last input's layout and that take one tensor: a convolution
-# fed through them reads the channels-last output of an im2col convolution.
+# Ops whose output keeps the layout of channels-last tensor operands: pointwise ops and 2-D
+# pooling. A convolution fed through them (every tensor operand on the way an im2col
+# convolution's output, or another such op's) reads channels-last activations.
 _LAYOUT_KEEPING = set(
     _torch_compat.aten_ops(
         (
             *(f"{name}.default" for name in ("relu", "leaky_relu", "elu", "gelu", "silu", "sigmoid", "tanh")),
             *("hardtanh.default", "clamp.default", "mul.Tensor", "mul.Scalar", "add.Tensor", "add.Scalar"),
+            *("sub.Tensor", "max_pool2d.default", "avg_pool2d.default"),
         )
     )
 )
@@ -102,17 +104,18 @@ _LAYOUT_KEEPING = set(
 
 def channels_last_weights(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
     """``program`` with the weight of every 2-D convolution whose input is another
-    convolution's output (through layout-keeping pointwise ops) laid out channels-last, so
-    that ``conv2d_as_gemm`` gathers its patches in (kh, kw, C) order: each gather reads whole
-    pixels of the previous im2col GEMM's channels-last output instead of one value per pixel
-    (the conv benchmark policy's batch-1 bound call: 0.90x, benchmarks/README.md). Same values,
+    convolution's output (through layout-keeping pointwise and pooling ops) laid out
+    channels-last, so that ``conv2d_as_gemm`` gathers its patches in (kh, kw, C) order: each
+    gather reads whole pixels of the previous im2col GEMM's channels-last output instead of one
+    value per pixel (the conv benchmark policy's batch-1 bound call: 0.90x; an IMPALA ResNet's,
+    through its max pools and residual sums: see benchmarks/README.md). Same values,
     same names and shapes: only the layout of those parameters changes, on a copy (the
     original program keeps its own). Unchanged where no convolution qualifies."""
     conv = torch.ops.aten.conv2d.default
     parameters = {**program.graph_signature.inputs_to_parameters, **program.graph_signature.inputs_to_buffers}
-    relaid = {}
+    relaid, seen = {}, {}
     for node in program.graph.nodes:
-        if node.target is not conv or not _as_gemm(node) or not _fed_by_convolution(node.args[0], conv):
+        if node.target is not conv or not _as_gemm(node) or not _fed_by_convolution(node.args[0], conv, seen):
             continue
         name = parameters.get(getattr(node.args[1], "name", None))
         value = program.state_dict.get(name)
@@ -128,17 +131,23 @@ def _as_gemm(node: torch.fx.Node) -> bool:
     return _plain(*args[4:7])
 
 
-def _fed_by_convolution(node: object, conv: object) -> bool:
-    """Whether graph node ``node`` is the output of a ``conv`` that ``conv2d_as_gemm`` rewrites
-    (its GEMM writes channels-last), directly or through pointwise ops that keep its layout and
-    whose other operands are numbers, not tensors."""
-    while isinstance(node, torch.fx.Node):
+def _fed_by_convolution(node: object, conv: object, seen: dict | None = None) -> bool:
+    """Whether graph node ``node`` is channels-last from im2col convolutions: the output of a
+    ``conv`` that ``conv2d_as_gemm`` rewrites (its GEMM writes channels-last), or of a
+    layout-keeping op (pointwise, pooling) whose tensor operands all are (numbers are fine; a
+    residual sum of two such outputs is, a sum with a weight or the input is not)."""
+    if not isinstance(node, torch.fx.Node):
+        return False
+    seen = {} if seen is None else seen
+    if node not in seen:
         if node.target is conv:
-            return _as_gemm(node)
-        if node.target not in _LAYOUT_KEEPING or any(isinstance(a, torch.fx.Node) for a in node.args[1:]):
-            return False
-        node = node.args[0]
-    return False
+            seen[node] = _as_gemm(node)
+        elif node.target not in _LAYOUT_KEEPING:
+            seen[node] = False
+        else:
+            operands = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, torch.fx.Node)]
+            seen[node] = all(_fed_by_convolution(a, conv, seen) for a in operands)
+    return seen[node]
 
 
 def divisions_as_multiplications(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

@@ -16,7 +16,7 @@ import logging
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -173,58 +173,6 @@ def aoti_compile_and_package(program: torch.export.ExportedProgram, package_path
 
 
 @contextlib.contextmanager
-def gemm_accumulator_on_stack(max_bytes: int = 1 << 18) -> Iterator[None]:
-    """Inductor's C++ GEMM template with its local accumulator on the stack, for the duration.
-
-    torch 2.13's ``CppTemplateKernel.define_buffer`` emits ``std::make_unique<float[]>(N)``
-    for the template's local accumulator (one malloc per GEMM call whenever N is not a multiple
-    of the micro-kernel's block, the epilogue is not fp32, or the buffer has other users). In
-    a static-shape build N is a compile-time constant, so a 64-byte aligned stack array does
-    the same job without the heap (a static_assert bounds it). Only for static shapes and no
-    k-slicing (``cpp.gemm_max_k_slices=1``, inductor's default), which the template would
-    need to release the buffer for: that case raises while compiling.
-    """
-    from torch._inductor import ir, select_algorithm  # noqa: F401 - import order (circular import)
-    from torch._inductor.codegen import cpp_template_kernel
-    from torch._inductor.codegen.cpp_utils import DTYPE_TO_CPP, cexpr_index
-
-    kernel = cpp_template_kernel.CppTemplateKernel
-    original = (kernel.define_buffer, kernel.reinit_buffer_if_null, kernel.release_buffer)
-
-    def define_buffer(self, name, sizes, dtype=torch.float):
-        sizes = cpp_template_kernel.parse_expr_with_index_symbols(sizes)
-        buffer = ir.Buffer(name=name, layout=ir.FixedLayout(torch.device("cpu"), dtype, sizes))
-        self.local_buffers[name] = buffer
-        self.__dict__.setdefault("_tdaot_stack_buffers", set()).add(name)
-        ctype, numel = DTYPE_TO_CPP[dtype], cexpr_index(buffer.get_numel())
-        return (
-            f"static_assert(({numel}) * sizeof({ctype}) <= {max_bytes}, "
-            '"the GEMM accumulator is too big for the stack"); '
-            f"alignas(64) {ctype} _{name}[{numel}]; {ctype}* {name} = _{name};"
-        )
-
-    def reinit_buffer_if_null(self, name):
-        if name in self.__dict__.get("_tdaot_stack_buffers", ()):
-            return ""
-        return original[1](self, name)
-
-    def release_buffer(self, name):
-        if name in self.__dict__.get("_tdaot_stack_buffers", ()):
-            raise NotImplementedError("a k-sliced GEMM needs a heap accumulator (cpp.gemm_max_k_slices=1)")
-        return original[2](self, name)
-
-    kernel.define_buffer, kernel.reinit_buffer_if_null, kernel.release_buffer = (
-        define_buffer,
-        reinit_buffer_if_null,
-        release_buffer,
-    )
-    try:
-        yield
-    finally:
-        kernel.define_buffer, kernel.reinit_buffer_if_null, kernel.release_buffer = original
-
-
-@contextlib.contextmanager
 def output_clones_kept() -> Iterator[None]:
     """Inductor's post-grad ``remove_noop_ops`` leaves a graph's output clones alone, for the
     duration.
@@ -295,28 +243,6 @@ def inductor_config(options: dict):
     return torch._inductor.config.patch(options)
 
 
-@contextlib.contextmanager
-def gemm_choices_filtered(keep: Callable[[list], list]) -> Iterator[None]:
-    """Inductor's GEMM candidate lists passed through ``keep`` before any is timed."""
-    # select_algorithm first: cpp_template_kernel imported on its own is a circular import.
-    from torch._inductor import select_algorithm  # noqa: F401
-
-    selector = select_algorithm.get_algorithm_selector_cache()
-    selector.add_preprocessing_fn(keep)
-    try:
-        yield
-    finally:
-        selector.preprocessing_fns.remove(keep)
-
-
-def is_cpp_gemm_template(choice: object) -> bool:
-    """Whether a GEMM candidate is inductor's C++ GEMM template (possibly wrapped)."""
-    from torch._inductor import select_algorithm  # noqa: F401 - see gemm_choices_filtered
-    from torch._inductor.codegen import cpp_template_kernel
-
-    return isinstance(getattr(choice, "_wrapped", choice), cpp_template_kernel.CppTemplateCaller)
-
-
 # What AOTInductor's generated C++ wrapper calls for an operator it has no C shim for.
 PROXY_EXECUTOR_CALL = "aoti_torch_proxy_executor_call_function"
 
@@ -329,8 +255,14 @@ def calls_proxy_executor(records: dict[str, bytes]) -> bool:
     return any(name.endswith(".wrapper.cpp") and call in data for name, data in records.items())
 
 
-# --- inductor's CPU vector ISAs (tdaot._torch_compat_isa) -------------------------------------
+# --- inductor's CPU vector ISAs and C++ GEMM template (tdaot._torch_compat_isa, _gemm) ------------
 
+from tdaot._torch_compat_gemm import (  # noqa: E402, F401
+    float_gemm_register_block,
+    gemm_accumulator_on_stack,
+    gemm_choices_filtered,
+    is_cpp_gemm_template,
+)
 from tdaot._torch_compat_isa import picked_vector_isa, probed_vector_isas, vector_isas_limited_to  # noqa: E402, F401
 
 # --- the .pt2 archive ---------------------------------------------------------------------

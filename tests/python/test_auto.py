@@ -9,6 +9,7 @@ the conv rewrite checked without compiling.
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 import warnings
@@ -332,17 +333,28 @@ def test_divisions_by_a_number_become_multiplications_by_its_reciprocal():
 
 class _PixelHead(torch.nn.Module):
     """Pixels scaled by a number, two convolutions (the second padded, fed by the first through
-    a ReLU), then a flatten: the conv benchmark policy's shape."""
+    a ReLU; 16 x 32 as a GEMM), then a flatten: the conv benchmark policy's shape."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 4, 4, stride=2)
-        self.conv2 = torch.nn.Conv2d(4, 6, 3, padding=1)
-        self.head = torch.nn.Linear(6 * 4 * 4, 2)
+        self.conv2 = torch.nn.Conv2d(4, 32, 3, padding=1)
+        self.head = torch.nn.Linear(32 * 4 * 4, 2)
 
     def forward(self, pixels):
         hidden = torch.relu(self.conv(pixels.float() / 255.0))
         return self.head(torch.relu(self.conv2(hidden)).flatten(1))
+
+
+def _gemm_blocks(records: dict[str, bytes]) -> list[tuple[int, ...]]:
+    """(M, N, Mr, Nr) of every C++ GEMM template product in a package's generated kernels."""
+    block = re.compile(
+        rb"int64_t N = (\d+);\s*constexpr int64_t K = \d+;\s*constexpr int64_t Mr = (\d+);\s*"
+        rb"constexpr int64_t Nr = (\d+);.*?constexpr int64_t M = static_cast<int64_t>\((\d+)L\)",
+        re.S,
+    )
+    sources = [data for name, data in records.items() if name.endswith(".kernel.cpp")]
+    return [(int(m), int(n), int(mr), int(nr)) for data in sources for n, mr, nr, m in block.findall(data)]
 
 
 PIXELS = torch.randint(0, 256, (1, 3, 10, 10), dtype=torch.uint8, generator=torch.Generator().manual_seed(5))
@@ -401,6 +413,9 @@ def test_a_pixel_policy_gets_a_bound_lite_batch_one_model_whose_weights_swap(tmp
     assert any(v.dim() == 4 and v.shape[1] == 4 and not v.is_contiguous() for v in constants.values()), {
         k: (tuple(v.shape), v.stride()) for k, v in constants.items()
     }
+    if artifact.manifest.cpu_isa.startswith("avx512"):
+        # conv2's 16-row product takes the 16x16 register block (inductor alone: 8x32).
+        assert (16, 32, 16, 16) in _gemm_blocks(records), _gemm_blocks(records)
 
     native = tdaot.load(artifact.path)
     binding = native.bind(batch=1)

@@ -141,6 +141,31 @@ def test_inductor_config_and_gemm_filter():
     assert compat.is_cpp_gemm_template(object()) is False
 
 
+def test_float_gemm_register_block_narrows_the_avx512_fp32_blocks_and_restores_them():
+    from torch._inductor import select_algorithm  # noqa: F401 - import order
+    from torch._inductor.codegen import cpp_micro_gemm
+    from torch._inductor.cpu_vec_isa import VecAVX512
+
+    def fp32_blocks():
+        return {
+            (c.register_blocking.block_m, c.register_blocking.block_n): c
+            for configs in cpp_micro_gemm.micro_gemm_configs.values()
+            for c in configs
+            if c.vec_isa_cls is VecAVX512 and c.input_dtype == c.compute_dtype == torch.float32
+        }
+
+    before = fp32_blocks()
+    assert {(8, 32), (16, 16)} <= set(before), _changed("float_gemm_register_block", "micro_gemm_configs")
+    with compat.float_gemm_register_block((16, 16), min_rows=16):
+        during = fp32_blocks()
+        wide = during[(8, 32)]
+        assert during[(16, 16)] is before[(16, 16)]
+        assert not wide.extra_check(wide, 16, 32, 288, 1, 1), "16 rows, 32 columns: 16x16 only"
+        assert wide.extra_check(wide, 1, 256, 512, 1, 1), "a 1-row product keeps inductor's choice"
+        assert wide.extra_check(wide, 64, 24, 512, 1, 1), "columns 16 does not divide"
+    assert fp32_blocks() == before and all(fp32_blocks()[b] is c for b, c in before.items())
+
+
 def test_archive_round_trip(tmp_path):
     path = str(tmp_path / "package.pt2")
     compat.write_archive(path, {"data/a.txt": b"alpha", "data/b.bin": b"\x00\x01"})

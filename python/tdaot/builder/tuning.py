@@ -36,7 +36,8 @@ call ATen's fused RNN op (one oneDNN RNN primitive). Best from batch ~64 up.
 time setting themselves up:
 
 - matrix products whose weight is a constant use inductor's C++ GEMM template: a
-  micro-kernel generated for the layer's shape, weights prepacked at build time;
+  micro-kernel generated for the layer's shape, weights prepacked at build time, its fp32
+  register block 16x16 on AVX-512 from 16 rows up (``GEMM_REGISTER_BLOCK``);
 - recurrent layers (``aten.lstm``, ``aten.gru``, ``aten.rnn_tanh``, ``aten.rnn_relu``)
   are decomposed before compiling into matmuls and pointwise ops that inductor fuses;
 - a division by a constant number is a multiplication by its reciprocal
@@ -101,6 +102,15 @@ CHUNK_BYTES = 16 << 20
 # 4 MiB buffers), slices of 256 / 1024 / 2048 rows 6.3 / 6.5 / 6.8 ms, no faults. 3 MiB gives the
 # conv policy 64 rows and the MLP 2048.
 SLICE_BYTES = 3 << 20
+
+# The C++ GEMM template's register block for fp32 products of at least GEMM_BLOCK_MIN_ROWS rows
+# on AVX-512 (where it divides the columns); inductor's own pick there is the larger 8x32 or 8x48.
+# Batch-1 bound calls, 16x16 against inductor's pick (tdaot-run bench --bind, pinned, 2026-11-27,
+# Xeon): the conv benchmark policy 0.83x, the Nature CNN 0.78x, an IMPALA ResNet 0.70x (im2col
+# GEMMs of 16 to 4096 rows; benchmarks/README.md); the MLP and the LSTM (1-row products,
+# left to inductor) 0.95-1.05x.
+GEMM_REGISTER_BLOCK = (16, 16)
+GEMM_BLOCK_MIN_ROWS = 16
 
 # Inductor options per model tuning; part of the cache key (tdaot.builder.cache.artifact_key).
 _OPTIONS = {
@@ -266,6 +276,7 @@ def cache_key_parts(tuning: str, bound: bool = False, decomposed: bool = False) 
         parts["decomposed"] = list(RECURRENT_OPS)
     if tuning == "latency":
         parts["rewrites"] = ["divisions_as_multiplications"]
+        parts["gemm_register_block"] = {"block": list(GEMM_REGISTER_BLOCK), "min_rows": GEMM_BLOCK_MIN_ROWS}
     if bound:
         parts["bound"] = {
             **_BOUND_OPTIONS,
@@ -308,7 +319,8 @@ def compiling_with(tuning: str, bound: bool = False) -> Iterator[None]:
     autotuning on. Of the candidates inductor then lists for a product, this keeps the
     C++ template's when there is one (ATen's otherwise), so a single candidate remains
     and nothing is timed: the choice depends on the program and the target, not on how
-    busy the build machine was.
+    busy the build machine was. The template's fp32 register block is GEMM_REGISTER_BLOCK
+    from GEMM_BLOCK_MIN_ROWS rows up (on AVX-512).
     """
     if tuning != "latency":
         yield
@@ -320,6 +332,7 @@ def compiling_with(tuning: str, bound: bool = False) -> Iterator[None]:
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(_torch_compat.gemm_choices_filtered(prefer_template))
+        stack.enter_context(_torch_compat.float_gemm_register_block(GEMM_REGISTER_BLOCK, GEMM_BLOCK_MIN_ROWS))
         if bound:
             stack.enter_context(_torch_compat.gemm_accumulator_on_stack())
             stack.enter_context(_torch_compat.output_clones_kept())

@@ -131,14 +131,14 @@ def _as_gemm(node: torch.fx.Node) -> bool:
     return _plain(*args[4:7])
 
 
-def _fed_by_convolution(node: object, conv: object, seen: dict | None = None) -> bool:
+def _fed_by_convolution(node: object, conv: object, seen: dict) -> bool:
     """Whether graph node ``node`` is channels-last from im2col convolutions: the output of a
     ``conv`` that ``conv2d_as_gemm`` rewrites (its GEMM writes channels-last), or of a
     layout-keeping op (pointwise, pooling) whose tensor operands all are (numbers are fine; a
-    residual sum of two such outputs is, a sum with a weight or the input is not)."""
+    residual sum of two such outputs is, a sum with a weight or the input is not). ``seen``
+    holds the answers so far (one walk per program, shared by its convolutions)."""
     if not isinstance(node, torch.fx.Node):
         return False
-    seen = {} if seen is None else seen
     if node not in seen:
         if node.target is conv:
             seen[node] = _as_gemm(node)

@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import tdaot  # noqa: E402
-from common import make_inputs  # noqa: E402
+from common import make_inputs, onnx_call  # noqa: E402
 from tdaot import _torch_compat  # noqa: E402
 from tdaot.manifest import METADATA_KEY, Manifest  # noqa: E402
 
@@ -60,18 +60,6 @@ def with_chunk_rows(package: Path, rows: int | None, out: Path) -> Path:
         records[name] = json.dumps(metadata).encode()
     _torch_compat.write_archive(str(out), records)
     return out
-
-
-def onnx_call(path: Path, tensors: list[torch.Tensor]):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)}
-    return lambda: session.run(None, feeds)
 
 
 def measure(calls: dict, rounds: int, per_round: int) -> dict:

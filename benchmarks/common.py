@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from tensordict import TensorDict
 
@@ -26,6 +28,24 @@ def make_inputs(specs: list[dict], batch: int) -> list[torch.Tensor]:
         else:
             tensors.append(torch.randn(shape, dtype=dtype))
     return tensors
+
+
+def onnx_session(path: Path):
+    """ONNX Runtime's CPU session of ``path`` as the benchmark runs it: one thread, sequential."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def onnx_call(path: Path, tensors: list[torch.Tensor]):
+    """A zero-argument call running ONNX Runtime's session of ``path`` on ``tensors``."""
+    session = onnx_session(path)
+    feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)}
+    return lambda: session.run(None, feeds)
 
 
 def as_tensordict(keys: list[str], tensors: list[torch.Tensor]) -> TensorDict:

@@ -196,8 +196,20 @@ def measure(
         }
     if "full" in rows:
         commands["full"] = {
-            "rss": [str(tdaot_run), "bench", package, "--batch", "1", "--bind", "--iters", str(STEPS),
-                    "--warmup", "0", "--threads", "1"],
+            "rss": [
+                str(tdaot_run),
+                "bench",
+                package,
+                "--batch",
+                "1",
+                "--bind",
+                "--iters",
+                str(STEPS),
+                "--warmup",
+                "0",
+                "--threads",
+                "1",
+            ],
             "start": [str(tdaot_run), "run", package, "--batch", "1"],
         }
     if ort is not None and onnx_model.is_file():
@@ -282,8 +294,13 @@ def ort_child(model: str, steps: int) -> int:
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    types = {"tensor(float)": np.float32, "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_,
-             "tensor(int64)": np.int64, "tensor(double)": np.float64}
+    types = {
+        "tensor(float)": np.float32,
+        "tensor(uint8)": np.uint8,
+        "tensor(bool)": np.bool_,
+        "tensor(int64)": np.int64,
+        "tensor(double)": np.float64,
+    }
     feeds = {}
     for spec in session.get_inputs():
         shape = [1] + [d if isinstance(d, int) else 1 for d in spec.shape[1:]]

@@ -10,6 +10,7 @@ import math
 import sys
 from pathlib import Path
 
+import alternate
 import flops
 
 
@@ -94,6 +95,7 @@ def markdown(results: dict) -> str:
     ]
     lines += summary_tables(results)
     lines += flops.roofline_table(results)
+    lines += alternate.table(results.get("alternation") or [])
     lines += lite_tables(results)
     for policy, info in results["policies"].items():
         lines += [f"## {policy}: {info['description']}", ""]

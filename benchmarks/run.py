@@ -330,6 +330,13 @@ def main() -> int:
     parser.add_argument("--work", default=str(ROOT / "build/bench"), help="artifacts, logs, caches")
     parser.add_argument("--results", default=str(HERE / "results"))
     parser.add_argument("--no-build", action="store_true", help="reuse the artifacts of the last run")
+    parser.add_argument(
+        "--alternate-seconds",
+        type=float,
+        default=8.0,
+        help="per policy and batch of 64 or more: ONNX Runtime, the AOTI loader and tdaot in one "
+        "process, one call each (benchmarks/alternate.py; 0 to skip)",
+    )
     args = parser.parse_args()
     args.cpu = None if args.cpu < 0 else args.cpu
     args.lite_server = args.lite_server or str(Path(args.server).parent / "tdaot-bench-lite-server")
@@ -431,6 +438,7 @@ def main() -> int:
         worker.close()
 
     crosscheck = tdaot_run_crosscheck(args, work, policies)
+    alternation = alternate_stage(args, work, policies)
     lite_check = lite_crosscheck(args, work, policies)
     context["load_average_footprint_start"] = load_average()
     footprints = None
@@ -470,6 +478,7 @@ def main() -> int:
         "skipped": skips,
         "tdaot_run_crosscheck": crosscheck,
         "lite_crosscheck": lite_check,
+        "alternation": alternation,
         "footprint": footprints,
     }
     results_dir = Path(args.results)
@@ -514,6 +523,38 @@ def tdaot_run_crosscheck(args, work: Path, policies: list[str]) -> dict:
             data = json.loads(result.stdout)
             out[policy] = {k: data[k] for k in ("p50_us", "p99_us", "p999_us", "max_us") if k in data}
     return out
+
+
+def alternate_stage(args, work: Path, policies: list[str]) -> list[dict]:
+    """benchmarks/alternate.py in a fresh process, pinned: the throughput batches with every
+    runtime in one process, one call each (separate processes disagree by more than the ratios
+    the benchmark decides)."""
+    batches = [b for b in args.batches if b >= 64]
+    if args.alternate_seconds <= 0 or not batches:
+        return []
+    log(f"one process, one call each ({args.alternate_seconds:g} s per policy and batch)")
+    out = work / "alternation.json"
+    command = [
+        args.python,
+        str(HERE / "alternate.py"),
+        "--artifacts",
+        str(work / "artifacts"),
+        "--policies",
+        ",".join(policies),
+        "--batches",
+        ",".join(map(str, batches)),
+        "--seconds",
+        str(args.alternate_seconds),
+        "--cpu",
+        str(-1 if args.cpu is None else args.cpu),
+        "--json",
+        str(out),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env=base_env())
+    if result.returncode != 0:
+        log(f"alternate.py failed: {result.stderr.strip()[-400:]}")
+        return []
+    return json.loads(out.read_text())
 
 
 def lite_crosscheck(args, work: Path, policies: list[str], repeats: int = 3) -> dict:

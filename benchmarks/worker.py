@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from tensordict import TensorDictBase  # noqa: E402
 
-from common import as_tensordict, make_inputs, memory  # noqa: E402
+from common import as_tensordict, make_inputs, memory, onnx_session  # noqa: E402
 from tdaot import keys as keyutil  # noqa: E402
 
 RUNTIMES = (
@@ -103,15 +103,7 @@ class Runtime:
         self.module = torch.jit.load(str(self.dir / "policy.ts"))
 
     def _load_onnxruntime(self) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        self.session = ort.InferenceSession(
-            str(self.dir / "policy.onnx"), options, providers=["CPUExecutionProvider"]
-        )
+        self.session = onnx_session(self.dir / "policy.onnx")
         self.ort_inputs = [i.name for i in self.session.get_inputs()]
 
     def _load_tdaot_python(self) -> None:

@@ -1,0 +1,188 @@
+"""One process, one call each: ONNX Runtime, the raw AOTInductor loader and tdaot, called in turn.
+
+    .venv/bin/python benchmarks/alternate.py [--policies mlp,conv] [--batches 64,256,4096]
+                                             [--seconds 8] [--json OUT]
+
+Separate processes disagree here by more than the ratios the benchmark decides (two runs of
+`make bench` put the conv policy at batch 64 at 1.01x and 1.08x ONNX Runtime; the raw loader
+and tdaot, running the same kernels, 0.94-1.13x of each other): each process gets its own
+memory placement and runs at its own part of a VM's drifting speed. Here every runtime is in
+one process and the calls alternate one at a time (in a fresh random order every turn), so
+drift and placement fall on all of them alike. A second, separate load of the tdaot package
+(``tdaot (copy)``) is the control: its ratio to the first is this run's spread between two
+identical models. Every call is a Python call (ONNX Runtime's ``InferenceSession.run``, the
+loader's ``aoti_load_package`` callable, tdaot's ``run_positional``), so batch 1, where the
+bindings' own overhead is most of the call, belongs to the C++ rows of `make bench`, not here.
+
+Needs the artifacts of a `make bench` build (build/bench/artifacts/<policy>/). `make bench`
+runs it as one of its stages (run.py); its rows are the results' ``alternation``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+RUNTIMES = ("onnxruntime", "aoti", "tdaot", "tdaot (copy)")
+# The samples are cut into this many consecutive segments (the same turns for every runtime),
+# and each ratio is also given per segment: its spread says how far the VM moved under it.
+SEGMENTS = 4
+# At least this many turns, however long they take (the conv policy at 4096: ~0.9 s a turn).
+MIN_TURNS = 6 * SEGMENTS
+
+
+def calls_for(artifacts: Path, tensors: list) -> dict[str, Callable[[], object]]:
+    """One zero-argument call per runtime, on the same input tensors."""
+    import torch
+
+    import tdaot
+    from common import onnx_call
+
+    native = tdaot.load(artifacts / "policy.pt2", intra_op_threads=1)
+    copy = tdaot.load(artifacts / "policy.pt2", intra_op_threads=1)
+    loader = torch._inductor.aoti_load_package(str(artifacts / "policy-throughput.pt2"))
+    return {
+        "onnxruntime": onnx_call(artifacts / "policy.onnx", tensors),
+        "aoti": lambda: loader(*tensors),
+        "tdaot": lambda: native.run_positional(*tensors),
+        "tdaot (copy)": lambda: copy.run_positional(*tensors),
+    }
+
+
+def alternate(calls: dict[str, Callable[[], object]], seconds: float) -> dict[str, list[int]]:
+    """Each call's wall time (ns), the calls taken in turn, one each, for ``seconds``."""
+    names = list(calls)
+    for call in calls.values():
+        for _ in range(3):
+            call()  # warm-up: first-call costs are not what is compared
+    samples: dict[str, list[int]] = {name: [] for name in names}
+    order = random.Random(0)
+    deadline = time.perf_counter() + seconds
+    turn = 0
+    while time.perf_counter() < deadline or turn < MIN_TURNS:
+        # A fresh random order each turn: what ran just before a call (its caches, ATen's and
+        # oneDNN's state) is any runtime alike. A fixed or rotated order always puts the copy
+        # right after tdaot, and it measured 0.91-0.97x of it; reversing the order every other
+        # turn runs the first and last twice in a row.
+        order.shuffle(names)
+        for name in names:
+            start = time.perf_counter_ns()
+            calls[name]()
+            samples[name].append(time.perf_counter_ns() - start)
+        turn += 1
+    return samples
+
+
+def ratios(samples: dict[str, list[int]], numerator: str, denominator: str) -> dict:
+    """p50 ratio over all turns, and its least and greatest over SEGMENTS consecutive parts."""
+    top, bottom = samples[numerator], samples[denominator]
+    size = len(top) // SEGMENTS
+    cuts = [slice(i * size, (i + 1) * size) for i in range(SEGMENTS)]
+    parts = [statistics.median(top[cut]) / statistics.median(bottom[cut]) for cut in cuts]
+    return {"p50": statistics.median(top) / statistics.median(bottom), "min": min(parts), "max": max(parts)}
+
+
+def measure(artifacts: Path, policies: list[str], batches: list[int], seconds: float) -> list[dict]:
+    from common import make_inputs
+
+    rows = []
+    for policy in policies:
+        source = artifacts / policy
+        info = json.loads((source / "info.json").read_text())
+        for batch in batches:
+            tensors = make_inputs(info["inputs"], batch)
+            samples = alternate(calls_for(source, tensors), seconds)
+            row = {
+                "policy": policy,
+                "batch": batch,
+                "calls": len(samples["tdaot"]),
+                "p50_us": {name: statistics.median(ns) / 1e3 for name, ns in samples.items()},
+                "tdaot/onnxruntime": ratios(samples, "tdaot", "onnxruntime"),
+                "tdaot/aoti": ratios(samples, "tdaot", "aoti"),
+                "copy/tdaot": ratios(samples, "tdaot (copy)", "tdaot"),
+            }
+            rows.append(row)
+            print(
+                f"{policy} batch {batch}: "
+                + ", ".join(f"{name} {us:.1f} µs" for name, us in row["p50_us"].items())
+                + f"; tdaot/ORT {row['tdaot/onnxruntime']['p50']:.2f},"
+                f" tdaot/AOTI {row['tdaot/aoti']['p50']:.2f}, copy {row['copy/tdaot']['p50']:.2f}",
+                flush=True,
+            )
+    return rows
+
+
+def table(rows: list[dict]) -> list[str]:
+    """Markdown: the rows of a run (``results["alternation"]``), ratios with their segments' range."""
+    from report import fmt_time_us  # here: report imports this module
+
+    if not rows:
+        return []
+
+    def cell(r: dict) -> str:
+        return f"{r['p50']:.2f} ({r['min']:.2f}-{r['max']:.2f})"
+
+    lines = [
+        "## In one process, one call each (Python calls; benchmarks/alternate.py)",
+        "",
+        "ONNX Runtime, the raw AOTI loader and tdaot (loaded twice: the copy is the control) in one "
+        "process, called in turn one call at a time, so the VM's drift and each process's memory "
+        f"placement fall on all alike. Ratios of p50, and in parentheses their range over {SEGMENTS} "
+        "consecutive parts of the run; copy / tdaot is the spread between two identical models.",
+        "",
+        "| policy | batch | calls | ONNX Runtime | AOTI loader | tdaot | tdaot / ONNX Runtime "
+        "| tdaot / AOTI | copy / tdaot |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        p50 = row["p50_us"]
+        times = " | ".join(fmt_time_us(p50[name]) for name in ("onnxruntime", "aoti", "tdaot"))
+        lines.append(
+            f"| {row['policy']} | {row['batch']} | {row['calls']} | {times} "
+            f"| {cell(row['tdaot/onnxruntime'])} | {cell(row['tdaot/aoti'])} | {cell(row['copy/tdaot'])} |"
+        )
+    return lines + [""]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--artifacts", default=str(HERE.parent / "build/bench/artifacts"))
+    parser.add_argument("--policies", default="tutorial,mlp,conv,lstm")
+    parser.add_argument("--batches", default="64,256,4096")
+    parser.add_argument("--seconds", type=float, default=8.0, help="per policy and batch")
+    parser.add_argument("--cpu", type=int, default=os.cpu_count() - 1, help="-1: no pinning")
+    parser.add_argument("--json", help="write the rows here too")
+    args = parser.parse_args()
+    if args.cpu >= 0:
+        os.sched_setaffinity(0, {args.cpu})
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(HERE.parent / "python"))
+    import torch
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    rows = measure(
+        Path(args.artifacts),
+        args.policies.split(","),
+        [int(b) for b in args.batches.split(",")],
+        args.seconds,
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

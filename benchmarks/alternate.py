@@ -72,8 +72,8 @@ def alternate(calls: dict[str, Callable[[], object]], seconds: float) -> dict[st
     while time.perf_counter() < deadline or turn < MIN_TURNS:
         # A fresh random order each turn: what ran just before a call (its caches, ATen's and
         # oneDNN's state) is any runtime alike. A fixed or rotated order always puts the copy
-        # right after tdaot, and it measured 0.91-0.97x of it; reversing the order every other
-        # turn runs the first and last twice in a row.
+        # right after tdaot, and it measured 0.89-1.00x of it (median 0.96); reversing the
+        # order every other turn runs the first and last twice in a row.
         order.shuffle(names)
         for name in names:
             start = time.perf_counter_ns()

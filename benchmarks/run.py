@@ -63,6 +63,9 @@ RUNTIMES = [
     ("aoti-single-threaded", "AOTI loader, run_single_threaded (C++)", "cpp"),
     ("tdaot-latency", "tdaot native, latency build (C++)", "cpp"),
     ("tdaot", "tdaot native (C++)", "cpp"),
+    # The control: the same package in a second server process. Its ratio to tdaot native is the
+    # spread between two processes running identical models, in this run.
+    ("tdaot-copy", "tdaot native, second process (C++)", "cpp"),
     ("tdaot-specialized", "tdaot native, specialize=1,64,256,4096 (C++)", "cpp"),
     ("tdaot-bound", "tdaot native, bound (C++)", "cpp"),
     ("tdaot-lite-bound", "tdaot lite, bound (C++)", "lite"),
@@ -87,6 +90,7 @@ ARTIFACT_FILE = {
     "aoti": "policy-throughput.pt2",
     "aoti-single-threaded": "policy-throughput.pt2",
     "tdaot": "policy.pt2",
+    "tdaot-copy": "policy.pt2",
     "tdaot-specialized": "policy-specialized.pt2",
     "tdaot-bound": "policy.pt2",
     "tdaot-lite-bound": "policy.pt2",
@@ -95,8 +99,8 @@ ARTIFACT_FILE = {
     "eager": "weights.pt",
 }
 # The C++ server's runner for a runtime key, where they differ (the latency build is the
-# same tdaot::Policy on another package).
-SERVER_RUNTIME = {"tdaot-latency": "tdaot", "tdaot-specialized": "tdaot"}
+# same tdaot::Policy on another package, the copy the same package).
+SERVER_RUNTIME = {"tdaot-latency": "tdaot", "tdaot-specialized": "tdaot", "tdaot-copy": "tdaot"}
 # Calls over which the C++ rows' allocations are counted (N and 2N), per batch size.
 ALLOC_CALLS = {1: 200, 64: 50, 256: 20, 4096: 5}
 COMMAND_TIMEOUT_S = 600

@@ -40,7 +40,7 @@ help:
 	@echo "make rehearse  the Unitree H1 walking policy (../shared) built and walked in MuJoCo (tdaot-rehearse)"
 	@echo "make test   run every Python and C++ test (after make docs)"
 	@echo "make docs   the documentation site (mkdocs.yml, docs/) into build/docs, strict"
-	@echo "make bench  tdaot against other runtimes, side by side (benchmarks/results/, ~15 min)"
+	@echo "make bench  tdaot against other runtimes, side by side (benchmarks/results/, ~25 min)"
 	@echo "make soak   a million calls per package, RSS growth after warm-up under 1 MiB (~2 min)"
 	@echo "make test-torch TORCH=2.14.1  every test against another torch, in .venv-torch-2.14.1"
 	@echo "make test-asan  the C++ tests under AddressSanitizer + UBSan (build/asan, ~10 min)"

@@ -12,10 +12,14 @@ one runs a chunk of calls in every runtime, in an order rotated from round to ro
 on the machine hits all runtimes alike. Samples are pooled over the rounds. Peak RSS is each
 process's VmHWM at the end. Every process gets one intra-op thread (OMP/MKL_NUM_THREADS=1,
 set_num_threads(1), ONNX Runtime intra_op_num_threads=1) and is pinned to one CPU (--cpu).
-After the rounds: the
-cross-checks through the command-line tools (tdaot-run bench; tdaot-run bench --bind beside
-tdaot-lite bench) and the footprint table of the lite runtime, the full runtime and ONNX
-Runtime for the mlp package (benchmarks/footprint.py).
+One runtime, "tdaot-copy",
+is the control: the same package in a second C++ server process (identical models in two
+processes measured 0.71-1.30x of each other in one run on the development VM). After the
+rounds: the cross-checks through the command-line tools (tdaot-run bench; tdaot-run bench
+--bind beside tdaot-lite bench); the one-process stage at batches of 64 and up (ONNX Runtime,
+the raw AOTI loader and tdaot called in turn in one process, benchmarks/alternate.py), which
+decides ratios that close; and the footprint table of the lite runtime, the full runtime and
+ONNX Runtime for the mlp package (benchmarks/footprint.py).
 
     .venv/bin/python benchmarks/run.py --server build/bench/cpp/tdaot-bench-server [--rounds 5]
 

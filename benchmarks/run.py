@@ -446,7 +446,7 @@ def main() -> int:
         worker.close()
 
     crosscheck = tdaot_run_crosscheck(args, work, policies)
-    alternation = alternate_stage(args, work, policies)
+    alternation = alternate_stage(args, work, policies, {key for key, _ in runtimes})
     lite_check = lite_crosscheck(args, work, policies)
     context["load_average_footprint_start"] = load_average()
     footprints = None
@@ -533,12 +533,12 @@ def tdaot_run_crosscheck(args, work: Path, policies: list[str]) -> dict:
     return out
 
 
-def alternate_stage(args, work: Path, policies: list[str]) -> list[dict]:
+def alternate_stage(args, work: Path, policies: list[str], timed: set[str]) -> list[dict]:
     """benchmarks/alternate.py in a fresh process, pinned: the throughput batches with every
     runtime in one process, one call each (separate processes disagree by more than the ratios
-    the benchmark decides)."""
+    the benchmark decides). Only where the run times the runtimes it compares."""
     batches = [b for b in args.batches if b >= 64]
-    if args.alternate_seconds <= 0 or not batches:
+    if args.alternate_seconds <= 0 or not batches or not {"onnxruntime", "aoti", "tdaot"} <= timed:
         return []
     log(f"one process, one call each ({args.alternate_seconds:g} s per policy and batch)")
     out = work / "alternation.json"

@@ -40,18 +40,28 @@ SEGMENTS = 4
 MIN_TURNS = 6 * SEGMENTS
 
 
-def calls_for(artifacts: Path, tensors: list) -> dict[str, Callable[[], object]]:
-    """One zero-argument call per runtime, on the same input tensors."""
+def load(artifacts: Path) -> dict[str, object]:
+    """Each runtime's loaded model of one policy's artifacts, tdaot's twice (the control)."""
     import torch
 
     import tdaot
+    from common import onnx_session
+
+    return {
+        "onnxruntime": onnx_session(artifacts / "policy.onnx"),
+        "aoti": torch._inductor.aoti_load_package(str(artifacts / "policy-throughput.pt2")),
+        "tdaot": tdaot.load(artifacts / "policy.pt2", intra_op_threads=1),
+        "tdaot (copy)": tdaot.load(artifacts / "policy.pt2", intra_op_threads=1),
+    }
+
+
+def calls_for(loaded: dict[str, object], tensors: list) -> dict[str, Callable[[], object]]:
+    """One zero-argument call per runtime (``load``), on the same input tensors."""
     from common import onnx_call
 
-    native = tdaot.load(artifacts / "policy.pt2", intra_op_threads=1)
-    copy = tdaot.load(artifacts / "policy.pt2", intra_op_threads=1)
-    loader = torch._inductor.aoti_load_package(str(artifacts / "policy-throughput.pt2"))
+    loader, native, copy = loaded["aoti"], loaded["tdaot"], loaded["tdaot (copy)"]
     return {
-        "onnxruntime": onnx_call(artifacts / "policy.onnx", tensors),
+        "onnxruntime": onnx_call(loaded["onnxruntime"], tensors),
         "aoti": lambda: loader(*tensors),
         "tdaot": lambda: native.run_positional(*tensors),
         "tdaot (copy)": lambda: copy.run_positional(*tensors),
@@ -98,9 +108,10 @@ def measure(artifacts: Path, policies: list[str], batches: list[int], seconds: f
     for policy in policies:
         source = artifacts / policy
         info = json.loads((source / "info.json").read_text())
+        loaded = load(source)
         for batch in batches:
             tensors = make_inputs(info["inputs"], batch)
-            samples = alternate(calls_for(source, tensors), seconds)
+            samples = alternate(calls_for(loaded, tensors), seconds)
             row = {
                 "policy": policy,
                 "batch": batch,

@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import tdaot  # noqa: E402
-from common import make_inputs, onnx_call  # noqa: E402
+from common import make_inputs, onnx_call, onnx_session  # noqa: E402
 from tdaot import _torch_compat  # noqa: E402
 from tdaot.manifest import METADATA_KEY, Manifest  # noqa: E402
 
@@ -124,9 +124,10 @@ def main() -> int:
                 variants[f"rows {other}"] = with_chunk_rows(source / "policy.pt2", other, copy)
             loaded = {name: tdaot.load(path, intra_op_threads=1) for name, path in variants.items()}
             specs = [{"dtype": s.dtype, "shape": list(s.shape)} for s in built.manifest.inputs]
+            session = onnx_session(source / "policy.onnx")
             for batch in (int(b) for b in args.batches.split(",")):
                 tensors = make_inputs(specs, batch)
-                calls = {"onnxruntime": onnx_call(source / "policy.onnx", tensors)}
+                calls = {"onnxruntime": onnx_call(session, tensors)}
                 for name, native in loaded.items():
                     calls[name] = bound_call(native.run_positional, tensors)
                 per_round = max(2, min(200, int(0.3 / max(1e-6, _once(calls["unchunked"])))))

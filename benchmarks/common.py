@@ -41,9 +41,8 @@ def onnx_session(path: Path):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def onnx_call(path: Path, tensors: list[torch.Tensor]):
-    """A zero-argument call running ONNX Runtime's session of ``path`` on ``tensors``."""
-    session = onnx_session(path)
+def onnx_call(session, tensors: list[torch.Tensor]):
+    """A zero-argument call running ONNX Runtime ``session`` (``onnx_session``) on ``tensors``."""
     feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), tensors)}
     return lambda: session.run(None, feeds)
 

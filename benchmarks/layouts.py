@@ -11,8 +11,9 @@ Each network is built by tdaot three times, the throughput model's layout the on
   channels handed a channels-last input: the first convolution (pixels) runs oneDNN's direct
   kernel that reads NCHW, the others brgemm as in the default.
 
-All variants of a network are loaded in this one process and called in turn, one call each, the
-order reversed every round (load from elsewhere on the machine hits every variant alike).
+All variants of a network are loaded in this one process and called in turn, one call each, in
+a fresh random order every turn (benchmarks/alternate.py's loop: load from elsewhere on the
+machine, and what ran just before a call, hit every variant alike).
 
     .venv/bin/python benchmarks/layouts.py [--nets bench,nature,impala] [--batches 64,256]
         [--variants default,nchw,first-nchw] [--seconds 20]
@@ -45,6 +46,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "python"))
 
 import tdaot  # noqa: E402
+from alternate import alternate  # noqa: E402
 from policies import _PixelEncoder  # noqa: E402
 from tdaot.builder import pipeline, rewrites, tuning  # noqa: E402
 
@@ -150,22 +152,13 @@ def compare(net: str, variants: list[str], batch: int, seconds: float, work: Pat
     for variant, model in zip(variants, models):
         error = float((model(pixels=pixels)["action"] - reference).abs().max())
         assert error < 1e-3, f"{net} {variant}: max abs difference {error} from the default"
-    times: list[list[float]] = [[] for _ in models]
-    end, turn = time.time() + seconds, 0
-    while time.time() < end:
-        order = range(len(models)) if turn % 2 == 0 else reversed(range(len(models)))
-        for i in order:
-            start = time.perf_counter()
-            models[i](pixels=pixels)
-            times[i].append(time.perf_counter() - start)
-        turn += 1
-    base = statistics.median(times[0])
-    for variant, t in zip(variants, times):
+    calls = {variant: (lambda model=model: model(pixels=pixels)) for variant, model in zip(variants, models)}
+    times = alternate(calls, seconds)  # ns per call
+    base = statistics.median(times[variants[0]])
+    for variant, t in times.items():
         p50 = statistics.median(t)
-        ratio = p50 / base
-        print(
-            f"{net:<8}{batch:>6}  {variant:<12}{p50 * 1e3:>10.3f} ms{ratio:>8.2f}x  (n={len(t)})", flush=True
-        )
+        row = f"{net:<8}{batch:>6}  {variant:<12}{p50 / 1e6:>10.3f} ms{p50 / base:>8.2f}x  (n={len(t)})"
+        print(row, flush=True)
 
 
 def main() -> int:

@@ -462,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             elif runner == "python":
                 command = [*worker, str(path), "--path", "td"]
             elif recurrent:
-                continue  # NativeSession has no public positional step
+                continue  # tdaot.Session has no public positional step
             else:
                 command = [*worker, str(path), "--path", "positional"]
             record = soak_process(runner, command)

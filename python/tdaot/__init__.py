@@ -1,8 +1,8 @@
 """tdaot: tensordict policies to native AOTInductor packages, run from C++ or Python.
 
 art = tdaot.build(policy, example_td, "policy.pt2")
-native = tdaot.load("policy.pt2")
-out = native(example_td)
+native = tdaot.load("policy.pt2")  # a tdaot.Policy: a tensordict module
+out = native(example_td)  # writes the out keys into example_td and returns it
 tdaot.testing.assert_parity(policy, "policy.pt2", example_td)
 
 ``import tdaot`` loads the runtime side only; the build side (torch.export, inductor) is
@@ -28,7 +28,16 @@ from tdaot.manifest import (
     TensorSpec,
     read_manifest,
 )
-from tdaot.runtime import NativeBinding, NativePolicy, NativeSession, load, verify, verify_weights
+from tdaot.runtime import (
+    Binding,
+    BoundTensors,
+    Policy,
+    Session,
+    load,
+    verify_package,
+    verify_weights,
+)
+from tdaot.runtime import deprecated as _deprecated
 
 # Names imported on first use: (module, attribute), attribute None for the module itself.
 _LAZY = {
@@ -45,6 +54,9 @@ def __getattr__(name: str):
     if name == "cmake_prefix_path":
         # The C++ package's prefix, as torch.utils.cmake_prefix_path (tdaot._native).
         return _native.cmake_prefix()
+    old = _deprecated("tdaot", name)  # NativePolicy, NativeBinding, NativeSession, verify: warn
+    if old is not None:
+        return old
     if name not in _LAZY:
         raise AttributeError(f"module 'tdaot' has no attribute {name!r}")
     module_name, attribute = _LAZY[name]
@@ -62,15 +74,16 @@ __all__ = [
     *errors.__all__,
     "Artifact",  # noqa: F405 - imported on first use (__getattr__)
     "BatchRange",
+    "Binding",
+    "BoundTensors",
     "BuildOptions",  # noqa: F405 - imported on first use (__getattr__)
     "Contract",
     "LiteSupport",
     "Manifest",
     "ModelSpec",
-    "NativeBinding",
-    "NativePolicy",
-    "NativeSession",
+    "Policy",
     "Recurrent",
+    "Session",
     "Signal",
     "Source",
     "StatePair",
@@ -84,6 +97,6 @@ __all__ = [
     "read_manifest",
     "sign",  # noqa: F405 - imported on first use (__getattr__)
     "testing",  # noqa: F405 - imported on first use (__getattr__)
-    "verify",
+    "verify_package",
     "verify_weights",
 ]

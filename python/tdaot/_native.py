@@ -20,12 +20,10 @@ import os
 
 import torch
 
+from tdaot.errors import TorchMismatchError
+
 BUILD_INFO = "_C_build.json"
 CPP_PREFIX = "_cpp"
-
-
-class TorchMismatchError(ImportError):
-    """``tdaot._C`` was built against another torch than the one installed."""
 
 
 def module_dir() -> str | None:

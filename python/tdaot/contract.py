@@ -15,7 +15,7 @@ passes and ``value`` what the policy sees; for an output, ``raw`` is what the po
 ``value`` what the caller gets. ``scale``, ``offset``, ``low``, ``high`` and ``max_delta`` are each
 one number or ``n`` numbers; without ``low``/``high`` nothing is clipped. The map and the clip
 are compiled into the package (every run path applies them); ``max_delta``, the most an output
-element moves per step, is applied by a :class:`tdaot.NativeSession`.
+element moves per step, is applied by a :class:`tdaot.Session`.
 
 An input Signal may instead be a concatenation of observation :class:`Term` s, each a physical
 quantity of a documented vocabulary (docs/contract.md) with its own map, clip and history::

@@ -14,10 +14,35 @@ from __future__ import annotations
 
 
 class TdaotError(Exception):
-    """Base class of every tdaot error."""
+    """Base class of every tdaot error.
+
+    The runtime reports a broken invariant of its own (a bug in tdaot, not in the caller's
+    package or inputs) with a message starting ``"internal:"``: such an error is made an
+    :class:`InternalError`, whichever class the C++ side raised it as.
+    """
 
     #: The ``tdaot`` command's exit status when this error ends it.
     exit_code = 1
+
+    def __new__(cls, *args, **kwargs):
+        if cls is TdaotError and args and isinstance(args[0], str) and args[0].startswith(INTERNAL_PREFIX):
+            cls = InternalError
+        return super().__new__(cls, *args, **kwargs)
+
+
+# The C++ runtime's prefix for a broken invariant of its own (tdaot::Error("internal: ...")).
+INTERNAL_PREFIX = "internal:"
+
+
+class InternalError(TdaotError):
+    """A broken invariant of the runtime itself, not something the caller did: a bug in tdaot
+    (please report it with the message). The C++ side throws these as ``tdaot::InternalError``
+    or with a message starting ``"internal:"``."""
+
+
+class TorchMismatchError(TdaotError, ImportError):
+    """``tdaot._C`` was built against another torch than the one installed (raised by
+    ``import tdaot``; an ImportError too). The message says how to rebuild."""
 
 
 # --- loading a package (C++ runtime) -------------------------------------------------
@@ -116,6 +141,19 @@ class InvalidArgumentError(TdaotError):
     ``reset`` of a package that is not recurrent)."""
 
 
+class BoundKeyError(InvalidArgumentError, KeyError):
+    """A binding's or session's tensors (``b.inputs``, ``b.outputs``, ``session.state``) were
+    indexed, assigned or deleted with a key they do not hold: the message names the key and the
+    keys they hold; ``key`` is the key. A KeyError too, as a mapping's lookup raises."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+
+    def __str__(self) -> str:  # KeyError's repr-quotes its message
+        return str(self.args[0]) if self.args else ""
+
+
 class ExecutionError(TdaotError):
     """The compiled model failed while running validated inputs."""
 
@@ -192,6 +230,7 @@ def exit_code(error: BaseException) -> int:
 
 __all__ = [
     "BatchSizeError",
+    "BoundKeyError",
     "BuildError",
     "CliError",
     "CompileError",
@@ -204,6 +243,8 @@ __all__ = [
     "FactoryError",
     "HostMismatchError",
     "InputError",
+    "InternalError",
+    "InvalidArgumentError",
     "KeyNameError",
     "LayoutError",
     "LiteWarning",
@@ -217,6 +258,7 @@ __all__ = [
     "SpecialisationWarning",
     "StaticBatchWarning",
     "TdaotError",
+    "TorchMismatchError",
     "UnknownKeyError",
     "UsageError",
     "WeightsError",

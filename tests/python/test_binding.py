@@ -139,3 +139,88 @@ def test_a_resized_input_is_refused(tutorial_native):
     b.inputs["observation"].resize_(1, 500)
     with pytest.raises(tdaot.TdaotError, match="input 'observation' of the binding no longer has the memory"):
         b.run()
+
+
+# --- the bound buffers cannot be replaced (issue 37): assignment copies, keys are fixed ---------
+def test_assigning_an_input_copies_into_the_bound_buffer(tutorial, tutorial_native):
+    """The README's first loop: `b.inputs[k] = obs` once replaced a dict entry and the model ran
+    on the old buffer, silently. Now it copies into the binding's memory, which the run reads."""
+    policy = tutorial[0]
+    b = tutorial_native.bind(batch=1)
+    buffer = b.inputs["observation"]
+    for _ in range(2):
+        observation = torch.randn(1, 3)
+        b.inputs["observation"] = observation
+        assert (
+            b.inputs["observation"] is buffer
+            and buffer.data_ptr() == b._binding.input("observation").data_ptr()
+        )
+        b.run()
+        torch.testing.assert_close(b.outputs["loc"], _eager(policy, observation=observation)["loc"])
+    b.inputs[("observation",)] = torch.zeros(1, 3)  # a tuple key is the same key
+    assert torch.equal(buffer, torch.zeros(1, 3))
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (
+            torch.zeros(1, 3, dtype=torch.float64),
+            tdaot.DtypeError,
+            r"binding\.inputs\['observation'\]: assigned a tensor of dtype float64, the buffer is float32",
+        ),
+        (
+            torch.zeros(2, 3),
+            tdaot.ShapeError,
+            r"binding\.inputs\['observation'\]: assigned a tensor of shape \[2, 3\], the buffer is \[1, 3\]",
+        ),
+        (torch.zeros(3), tdaot.ShapeError, r"assigned a tensor of shape \[3\]"),
+        (
+            [[0.0, 0.0, 0.0]],
+            tdaot.InvalidArgumentError,
+            r"binding\.inputs\['observation'\] = list: assign a tensor, or write in place with .*copy_",
+        ),
+    ],
+)
+def test_assigning_another_shape_or_dtype_is_refused_by_key(tutorial_native, value, error, message):
+    b = tutorial_native.bind(batch=1)
+    b.inputs["observation"].fill_(0.5)
+    with pytest.raises(error, match=message) as info:
+        b.inputs["observation"] = value
+    assert getattr(info.value, "key", "observation") == "observation"
+    assert torch.equal(b.inputs["observation"], torch.full((1, 3), 0.5))  # untouched
+
+
+def test_outputs_are_read_only_and_keys_are_fixed(tutorial_native):
+    b = tutorial_native.bind(batch=1)
+    with pytest.raises(tdaot.InvalidArgumentError, match=r"binding\.outputs\['loc'\] is written by each run"):
+        b.outputs["loc"] = torch.zeros(1, 2)
+    with pytest.raises(
+        tdaot.BoundKeyError,
+        match=r"cannot add 'obs' to binding\.inputs: its keys are fixed .*\('observation'\)",
+    ):
+        b.inputs["obs"] = torch.zeros(1, 3)
+    with pytest.raises(tdaot.BoundKeyError, match=r"cannot add 'action' to binding\.outputs"):
+        b.outputs["action"] = torch.zeros(1, 2)
+    with pytest.raises(tdaot.BoundKeyError, match=r"cannot delete 'observation' from binding\.inputs"):
+        del b.inputs["observation"]
+    with pytest.raises(tdaot.BoundKeyError, match=r"cannot delete 'sample' from binding\.outputs"):
+        del b.outputs["sample"]
+    with pytest.raises(AttributeError):
+        b.inputs = {"observation": torch.zeros(1, 3)}
+    assert list(b.inputs) == ["observation"] and list(b.outputs) == ["loc", "scale", "sample"]
+
+
+def test_a_missing_key_names_the_key_and_the_keys_held(tutorial_native):
+    b = tutorial_native.bind(batch=1)
+    with pytest.raises(
+        tdaot.BoundKeyError, match=r"binding\.inputs has no key 'obs'; its keys: 'observation'"
+    ) as info:
+        b.inputs["obs"]  # noqa: B018
+    assert isinstance(info.value, KeyError) and isinstance(info.value, tdaot.TdaotError)
+    assert info.value.key == "obs" and str(info.value).startswith("binding.inputs")  # not KeyError's quotes
+    with pytest.raises(
+        KeyError, match=r"binding\.outputs has no key 'action'; its keys: 'loc', 'scale', 'sample'"
+    ):
+        b.outputs["action"]  # noqa: B018
+    assert "obs" not in b.inputs and b.inputs.get("obs") is None

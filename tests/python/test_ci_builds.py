@@ -181,11 +181,11 @@ def test_the_builder_signs_what_it_builds(project, tmp_path):
     [result] = _results(tmp_path / "report.json").values()
     assert result["cache_hit"]  # signing is not part of the compiled artifact
     assert result["signed_by"] == key_id(tmp_path / "keys" / "private.pem")
-    assert tdaot.verify(package, trusted_keys=[tmp_path / "keys" / "public.pem"]) == result["sha256"]
+    assert tdaot.verify_package(package, trusted_keys=[tmp_path / "keys" / "public.pem"]) == result["sha256"]
     # --sign-key overrides the config (a CI secret's path)
     assert main([*argv, "--sign-key", str(other_private), "--report", str(tmp_path / "other.json")]) == 0
     assert _results(tmp_path / "other.json")["tutorial@native"]["signed_by"] == key_id(other_private)
-    tdaot.verify(package, trusted_keys=[other_public])
+    tdaot.verify_package(package, trusted_keys=[other_public])
 
 
 def test_parallel_jobs_build_in_separate_processes(project, tmp_path):

@@ -2,7 +2,7 @@
 subprocess with no libtorch mapped (read from its /proc/self/maps) and match eager, for every
 example package and torchrl family the suite builds that has lite models; recurrent packages over
 a rollout with resets; what is refused (no lite model, a batch no lite model serves, an unknown
-runtime); and how tdaot.lite finds the tool and reads a maps file.
+runtime); and how tdaot.testing.lite_runner finds the tool and reads a maps file.
 
 No compile of its own: the session packages of conftest and those test_policies and
 test_torchrl_as_they_come build (the same names, factories and options, so the suite compiles
@@ -22,8 +22,8 @@ from test_policies import ARTIFACTS, STATIC_BATCH
 from test_torchrl_as_they_come import PACKAGES as AS_THEY_COME
 
 import tdaot
-from tdaot import lite
 from tdaot.testing import LITE_RESET_STEP, LITE_STEPS, ParityReport, assert_parity
+from tdaot.testing import lite_runner as lite
 
 
 def _lite_parity(policy, artifact, example, **options) -> ParityReport:

@@ -1,5 +1,5 @@
 """The load options have one definition, tdaot::PolicyOptions in C++: the binding's defaults
-(tdaot._C.Policy), tdaot.load's, NativePolicy's and the stub's (_C.pyi) are checked against the
+(tdaot._C.Policy), tdaot.load's and the stub's (_C.pyi) are checked against the
 defaults the extension reads from a default-constructed PolicyOptions
 (_C.load_option_defaults). A field added in C++ stops the extension's build until it is bound
 (module.cpp's PolicyOptionsFields), and these tests until Python has it. Nothing is loaded."""
@@ -12,7 +12,6 @@ from pathlib import Path
 
 import tdaot
 from tdaot import _C
-from tdaot.runtime.policy import NativePolicy
 
 CPP = _C.load_option_defaults()
 # C++ only: from Python a CUDA package loads on torch's current device.
@@ -80,14 +79,12 @@ def test_tdaot_load_takes_every_field_with_the_cpp_default():
     assert keyword_defaults(tdaot.load) == expected
 
 
-def test_native_policy_takes_what_tdaot_load_takes():
-    load = inspect.signature(tdaot.load).parameters
-    native = dict(inspect.signature(NativePolicy.__init__).parameters)
-    native.pop("self")
-    assert list(native) == list(load)
-    for name, parameter in load.items():
-        assert (native[name].kind, native[name].default, native[name].annotation) == (
-            parameter.kind,
-            parameter.default,
-            parameter.annotation,
-        ), name
+def test_the_load_options_are_tdaot_loads_alone():
+    """One door: tdaot.Policy (which tdaot.load returns) repeats none of load's keywords; its
+    deprecated path form hands them on to tdaot.load (test_policy_module checks it warns)."""
+    parameters = inspect.signature(tdaot.Policy.__init__).parameters
+    assert [(p.name, p.kind) for p in parameters.values()] == [
+        ("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("path", inspect.Parameter.POSITIONAL_ONLY),
+        ("options", inspect.Parameter.VAR_KEYWORD),
+    ]

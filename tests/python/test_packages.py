@@ -119,7 +119,7 @@ def _refused(path, extract_dir, error, message, *, verify=True, **options):
     assert str(path) in str(info.value) and info.value.path == str(path)
     if verify:  # tdaot.verify reads the package the same way (no extraction, no loading)
         with pytest.raises(error, match=message):
-            tdaot.verify(path, options.get("expected_sha256"))
+            tdaot.verify_package(path, options.get("expected_sha256"))
 
 
 # --- the good path ------------------------------------------------------------------------
@@ -137,7 +137,7 @@ def test_loading_leaves_nothing_on_disk(tutorial, extract_dir):
 
 def test_pinned_digest_loads_in_either_case(tutorial, extract_dir):
     digest = hashlib.sha256(Path(tutorial[2].path).read_bytes()).hexdigest()
-    assert tdaot.verify(tutorial[2].path) == digest == tutorial[2].sha256
+    assert tdaot.verify_package(tutorial[2].path) == digest == tutorial[2].sha256
     native = _load(tutorial[2].path, extract_dir, expected_sha256=digest.upper())
     assert native.sha256 == digest
 
@@ -327,7 +327,7 @@ def test_packages_built_for_another_host(package, tmp_path, extract_dir, field, 
     _set_manifest(package, manifest)
     path = _write(tmp_path / "elsewhere.pt2", package)
     _refused(path, extract_dir, tdaot.HostMismatchError, message, verify=False)
-    assert tdaot.verify(path)  # verify checks integrity only: a CI host may build for robots
+    assert tdaot.verify_package(path)  # verify checks integrity only: a CI host may build for robots
 
 
 # --- manifest faults (the metadata JSON carries no digest, so these reach the parser) -----
@@ -440,7 +440,7 @@ def test_a_consistent_package_aoti_cannot_load_leaves_nothing(package, tmp_path,
     path = _write(tmp_path / "resealed.pt2", package)
     with pytest.raises(tdaot.PackageError, match="could not be loaded by AOTInductor"):
         _load(path, extract_dir)
-    assert tdaot.verify(path)  # the digests themselves are fine
+    assert tdaot.verify_package(path)  # the digests themselves are fine
 
 
 def test_an_unusable_temp_dir_is_named(tutorial, tmp_path):

@@ -16,11 +16,12 @@ def _obs(batch: int, dtype=torch.float32) -> torch.Tensor:
     return torch.linspace(-1, 1, batch * 3, dtype=dtype).reshape(batch, 3)
 
 
-def test_call_with_a_tensordict_returns_the_out_keys(tutorial, tutorial_native):
+def test_call_with_a_tensordict_writes_the_out_keys_into_it(tutorial, tutorial_native):
     _, example, _ = tutorial
-    out = tutorial_native(example)
-    assert isinstance(out, TensorDict)
-    assert set(out.keys()) == {"loc", "scale", "sample"}
+    td = example.clone()
+    out = tutorial_native(td)
+    assert out is td  # as a TensorDictModule: the outputs are written into the TensorDict given
+    assert set(out.keys()) == {"observation", "loc", "scale", "sample"}
     assert out.batch_size == example.batch_size
     torch.testing.assert_close(out["sample"], out["loc"])  # deterministic Normal -> its mean
     assert (out["scale"] > 0).all()
@@ -34,7 +35,7 @@ def test_extra_tensordict_entries_are_ignored(tutorial_native):
 def test_keyword_mapping_and_positional_forms_agree(nested, nested_native):
     _, example, _ = nested
     obs, joints = example["agents", "observation"], example["robot", "joints"]
-    from_td = nested_native(example)
+    from_td = nested_native(example.clone()).select(*nested_native.out_keys)
     from_mapping = nested_native({("agents", "observation"): obs, "robot.joints": joints})
     from_kwargs = nested_native(**{"agents.observation": obs, "robot.joints": joints})
     positional = nested_native.run_positional(obs, joints)

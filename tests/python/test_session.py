@@ -205,3 +205,23 @@ def test_concurrent_use_of_one_session_works_or_is_refused_clearly(recurrent_nat
     for t in threads:
         t.join()
     assert unexpected == []
+
+
+def test_the_session_state_is_its_own_memory_assignment_copies_keys_are_fixed(recurrent_native):
+    session = recurrent_native.session(batch=2)
+    hidden = torch.linspace(-1, 1, 16).reshape(2, 8)
+    session.state["hidden"] = hidden  # copies into the state the next step sees
+    torch.testing.assert_close(session.state["hidden"], hidden, rtol=0, atol=0)
+    with pytest.raises(
+        tdaot.ShapeError, match=r"session\.state\['hidden'\]: assigned a tensor of shape \[8\]"
+    ):
+        session.state["hidden"] = hidden[0]
+    with pytest.raises(tdaot.BoundKeyError, match=r"cannot add 'cell' to session\.state: .*\('hidden'\)"):
+        session.state["cell"] = hidden
+    with pytest.raises(tdaot.BoundKeyError, match=r"cannot delete 'hidden' from session\.state"):
+        del session.state["hidden"]
+    with pytest.raises(tdaot.BoundKeyError, match=r"session\.state has no key 'h'; its keys: 'hidden'"):
+        session.state["h"]  # noqa: B018
+    with pytest.raises(TypeError):
+        session.interventions["nonfinite"] = 0  # a read-only snapshot
+    assert dict(session.interventions) == {"nonfinite": 0, "rate_limited": 0}

@@ -86,7 +86,7 @@ def _refused(path, keys, message, tmp_path):
         )
     assert info.value.path == str(path)
     with pytest.raises(tdaot.SignatureError, match=message):
-        tdaot.verify(path, trusted_keys=keys)
+        tdaot.verify_package(path, trusted_keys=keys)
 
 
 # --- keys -------------------------------------------------------------------------------------
@@ -119,13 +119,13 @@ def test_the_signature_verifies_in_python_and_in_cpp(signed, keys):
     public.verify(base64.b64decode(entry["signature"]), message)  # raises when it does not verify
     native = tdaot.load(signed, trusted_keys=[keys.public])
     assert native.run_positional(torch.zeros(2, 3))[2].shape == (2, 2)
-    assert tdaot.verify(signed, trusted_keys=[keys.other_public, keys.public]) == native.sha256
+    assert tdaot.verify_package(signed, trusted_keys=[keys.other_public, keys.public]) == native.sha256
 
 
 @pytest.mark.parametrize("form", [str, Path, lambda p: Path(p).read_text(), lambda p: Path(p).read_bytes()])
 def test_trusted_keys_are_paths_or_pem_texts(signed, keys, form):
-    assert tdaot.verify(signed, trusted_keys=[form(str(keys.public))])
-    assert tdaot.verify(signed, trusted_keys=form(str(keys.public)))  # one key alone
+    assert tdaot.verify_package(signed, trusted_keys=[form(str(keys.public))])
+    assert tdaot.verify_package(signed, trusted_keys=form(str(keys.public)))  # one key alone
 
 
 def test_a_signed_package_loads_without_trusted_keys(signed):
@@ -210,7 +210,7 @@ def test_a_changed_manifest_is_refused(signed, keys, tmp_path):
         "does not match its manifest: the manifest was changed after it was signed"
     )
     _refused(path, [keys.public], message, tmp_path)
-    assert tdaot.verify(path)  # self-consistent: only the signature tells
+    assert tdaot.verify_package(path)  # self-consistent: only the signature tells
 
 
 def test_a_changed_file_is_refused_by_its_digest(signed, keys, tmp_path):

@@ -96,7 +96,7 @@ def test_latency_build_from_config_passes_the_parity_gate(latency_project):
 def test_latency_package_uses_the_cpp_gemm_template_and_is_sealed(latency_project):
     package = latency_project["package"]
     assert "micro_gemm" in _kernel_source(package)  # inductor's C++ GEMM template, not ATen's addmm
-    assert len(tdaot.verify(package)) == 64  # every file against its digest in the manifest
+    assert len(tdaot.verify_package(package)) == 64  # every file against its digest in the manifest
     from examples.policies import tutorial_policy
 
     policy, example = tutorial_policy()

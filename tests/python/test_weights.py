@@ -118,9 +118,9 @@ def test_swapped_weights_match_the_retrained_policy_on_every_model(native, retra
 
 
 def test_the_lite_runtime_swaps_in_the_same_weights(native, tutorial, weight_file, keys):
-    """tdaot-lite run --weights (tdaot.lite.run(weights=...)): the lite runtime's swap gives the
-    full runtime's batch-1 outputs after the same swap, and refuses what it refuses."""
-    from tdaot import lite
+    """tdaot-lite run --weights (tdaot.testing.lite_runner.run(weights=...)): the lite runtime's
+    swap gives the full runtime's batch-1 outputs after the same swap, and refuses what it refuses."""
+    from tdaot.testing import lite_runner as lite
 
     path, _ = weight_file
     native.swap_weights(path)
@@ -426,7 +426,7 @@ def test_signing_a_weight_file_changes_only_its_signatures(signed_package, weigh
         info = tdaot.verify_weights(path, trusted_keys=[public])
         assert info["signed_by"] == key_id(public.with_name("private.pem"))
         assert info["weights_sha256"] == weight_file[1]
-        assert info["base_sha256"] == tdaot.verify(signed_package)
+        assert info["base_sha256"] == tdaot.verify_package(signed_package)
 
 
 def test_export_weights_signs_with_sign_key(weight_file, keys):

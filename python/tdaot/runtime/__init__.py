@@ -6,12 +6,42 @@ loads torch.export or inductor through tdaot.
 
 import ctypes
 import os
+import warnings
 
 import torch
 
-from tdaot.runtime.binding import NativeBinding
-from tdaot.runtime.policy import NativePolicy, load, verify, verify_weights
-from tdaot.runtime.session import NativeSession
+from tdaot.runtime.binding import Binding, BoundTensors
+from tdaot.runtime.policy import Policy, load, verify_package, verify_weights
+from tdaot.runtime.session import Session
+
+# Names of the last release, kept one more release: each access warns (DeprecationWarning).
+DEPRECATED = {
+    "NativePolicy": ("Policy", Policy),
+    "NativeBinding": ("Binding", Binding),
+    "NativeSession": ("Session", Session),
+    "verify": ("verify_package", verify_package),
+}
+
+
+def deprecated(module: str, name: str):
+    """The value of a deprecated name of ``module``, with a DeprecationWarning naming its successor;
+    None when ``name`` is not one."""
+    if name not in DEPRECATED:
+        return None
+    successor, value = DEPRECATED[name]
+    warnings.warn(
+        f"{module}.{name} is deprecated and will be removed in the next release: use {module}.{successor}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return value
+
+
+def __getattr__(name: str):
+    value = deprecated("tdaot.runtime", name)
+    if value is None:
+        raise AttributeError(f"module 'tdaot.runtime' has no attribute {name!r}")
+    return value
 
 
 def _libtorch_symbols_global() -> None:
@@ -31,4 +61,4 @@ def _libtorch_symbols_global() -> None:
 
 _libtorch_symbols_global()
 
-__all__ = ["NativeBinding", "NativePolicy", "NativeSession", "load", "verify", "verify_weights"]
+__all__ = ["Binding", "BoundTensors", "Policy", "Session", "load", "verify_package", "verify_weights"]

@@ -3,28 +3,42 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
 
 from tdaot import _C
+from tdaot.errors import InvalidArgumentError
 from tdaot.manifest import Manifest
-from tdaot.runtime.binding import NativeBinding
+from tdaot.runtime.binding import Binding
 from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, td_keys
-from tdaot.runtime.session import NativeSession
+from tdaot.runtime.session import Session
 
 # tdaot::PolicyOptions' fields and defaults, from its C++ definition. Python writes an empty
 # C++ string or list as None or (), and intra_op_threads=None leaves torch's setting alone;
-# tests/python/test_load_options.py checks tdaot.load, NativePolicy and _C.pyi against it.
+# tests/python/test_load_options.py checks tdaot.load and _C.pyi against it.
 _DEFAULTS = _C.load_option_defaults()
 
 # Public keys: PEM texts (str or bytes) or paths of PEM files; one key alone is fine too.
 TrustedKeys = str | bytes | os.PathLike | Sequence[str | bytes | os.PathLike]
 
 
-class NativePolicy:
-    """A loaded package. Call it with a TensorDict (or keyword tensors) to get a TensorDict.
+class Policy(TensorDictModuleBase):
+    """A loaded package (:func:`tdaot.load` makes it): a tensordict module over the native runner.
+
+    ``in_keys`` and ``out_keys`` are the manifest's inputs and outputs as TensorDict keys
+    (nested keys as tuples, a recurrent package's state output as ``("next", k)``).
+    ``policy(td)`` reads the in keys from ``td``, writes the out keys into it and returns it, as
+    :class:`tensordict.nn.TensorDictModule` does, so a Policy goes inside a
+    ``TensorDictSequential`` and stands in for the eager policy in ``env.rollout(n, policy)``:
+    a recurrent package takes its state and ``is_init`` from the TensorDict and writes the next
+    state to ``("next", k)``, the way torchrl's GRUModule and LSTMModule do (with torchrl's
+    InitTracker and the module's TensorDictPrimer on the environment). Batch dims other than one
+    (none, as an unbatched environment gives, or several) are flattened into one for the call.
+    Called with a mapping or keyword tensors instead, it returns a new TensorDict of the outputs.
 
     Inputs are validated in C++ against the manifest before the compiled model sees
     them; failures raise subclasses of :class:`tdaot.InputError` naming the key.
@@ -32,63 +46,80 @@ class NativePolicy:
     with ``num_runners=N`` up to N calls run in parallel.
     """
 
-    def __init__(
-        self,
-        path: str | os.PathLike,
-        *,
-        intra_op_threads: int | None = None,
-        num_runners: int = _DEFAULTS["num_runners"],
-        warmup_runs: int = _DEFAULTS["warmup_runs"],
-        op_libraries: Sequence[str | os.PathLike] = (),
-        expected_sha256: str | None = None,
-        temp_dir: str | os.PathLike | None = None,
-        max_package_bytes: int = _DEFAULTS["max_package_bytes"],
-        model_name: str | None = None,
-        trusted_keys: TrustedKeys = (),
-    ) -> None:
-        self._policy = _C.Policy(
-            os.fspath(path),
-            intra_op_threads=_C.PYTHON_INTRA_OP_THREADS if intra_op_threads is None else intra_op_threads,
-            num_runners=num_runners,
-            warmup_runs=warmup_runs,
-            op_libraries=[os.fspath(lib) for lib in op_libraries],
-            expected_sha256=expected_sha256 or "",
-            temp_dir=os.fspath(temp_dir) if temp_dir is not None else "",
-            max_package_bytes=max_package_bytes,
-            model_name=model_name or "",
-            trusted_keys=trusted_key_texts(trusted_keys),
-        )
+    def __init__(self, path: str | os.PathLike | _C.Policy, /, **options) -> None:
+        super().__init__()
+        if not isinstance(path, _C.Policy):
+            warnings.warn(
+                "constructing tdaot.Policy (or tdaot.NativePolicy) from a path is deprecated and will be "
+                "removed in the next release: use tdaot.load(path, ...), which takes the same options",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            path = load(path, **options)._policy
+        elif options:
+            raise InvalidArgumentError(
+                f"load options ({', '.join(options)}) go to tdaot.load, not tdaot.Policy"
+            )
+        self._policy = path
         self.path = self._policy.path
         #: sha256 of the package file as loaded (what ``expected_sha256`` pins).
         self.sha256 = self._policy.sha256
         self.manifest = Manifest.from_json(self._policy.manifest_json, self.path)
         #: The deployment contract the package was built with (tdaot.Contract), or None.
         self.contract = self.manifest.contract
-        self._in_keys = td_keys(self.manifest.input_keys)
-        self._out_keys = td_keys(self.manifest.output_keys)
+        self._in = td_keys(self.manifest.input_keys)
+        self._out = td_keys(self.manifest.output_keys)
+        # Per-sample rank of each input and output: what is left of a tensor's dims is its batch.
+        self._in_ranks = {spec.key: len(spec.shape) for spec in self.manifest.inputs}
+        self.in_keys = [key for _, key in self._in]
+        self.out_keys = [key for _, key in self._out]
 
-    def __call__(self, inputs: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDict:
-        """Runs the policy. A TensorDict may hold more keys than the manifest's inputs;
-        only those are passed. A mapping or keyword tensors must match the inputs exactly
-        (manifest keys such as ``"agents.observation"`` or tuples)."""
-        return as_tensordict(self._out_keys, self._policy.run(keyed_inputs(self._in_keys, inputs, tensors)))
+    def forward(self, tensordict: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDictBase:
+        """Runs the policy. Given a TensorDict: reads the in keys from it (it may hold more),
+        writes the out keys into it and returns it. Given a mapping or keyword tensors (manifest
+        keys such as ``"agents.observation"`` or tuples), which must match the inputs exactly:
+        returns a new TensorDict of the outputs."""
+        if not isinstance(tensordict, TensorDictBase):
+            return as_tensordict(self._out, self._policy.run(keyed_inputs(self._in, tensordict, tensors)))
+        inputs = keyed_inputs(self._in, tensordict, tensors)
+        lead = self._batch_dims(inputs)
+        if lead is not None:  # no batch dim, or several: run on one
+            inputs = {name: value.reshape(-1, *value.shape[len(lead) :]) for name, value in inputs.items()}
+        outputs = self._policy.run(inputs)
+        for name, key in self._out:
+            value = outputs[name]
+            tensordict.set(key, value if lead is None else value.reshape(*lead, *value.shape[1:]))
+        return tensordict
+
+    def _batch_dims(self, inputs: dict[str, torch.Tensor]) -> tuple[int, ...] | None:
+        """The batch dims the inputs share where there are not exactly one (to flatten), else
+        None (passed as they are: the runner's validation reports any disagreement by key)."""
+        leads = {
+            tuple(v.shape[: v.dim() - self._in_ranks[k]])
+            for k, v in inputs.items()
+            if v.dim() >= self._in_ranks[k]
+        }
+        if len(inputs) != len(self._in) or len(leads) != 1:
+            return None
+        (lead,) = leads
+        return None if len(lead) == 1 else lead
 
     def run_positional(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The fast path: tensors in manifest input order, outputs in manifest output order."""
         return tuple(self._policy.run_positional(list(tensors)))
 
-    def bind(self, batch: int = 1, *, cuda_graph: bool = False) -> NativeBinding:
+    def bind(self, batch: int = 1, *, cuda_graph: bool = False) -> Binding:
         """Inputs and outputs preallocated for ``batch`` rows, run in place: the control-loop
         path (allocation-free where the package has a model specialised for ``batch``). For a
         recurrent package, a bound session. Raises :class:`tdaot.BatchSizeError` outside the
         package's batch range. ``cuda_graph`` (CUDA packages): the run is captured as a CUDA
-        graph when bound and replayed per call (see NativeBinding)."""
-        return NativeBinding(self, batch, cuda_graph)
+        graph when bound and replayed per call (see :class:`tdaot.Binding`)."""
+        return Binding(self._policy, self.manifest, batch, cuda_graph)
 
-    def session(self, batch: int) -> NativeSession:
+    def session(self, batch: int) -> Session:
         """A session of ``batch`` rows: steps the policy inside the safety envelope (see
-        NativeSession) and, for a recurrent package, carries its state from step to step."""
-        return NativeSession(self, batch)
+        :class:`tdaot.Session`) and, for a recurrent package, carries its state from step to step."""
+        return Session(self._policy, self.manifest, batch)
 
     def swap_weights(self, path: str | os.PathLike) -> None:
         """Makes the weights of the weight file ``path`` (:func:`tdaot.export_weights`) live,
@@ -115,7 +146,7 @@ class NativePolicy:
     def __repr__(self) -> str:
         ins = ", ".join(self.manifest.input_keys)
         outs = ", ".join(self.manifest.output_keys)
-        return f"NativePolicy({self.path!r}, inputs=[{ins}], outputs=[{outs}])"
+        return f"Policy({self.path!r}, inputs=[{ins}], outputs=[{outs}])"
 
 
 def load(
@@ -130,8 +161,9 @@ def load(
     max_package_bytes: int = _DEFAULTS["max_package_bytes"],
     model_name: str | None = None,
     trusted_keys: TrustedKeys = (),
-) -> NativePolicy:
-    """Loads a tdaot package into the native runner.
+) -> Policy:
+    """Loads a tdaot package into the native runner: a :class:`tdaot.Policy`, a tensordict
+    module (the one way to load a package).
 
     ``intra_op_threads`` sets torch's intra-op thread count (``torch.set_num_threads``,
     process-wide) for the ATen operators the model calls; None leaves it alone, since a
@@ -162,21 +194,23 @@ def load(
     model serving its batch size. ``model_name`` loads that model only (calls at batch sizes it
     does not serve raise :class:`tdaot.BatchSizeError`).
     """
-    return NativePolicy(
-        path,
-        intra_op_threads=intra_op_threads,
-        num_runners=num_runners,
-        warmup_runs=warmup_runs,
-        op_libraries=op_libraries,
-        expected_sha256=expected_sha256,
-        temp_dir=temp_dir,
-        max_package_bytes=max_package_bytes,
-        model_name=model_name,
-        trusted_keys=trusted_keys,
+    return Policy(
+        _C.Policy(
+            os.fspath(path),
+            intra_op_threads=_C.PYTHON_INTRA_OP_THREADS if intra_op_threads is None else intra_op_threads,
+            num_runners=num_runners,
+            warmup_runs=warmup_runs,
+            op_libraries=[os.fspath(lib) for lib in op_libraries],
+            expected_sha256=expected_sha256 or "",
+            temp_dir=os.fspath(temp_dir) if temp_dir is not None else "",
+            max_package_bytes=max_package_bytes,
+            model_name=model_name or "",
+            trusted_keys=trusted_key_texts(trusted_keys),
+        )
     )
 
 
-def verify(
+def verify_package(
     path: str | os.PathLike, expected_sha256: str | None = None, *, trusted_keys: TrustedKeys = ()
 ) -> str:
     """Checks a package as :func:`load` does, without loading it: its zip structure, its

@@ -3,23 +3,23 @@ carried from step to step (tdaot::Session)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from types import MappingProxyType
 
 import torch
 from tensordict import TensorDict
 
 from tdaot import _C
+from tdaot.manifest import Manifest
+from tdaot.runtime.binding import BoundTensors
 from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, td_keys
 
-if TYPE_CHECKING:
-    from tdaot.runtime.policy import NativePolicy
 
-
-class NativeSession:
-    """Steps a policy (tdaot::Session). For a recurrent policy, ``step`` needs only the
-    non-state inputs, fills in the state (zero at creation) and ``is_init`` (true for rows reset
-    since the last step, so all rows at the first step), and keeps the state outputs for the
-    next step. A step may also carry them, as a torchrl rollout TensorDict does: a state entry
+class Session:
+    """Steps a policy (tdaot::Session), made by :meth:`tdaot.Policy.session`. For a recurrent
+    policy, ``step`` needs only the non-state inputs, fills in the state (zero at creation) and
+    ``is_init`` (true for rows reset since the last step, so all rows at the first step), and
+    keeps the state outputs for the next step. A step may also carry them, as a torchrl rollout TensorDict does: a state entry
     replaces the carried state, and ``is_init`` (one flag per row) resets its true rows like
     ``reset(mask)`` (state zeroed, the model sees is_init); neither is ever ignored. Other
     entries of a TensorDict that are not inputs are ignored.
@@ -35,11 +35,13 @@ class NativeSession:
     :class:`tdaot.TdaotError`. Sessions of one policy are independent.
     """
 
-    def __init__(self, policy: NativePolicy, batch: int) -> None:
-        self._session = _C.Session(policy._policy, batch)
-        self.policy = policy
+    def __init__(self, policy: _C.Policy, manifest: Manifest, batch: int) -> None:
+        self._session = _C.Session(policy, batch)
+        #: The package's path.
+        self.path: str = policy.path
         self.batch = batch
-        recurrent = policy.manifest.recurrent
+        self._out_keys = td_keys(manifest.output_keys)
+        recurrent = manifest.recurrent
         # What a step may carry besides its inputs: the state, and is_init (torchrl's key
         # when the model does not read one).
         carried = (
@@ -53,21 +55,23 @@ class NativeSession:
         return list(self._session.input_keys)
 
     @property
-    def state(self) -> dict[str, torch.Tensor]:
-        """The state the next step sees, keyed by state input key (the session's own tensors)."""
-        return dict(self._session.state)
+    def state(self) -> BoundTensors:
+        """The state the next step sees, keyed by state input key (the session's own tensors,
+        empty for a package that is not recurrent): ``session.state[k] = x`` copies ``x`` into it
+        (shape and dtype checked), as ``session.state[k].copy_(x)`` does."""
+        state = dict(self._session.state)
+        return BoundTensors("session", "state", list(state), list(state.values()), writable=True)
 
     @property
-    def interventions(self) -> dict[str, int]:
+    def interventions(self) -> Mapping[str, int]:
         """Steps the safety envelope changed, by kind: ``nonfinite`` (the previous outputs were
-        returned) and ``rate_limited`` (an output was held to its max_delta). Since creation."""
-        return dict(self._session.interventions)
+        returned) and ``rate_limited`` (an output was held to its max_delta). Since creation; a
+        read-only snapshot."""
+        return MappingProxyType(dict(self._session.interventions))
 
     def step(self, inputs: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDict:
         """Runs one step; returns every output (the state outputs included) as a TensorDict."""
-        return as_tensordict(
-            self.policy._out_keys, self._session.step(keyed_inputs(self._in_keys, inputs, tensors))
-        )
+        return as_tensordict(self._out_keys, self._session.step(keyed_inputs(self._in_keys, inputs, tensors)))
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Zeroes the state, marks is_init and forgets the previous outputs (the next step is not
@@ -75,4 +79,4 @@ class NativeSession:
         self._session.reset(mask)
 
     def __repr__(self) -> str:
-        return f"NativeSession({self.policy.path!r}, batch={self.batch})"
+        return f"Session({self.path!r}, batch={self.batch})"

@@ -1,5 +1,5 @@
 """assert_parity(..., runtime="lite"): the package's lite models run by tdaot-lite in a
-subprocess with no libtorch mapped, compared with eager (tdaot.testing holds the rest)."""
+subprocess with no libtorch mapped (tdaot.testing.lite_runner), compared with eager."""
 
 from __future__ import annotations
 
@@ -10,21 +10,21 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+import tdaot.testing.lite_runner as lite
 from tdaot import keys as keyutil
-from tdaot import lite
 from tdaot.builder.export import export_context
 from tdaot.builder.pipeline import Artifact
 from tdaot.manifest import Manifest, read_manifest
-from tdaot.runtime import NativePolicy
-from tdaot.testing import (  # noqa: F401
+from tdaot.runtime import Policy
+from tdaot.testing.report import (
     LITE_RESET_STEP,
     LITE_STEPS,
     ODD_BATCH,
     ParityReport,
     ParityRow,
-    _compare,
-    _resize,
+    compare,
     eager_run,
+    resize,
 )
 
 
@@ -57,7 +57,7 @@ def assert_lite_parity(policy, artifact, example, batch_sizes, rtol, atol) -> Pa
         if manifest.recurrent:
             steps, expected = _lite_rollout(policy, example, manifest, batch)
         else:
-            inputs = _resize(example, batch)
+            inputs = resize(example, batch)
             with export_context(manifest.interaction_type), torch.no_grad():
                 expected = [eager_run(policy, inputs, manifest.contract)]
             steps = [_lite_inputs(manifest, inputs)]
@@ -97,7 +97,7 @@ def assert_lite_parity(policy, artifact, example, batch_sizes, rtol, atol) -> Pa
 
 def _package(artifact) -> tuple[str, Manifest]:
     """The path and manifest of an artifact, without loading it into this process."""
-    if isinstance(artifact, (NativePolicy, Artifact)):
+    if isinstance(artifact, (Policy, Artifact)):
         return os.fspath(artifact.path), artifact.manifest
     return os.fspath(artifact), read_manifest(artifact)
 
@@ -204,12 +204,12 @@ def _compare_steps(name, batch, expected: list, actual: list, rtol, atol) -> Par
             name, batch, dtype, float("nan"), float("nan"), rtol or 0.0, atol or 0.0, False, problem
         )
     if len(actual) == 1 or not all(isinstance(e, torch.Tensor) for e in expected):
-        return _compare(name, batch, expected[0], actual[0], rtol, atol)
-    per_step = [_compare(name, batch, e, a, rtol, atol) for e, a in zip(expected, actual)]
+        return compare(name, batch, expected[0], actual[0], rtol, atol)
+    per_step = [compare(name, batch, e, a, rtol, atol) for e, a in zip(expected, actual)]
     first = next((i for i, row in enumerate(per_step) if not row.ok), None)
     if first is not None and per_step[first].problem:
         return per_step[first]
-    row = _compare(
+    row = compare(
         name,
         batch,
         torch.cat([e.detach().cpu() for e in expected]),

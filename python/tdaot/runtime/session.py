@@ -19,10 +19,10 @@ class Session:
     """Steps a policy (tdaot::Session), made by :meth:`tdaot.Policy.session`. For a recurrent
     policy, ``step`` needs only the non-state inputs, fills in the state (zero at creation) and
     ``is_init`` (true for rows reset since the last step, so all rows at the first step), and
-    keeps the state outputs for the next step. A step may also carry them, as a torchrl rollout TensorDict does: a state entry
-    replaces the carried state, and ``is_init`` (one flag per row) resets its true rows like
-    ``reset(mask)`` (state zeroed, the model sees is_init); neither is ever ignored. Other
-    entries of a TensorDict that are not inputs are ignored.
+    keeps the state outputs for the next step. A step may also carry them, as a torchrl rollout
+    TensorDict does: a state entry replaces the carried state, and ``is_init`` (one flag per
+    row) resets its true rows like ``reset(mask)`` (state zeroed, the model sees is_init);
+    neither is ever ignored. Other entries of a TensorDict that are not inputs are ignored.
 
     The safety envelope (every package): a step with a NaN or infinite input or output
     element returns the previous step's outputs (before the first step: each output's contract

@@ -1,7 +1,7 @@
-"""Every ```python block of README.md and docs/*.md runs, against a tiny package (the tutorial
-policy), or is listed in NOT_RUN with the reason it cannot run here. The blocks of one file run in
+"""Every ```python block of README.md and docs/*.md runs, against a tiny package (an MLP from
+"observation" [3] to "action" [2], the keys the docs use), or is listed in NOT_RUN with the reason it cannot run here. The blocks of one file run in
 order in one namespace, in one folder, as a reader would type them; a block that builds builds
-through one artifact cache, so the docs' builds of the tutorial policy compile it once."""
+through one artifact cache, so the docs' builds of the tiny policy compile it once."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from examples.policies import tutorial_policy
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
 
 import tdaot
 from tdaot.builder.cache import ArtifactCache
@@ -50,7 +52,10 @@ def namespace(tmp_path_factory):
     """What the blocks take as given: a policy and its example TensorDict, an observation, a
     retrained copy of the policy, a robot's joint names, gains and offsets; and the folder they
     run in."""
-    policy, example = tutorial_policy()
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 2))
+    policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
+    example = TensorDict({"observation": torch.randn(4, 3)}, batch_size=[4])
     retrained = copy.deepcopy(policy)
     with torch.no_grad():
         for parameter in retrained.parameters():

@@ -83,3 +83,23 @@ def test_every_exported_error_is_a_tdaot_error_and_other_errors_exit_1():
     assert exit_code(tdaot.ExportError("x")) == 1 and exit_code(tdaot.DtypeError("x")) == 1
     assert exit_code(ValueError("x")) == 1
     assert issubclass(ConfigError, tdaot.BuildError) and issubclass(FactoryError, tdaot.BuildError)
+
+
+def test_the_runtimes_own_invariants_are_internal_errors_apart_from_caller_errors():
+    """The C++ runtime throws a broken invariant of its own as tdaot::Error("internal: ...") (or
+    an InternalError class); the bindings raise it as TdaotError(message), which is made an
+    InternalError. A caller's misuse is an InvalidArgumentError, exported at the top level."""
+    with pytest.raises(tdaot.InternalError, match="internal: carry buffers filled rows without a mask"):
+        raise TdaotError("internal: carry buffers filled rows without a mask")
+    assert type(TdaotError("a plain failure")) is TdaotError
+    assert type(tdaot.PackageError("internal: not a runtime invariant", "p.pt2")) is tdaot.PackageError
+    assert issubclass(tdaot.InternalError, TdaotError) and not issubclass(
+        tdaot.InternalError, tdaot.InputError
+    )
+    assert tdaot.InvalidArgumentError is tdaot.errors.InvalidArgumentError
+    assert issubclass(tdaot.BoundKeyError, tdaot.InvalidArgumentError) and issubclass(
+        tdaot.BoundKeyError, KeyError
+    )
+    assert issubclass(tdaot.TorchMismatchError, TdaotError) and issubclass(
+        tdaot.TorchMismatchError, ImportError
+    )

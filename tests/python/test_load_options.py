@@ -84,7 +84,7 @@ def test_the_load_options_are_tdaot_loads_alone():
     deprecated path form hands them on to tdaot.load (test_policy_module checks it warns)."""
     parameters = inspect.signature(tdaot.Policy.__init__).parameters
     assert [(p.name, p.kind) for p in parameters.values()] == [
-        ("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        ("self", inspect.Parameter.POSITIONAL_ONLY),
         ("path", inspect.Parameter.POSITIONAL_ONLY),
         ("options", inspect.Parameter.VAR_KEYWORD),
     ]

@@ -68,7 +68,7 @@ def test_importing_tdaot_beside_another_torch_fails_by_name_not_by_symbol(tmp_pa
     site = _copied_install(tmp_path, "2.12.0+cpu")
     done = _python(site, "-c", "import tdaot")
     assert done.returncode != 0
-    assert "tdaot._native.TorchMismatchError" in done.stderr, done.stderr
+    assert "tdaot.errors.TorchMismatchError" in done.stderr, done.stderr
     assert f"built against torch 2.12.0+cpu, but torch {torch.__version__} is installed" in done.stderr
     assert "undefined symbol" not in done.stderr
     # The same copy, recording this torch, imports (the check is what refused it above).

@@ -1,7 +1,8 @@
 """Every ```python block of README.md and docs/*.md runs, against a tiny package (an MLP from
-"observation" [3] to "action" [2], the keys the docs use), or is listed in NOT_RUN with the reason it cannot run here. The blocks of one file run in
-order in one namespace, in one folder, as a reader would type them; a block that builds builds
-through one artifact cache, so the docs' builds of the tiny policy compile it once."""
+"observation" [3] to "action" [2], the keys the docs use), or is listed in NOT_RUN with the reason
+it cannot run here. The blocks of one file run in order in one namespace, in one folder, as a
+reader would type them; a block that builds builds through one artifact cache, so the docs'
+builds of the tiny policy compile it once."""
 
 from __future__ import annotations
 

@@ -182,6 +182,8 @@ def test_constructing_a_policy_from_a_path_is_the_deprecated_door(tutorial):
     assert native.sha256 == tdaot.load(path).sha256
     with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="num_runer"):
         tdaot.Policy(path, num_runer=2)
+    with pytest.raises(tdaot.InvalidArgumentError, match=r"load options \(num_runners\) go to tdaot\.load"):
+        tdaot.Policy(native._policy, num_runners=2)
 
 
 def test_the_lite_harness_moved_and_its_old_path_warns():

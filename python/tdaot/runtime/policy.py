@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Sequence
@@ -84,7 +85,8 @@ class Policy(TensorDictModuleBase):
         inputs = keyed_inputs(self._in, tensordict, tensors)
         lead = self._batch_dims(inputs)
         if lead is not None:  # no batch dim, or several: run on one
-            inputs = {name: value.reshape(-1, *value.shape[len(lead) :]) for name, value in inputs.items()}
+            rows = math.prod(lead)
+            inputs = {name: value.reshape(rows, *value.shape[len(lead) :]) for name, value in inputs.items()}
         outputs = self._policy.run(inputs)
         for name, key in self._out:
             value = outputs[name]
@@ -92,14 +94,12 @@ class Policy(TensorDictModuleBase):
         return tensordict
 
     def _batch_dims(self, inputs: dict[str, torch.Tensor]) -> tuple[int, ...] | None:
-        """The batch dims the inputs share where there are not exactly one (to flatten), else
-        None (passed as they are: the runner's validation reports any disagreement by key)."""
-        leads = {
-            tuple(v.shape[: v.dim() - self._in_ranks[k]])
-            for k, v in inputs.items()
-            if v.dim() >= self._in_ranks[k]
-        }
-        if len(inputs) != len(self._in) or len(leads) != 1:
+        """The batch dims every input shares where there are not exactly one (to flatten into
+        one), else None: passed as they are, so the runner's validation names any key at fault."""
+        if len(inputs) != len(self._in) or any(v.dim() < self._in_ranks[k] for k, v in inputs.items()):
+            return None
+        leads = {tuple(v.shape[: v.dim() - self._in_ranks[k]]) for k, v in inputs.items()}
+        if len(leads) != 1:
             return None
         (lead,) = leads
         return None if len(lead) == 1 else lead

@@ -207,7 +207,7 @@ def _inspect(args) -> int:
 
 def _verify(args) -> int:
     from tdaot import _C
-    from tdaot.runtime import verify, verify_weights
+    from tdaot.runtime import verify_package, verify_weights
 
     signed = "; signed by a trusted key (--public-key)" if args.public_key else ""
     if _C.file_kind(args.package) == "weights":
@@ -223,7 +223,7 @@ def _verify(args) -> int:
             f"weights sha256 {info['weights_sha256']}"
         )
         return 0
-    digest = verify(args.package, args.sha256, trusted_keys=args.public_key)
+    digest = verify_package(args.package, args.sha256, trusted_keys=args.public_key)
     files = len(read_manifest(args.package).files)
     pinned = "; the package matches --sha256" if args.sha256 else ""
     print(f"{args.package}: {files} files match their sha256 digests{pinned}{signed}\nsha256 {digest}")

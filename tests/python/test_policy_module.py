@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -199,3 +200,5 @@ def test_the_lite_harness_moved_and_its_old_path_warns():
         for w in caught
     )
     assert old.run is lite_runner.run and old.find_tool is lite_runner.find_tool
+    # A source checkout's tool is still found where make builds it, from the module's new folder.
+    assert lite_runner.CHECKOUT == Path(__file__).resolve().parents[2] / "build" / "cpp" / "tdaot-lite"

@@ -11,7 +11,6 @@ command line, and checked against the eager policy in the full runtime.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import subprocess
 import sys
@@ -715,20 +714,22 @@ def test_a_config_entry_names_a_run_directory(runs, tmp_path):
     run, _ = runs["lstm"]
     config = tmp_path / "tdaot.toml"
     config.write_text(
-        f"[[artifact]]\nname = 'walk'\nrsl_rl = '{run}'\ncheckpoint = 1\njoint_names = ['a', 'b']\n"
+        f"[[artifact]]\nname = 'walk'\nrsl_rl = '{run}'\ncheckpoint = 1\n"
         "[[artifact]]\nname = 'walk0'\nrsl_rl = 'runs/x'\ncheckpoint = 'model_0.pt'\ndeploy = 'd.yaml'\n"
+        "joint_names = ['a', 'b']\n"
+        f"[[artifact]]\nname = 'walk1'\nrsl_rl = '{run}'\nmjcf = 'robot.xml'\n"
     )
-    walk, walk0 = load_config(config)
+    walk, walk0, walk1 = load_config(config)
     assert walk.factory is None and walk.rsl_rl.run_dir == str(run) and walk.rsl_rl.checkpoint == 1
-    assert walk.rsl_rl.joint_names == ("a", "b") and walk.rsl_rl.find_deploy
+    assert walk.rsl_rl.find_deploy and walk.rsl_rl.deploy is None
     assert walk0.rsl_rl.checkpoint == str(tmp_path / "runs" / "x" / "model_0.pt")
-    assert walk0.rsl_rl.deploy == str(tmp_path / "d.yaml")
+    assert walk0.rsl_rl.deploy == str(tmp_path / "d.yaml") and walk0.rsl_rl.joint_names == ("a", "b")
     module, example, options = walk.load()
     assert isinstance(module, RslRlPolicy) and options.contract is None
     assert module.in_keys == ["policy", "recurrent_state_h", "recurrent_state_c", "is_init"]
-    assert (
-        json.dumps(list(example.keys())) == '["policy", "recurrent_state_h", "recurrent_state_c", "is_init"]'
-    )
+    assert list(example.keys()) == ["policy", "recurrent_state_h", "recurrent_state_c", "is_init"]
+    with pytest.raises(tdaot.InvalidArgumentError, match=r"mjcf maps a deployment file's joints, but run"):
+        walk1.load()
 
 
 @pytest.mark.parametrize(

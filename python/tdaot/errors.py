@@ -204,6 +204,7 @@ __all__ = [
     "FactoryError",
     "HostMismatchError",
     "InputError",
+    "InvalidArgumentError",
     "KeyNameError",
     "LayoutError",
     "LiteWarning",

@@ -603,3 +603,56 @@ def test_from_deploy_records_the_armature_and_rehearse_names_each_mismatch(tmp_p
     assert cli.main(["rehearse", "walk.pt2", "--mjcf", str(mjcf)]) == 0
     assert ran == ["\n".join(expected) + "\n"]
     assert capsys.readouterr().out == "rehearsed\n"
+
+
+# --- end to end: a run directory made by rsl_rl, one build, inspect, rehearse's armature check ---
+
+H1 = Path(__file__).resolve().parents[2].parent / "shared" / "robots" / "unitree_h1"
+
+
+def test_a_run_directory_with_deploy_yaml_builds_in_one_command(tmp_path, monkeypatch, capsys):
+    """examples/rsl_rl/make_run.py's run (rsl_rl's own runner, the H1's deploy.yaml and env.yaml)
+    built by ``tdaot build --rsl-rl``: the package carries the deploy.yaml's contract, ``tdaot
+    inspect`` shows its terms, and ``tdaot rehearse`` names the joints whose MJCF armature is not
+    training's. One AOTInductor compile."""
+    pytest.importorskip("rsl_rl")
+    pytest.importorskip("mujoco")
+    if not (H1 / "scene.xml").is_file():
+        pytest.skip(f"{H1} (the H1 model, beside the repository) is absent")
+    import importlib.util
+
+    from tdaot import cli, rehearse
+
+    spec = importlib.util.spec_from_file_location(
+        "make_run", Path(__file__).resolve().parents[2] / "examples" / "rsl_rl" / "make_run.py"
+    )
+    make_run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_run)
+    run = make_run.make_run(str(tmp_path / "run"), str(H1 / "scene.xml"), iterations=2)
+    env = Path(run) / "params" / "env.yaml"  # the ankles trained with another armature than the MJCF's
+    env.write_text(
+        env.read_text().replace("armature: {.*_ankle_joint: 0.01}", "armature: {.*_ankle_joint: 0.02}")
+    )
+    out = tmp_path / "h1.pt2"
+    assert cli.main(["build", "--rsl-rl", run, "--mjcf", str(H1 / "scene.xml"), "-o", str(out)]) == 0
+    expected = tdaot.Contract.from_deploy(Path(run) / "params" / "deploy.yaml", mjcf=H1 / "scene.xml")
+    assert tdaot.read_manifest(out).contract == expected
+    assert expected.outputs["action"].names[:2] == ("left_hip_yaw_joint", "right_hip_yaw_joint")
+    capsys.readouterr()
+    assert cli.main(["inspect", str(out)]) == 0
+    shown = capsys.readouterr().out
+    for line in (
+        "term base_ang_vel [3 x 2 steps]: scale 0.25",
+        "term velocity_commands [3]: scale [2, 2, 0.25], offset 0, low [-1, -0.6, -0.125], "
+        "high [2, 0.6, 0.125]",
+        "term joint_pos_rel [10] of action",
+        "term joint_vel_rel [10] of action: scale 0.05, offset 0, low -5, high 5",
+        "term last_action [10] of action",
+    ):
+        assert line in shown, shown
+    monkeypatch.setattr(rehearse, "run", lambda *args: types.SimpleNamespace(stdout=""))
+    assert cli.main(["rehearse", str(out), "--mjcf", str(H1 / "scene.xml")]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "armature left_ankle_joint: MJCF 0.01, training 0.02",
+        "armature right_ankle_joint: MJCF 0.01, training 0.02",
+    ]

@@ -642,8 +642,9 @@ def test_the_deployment_file_becomes_the_contract(runs, tmp_path, capsys, monkey
     calls = []
     contract = tdaot.Contract(control_dt=0.02)
 
-    def from_deploy(path, *, joint_names=None, mjcf=None):
+    def from_deploy(path, *, joint_names=None, mjcf=None, input_key="policy"):
         calls.append((str(path), joint_names, mjcf))
+        assert input_key == "policy"  # the actor's observation group
         return contract
 
     monkeypatch.setattr(tdaot.Contract, "from_deploy", from_deploy, raising=False)

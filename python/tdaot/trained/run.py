@@ -65,5 +65,14 @@ class RslRlRun:
             deploy,
             joint_names=list(self.joint_names) if self.joint_names is not None else None,
             mjcf=self.mjcf,
+            input_key=_observation_key(policy.obs_groups),
         )
         return policy, example, contract, f"contract from {deploy}"
+
+
+def _observation_key(groups: tuple[str, ...]) -> str:
+    """The observation group a deployment file describes: the actor's one group, else "policy"
+    (Isaac Lab's and unitree_rl_lab's) when the actor reads it, else its first."""
+    if len(groups) != 1 and "policy" in groups:
+        return "policy"
+    return groups[0]

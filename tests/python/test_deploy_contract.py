@@ -197,6 +197,31 @@ def test_deploy_yaml_fields_become_the_contract(tmp_path):
     assert contract.metadata == {"deployment": "deploy.yaml deploy.yaml"}
 
 
+def test_the_history_layout_is_stated_and_only_term_major_is_carried():
+    action = tdaot.Signal(names=("a", "b"))
+    data = {
+        "control_dt": 0.02,
+        "inputs": {
+            "obs": {"terms": [{"name": "joint_pos_rel", "history": 3}], "history_layout": "frame-major"}
+        },
+        "outputs": {"action": action.to_dict()},
+    }
+    message = (
+        r"contract input 'obs': field 'history_layout': unknown history layout 'frame-major' "
+        r"\(known: term-major"
+    )
+    with pytest.raises(tdaot.ContractError, match=message):
+        tdaot.Contract.from_dict(data)
+    with pytest.raises(tdaot.ContractError, match=message):
+        tdaot.Contract(
+            0.02,
+            inputs={"obs": tdaot.Signal(terms=[tdaot.Term("joint_pos_rel")], history_layout="frame-major")},
+            outputs={"action": action},
+        )
+    data["inputs"]["obs"]["history_layout"] = "term-major"
+    assert tdaot.Contract.from_dict(data).inputs["obs"].history_layout == "term-major"
+
+
 def test_the_contract_map_is_the_deploy_codes_arithmetic(tmp_path):
     """The compiled map (Signal.apply: scale, offset, clip) equals clip-then-scale per frame,
     with the command clamped first and joint_pos_rel relative to the file's default pose."""

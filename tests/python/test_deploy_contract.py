@@ -194,7 +194,7 @@ def test_deploy_yaml_fields_become_the_contract(tmp_path):
     assert data["inputs"]["policy"]["history_layout"] == "term-major"
     assert tdaot.Contract.from_dict(data) == contract
     assert any("term velocity_commands [3]" in line for line in contract.describe())
-    assert contract.metadata == {"deployment": "deploy.yaml deploy.yaml"}
+    assert contract.metadata == {"deployment": "deploy.yaml"}
 
 
 def test_the_history_layout_is_stated_and_only_term_major_is_carried():
@@ -465,7 +465,7 @@ def test_mjlab_onnx_metadata_becomes_the_contract(tmp_path):
     assert terms[2].scale == (1.0, 1.0, 0.25) and terms[2].low is None  # no ranges in the metadata
     assert terms[3].low == -5.0 and terms[3].high == 5.0
     assert terms[4].scale == 0.05 and terms[4].low is None
-    assert contract.metadata == {"deployment": "mjlab onnx policy.onnx", "run_path": "local"}
+    assert contract.metadata == {"deployment": "mjlab ONNX metadata (policy.onnx)", "run_path": "local"}
     assert contract.control_dt == 0.02
 
 

@@ -284,7 +284,9 @@ def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, outpu
         control_dt=float(step_dt),
         inputs={input_key: Signal(terms=terms)},
         outputs={output_key: output},
-        metadata={"deployment": f"deploy.yaml {path.name}"},
+        metadata={
+            "deployment": "deploy.yaml" if path.name == "deploy.yaml" else f"deploy.yaml ({path.name})"
+        },
     )
 
 
@@ -489,7 +491,7 @@ def _from_mjlab_onnx(
             f"{path}: an mjlab export's metadata has no control step; pass control_dt (seconds per "
             "step) or keep the run directory's params/env.yaml beside it"
         )
-    metadata = {"deployment": f"mjlab onnx {path.name}"}
+    metadata = {"deployment": f"mjlab ONNX metadata ({path.name})"}
     if meta.get("run_path"):
         metadata["run_path"] = meta["run_path"]
     return Contract(

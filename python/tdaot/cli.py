@@ -159,13 +159,17 @@ def _build(args) -> int:
     if args.rsl_rl is None and given_run_flags:
         raise CliError(f"{', '.join(given_run_flags)} belong to --rsl-rl RUN_DIR builds")
     if args.config:
-        if args.factory or args.output or args.rsl_rl:
-            raise CliError("give either a factory (or --rsl-rl RUN_DIR) with -o, or --config, not both")
+        if args.rsl_rl:
+            raise CliError("give either --rsl-rl RUN_DIR with -o, or --config, not both")
+        if args.factory or args.output:
+            raise CliError("give either a factory with -o, or --config, not both")
         return _build_config(args)
     if args.factory and args.rsl_rl:
         raise CliError("give either a factory or --rsl-rl RUN_DIR, not both")
-    if not (args.factory or args.rsl_rl) or not args.output:
-        raise CliError("give a factory (or --rsl-rl RUN_DIR) and -o OUTPUT.pt2, or --config FILE")
+    if args.rsl_rl and not args.output:
+        raise CliError("--rsl-rl RUN_DIR needs -o OUTPUT.pt2")
+    if not args.rsl_rl and (not args.factory or not args.output):
+        raise CliError("give a factory and -o OUTPUT.pt2, or --rsl-rl RUN_DIR and -o, or --config FILE")
     given = {spec.name: getattr(args, spec.name) for spec in option_fields()}
     options = BuildOptions(**{name: value for name, value in given.items() if value is not None})
     if args.rsl_rl:

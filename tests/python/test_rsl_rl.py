@@ -684,8 +684,11 @@ def _stop():
             ["--rsl-rl", "RUN", "factory.py:f", "-o", "x.pt2"],
             "give either a factory or --rsl-rl RUN_DIR, not both",
         ),
-        (["--rsl-rl", "RUN", "--config", "c.toml"], "or --config, not both"),
-        (["--rsl-rl", "RUN"], "give a factory (or --rsl-rl RUN_DIR) and -o OUTPUT.pt2"),
+        (
+            ["--rsl-rl", "RUN", "--config", "c.toml"],
+            "give either --rsl-rl RUN_DIR with -o, or --config, not both",
+        ),
+        (["--rsl-rl", "RUN"], "--rsl-rl RUN_DIR needs -o OUTPUT.pt2"),
         (
             ["--rsl-rl", "RUN", "--deploy", "d.yaml", "--contract", "c.toml", "-o", "x.pt2"],
             "give the contract once: --contract or --deploy, not both",

@@ -735,6 +735,32 @@ def test_a_config_entry_names_a_run_directory(runs, tmp_path):
         walk1.load()
 
 
+def test_a_config_build_job_builds_the_runs_policy_with_its_contract(runs, tmp_path, monkeypatch):
+    """build_one (tdaot build --config) takes the policy and the deployment file's contract from
+    the run; stopped before the compile."""
+    from tdaot.builder import jobs
+    from tdaot.builder.config import load_config
+
+    contract = tdaot.Contract(control_dt=0.02)
+    monkeypatch.setattr(tdaot.Contract, "from_deploy", lambda path, **kw: contract, raising=False)
+    seen = {}
+
+    def fake_build(module, example, output, options, **kwargs):
+        seen.update(module=module, example=example, options=options, factory=kwargs["factory"])
+        raise tdaot.BuildError("stopped before compiling")
+
+    monkeypatch.setattr(jobs, "build", fake_build)
+    run, _ = runs["gru_norm"]
+    (tmp_path / "deploy.yaml").write_text("step_dt: 0.02\n")
+    config = tmp_path / "tdaot.toml"
+    config.write_text(f"[[artifact]]\nname = 'walk'\nrsl_rl = '{run}'\ndeploy = 'deploy.yaml'\n")
+    (spec,) = load_config(config)
+    result = jobs.build_one(spec, lambda *event: None, use_cache=False)
+    assert result.failed and result.error == "BuildError: stopped before compiling"
+    assert isinstance(seen["module"], RslRlPolicy) and seen["factory"] is None
+    assert seen["options"].contract is contract and seen["example"].batch_size == torch.Size([1])
+
+
 @pytest.mark.parametrize(
     ("entry", "message"),
     [

@@ -455,6 +455,16 @@ def test_config_sections_and_classes_are_checked(tmp_path):
         r"actor_obs_normalization is False but the checkpoint has "
         r"actor_obs_normalizer",
     )
+    emp = {**config, "empirical_normalization": True, "policy": {**config["policy"]}}
+    del emp["policy"]["actor_obs_normalization"]
+    state = checkpoint["model_state_dict"]
+    no_norm_checkpoint = {
+        **checkpoint,
+        "model_state_dict": {k: v for k, v in state.items() if "_obs_norm" not in k},
+    }
+    _refusal(
+        tmp_path, no_norm_checkpoint, emp, r"empirical_normalization is true but the checkpoint has neither"
+    )
     groups = {**config, "obs_groups": {"policy": []}}
     _refusal(tmp_path, checkpoint, groups, r"obs_groups\['policy'\] = \[\]: expected a non-empty list")
 
@@ -481,6 +491,11 @@ def test_new_layout_refusals_name_what_they_found(tmp_path, runs):
     )
     beta_odd = {**cfg, "actor": {**cfg["actor"], "distribution_cfg": {"class_name": "BetaDistribution"}}}
     _refusal(tmp_path, checkpoint, beta_odd, r"last layer has 3 outputs, an odd number")
+    bad_range = {**cfg, "actor": {**cfg["actor"], "distribution_cfg": {"class_name": "BetaDistribution",
+                                                                       "action_range": [1.0]}}}  # fmt: skip
+    _refusal(
+        tmp_path, checkpoint, bad_range, r"distribution_cfg.action_range \[1.0\]: expected \[low, high\]"
+    )
     unknown = {**cfg, "actor": {**cfg["actor"], "distribution_cfg": {"class_name": "Categorical"}}}
     _refusal(
         tmp_path, checkpoint, unknown, r"distribution_cfg.class_name 'Categorical' is not a distribution"

@@ -263,6 +263,7 @@ def _old_checkpoint(kind: str, generator) -> tuple[dict, dict]:
     if kind == "3.x-mlp":
         state |= _mlp_entries("actor", generator, [obs, 16, 8, ACTIONS])
         state |= _normalizer_entries("actor_obs_normalizer.", generator, obs)
+        state |= _normalizer_entries("critic_obs_normalizer.", generator, obs)
         state["log_std"] = torch.zeros(ACTIONS)
         policy = {
             "class_name": "ActorCritic",

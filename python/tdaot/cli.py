@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "factory", nargs="?", help="FILE.py:FUNCTION or MODULE:FUNCTION returning (module, example_td)"
     )
-    b.add_argument("-o", "--output", help="package path (.pt2), with a factory")
+    b.add_argument("-o", "--output", help="package path (.pt2), with a factory or --rsl-rl")
     _add_option_flags(b)
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     trained = b.add_argument_group("trained runs (rsl_rl; instead of a factory)")

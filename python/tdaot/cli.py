@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "factory", nargs="?", help="FILE.py:FUNCTION or MODULE:FUNCTION returning (module, example_td)"
     )
-    b.add_argument("-o", "--output", help="package path (.pt2), with a factory")
+    b.add_argument("-o", "--output", help="package path (.pt2), with a factory or --rsl-rl")
     _add_option_flags(b)
     b.add_argument("--json", action="store_true", help="print the result as JSON")
     trained = b.add_argument_group("trained runs (rsl_rl; instead of a factory)")
@@ -159,13 +159,17 @@ def _build(args) -> int:
     if args.rsl_rl is None and given_run_flags:
         raise CliError(f"{', '.join(given_run_flags)} belong to --rsl-rl RUN_DIR builds")
     if args.config:
-        if args.factory or args.output or args.rsl_rl:
-            raise CliError("give either a factory (or --rsl-rl RUN_DIR) with -o, or --config, not both")
+        if args.rsl_rl:
+            raise CliError("give either --rsl-rl RUN_DIR with -o, or --config, not both")
+        if args.factory or args.output:
+            raise CliError("give either a factory with -o, or --config, not both")
         return _build_config(args)
     if args.factory and args.rsl_rl:
         raise CliError("give either a factory or --rsl-rl RUN_DIR, not both")
-    if not (args.factory or args.rsl_rl) or not args.output:
-        raise CliError("give a factory (or --rsl-rl RUN_DIR) and -o OUTPUT.pt2, or --config FILE")
+    if args.rsl_rl and not args.output:
+        raise CliError("--rsl-rl RUN_DIR needs -o OUTPUT.pt2")
+    if not args.rsl_rl and (not args.factory or not args.output):
+        raise CliError("give a factory and -o OUTPUT.pt2, or --rsl-rl RUN_DIR and -o, or --config FILE")
     given = {spec.name: getattr(args, spec.name) for spec in option_fields()}
     options = BuildOptions(**{name: value for name, value in given.items() if value is not None})
     if args.rsl_rl:

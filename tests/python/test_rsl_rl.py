@@ -263,6 +263,7 @@ def _old_checkpoint(kind: str, generator) -> tuple[dict, dict]:
     if kind == "3.x-mlp":
         state |= _mlp_entries("actor", generator, [obs, 16, 8, ACTIONS])
         state |= _normalizer_entries("actor_obs_normalizer.", generator, obs)
+        state |= _normalizer_entries("critic_obs_normalizer.", generator, obs)
         state["log_std"] = torch.zeros(ACTIONS)
         policy = {
             "class_name": "ActorCritic",
@@ -455,6 +456,16 @@ def test_config_sections_and_classes_are_checked(tmp_path):
         r"actor_obs_normalization is False but the checkpoint has "
         r"actor_obs_normalizer",
     )
+    emp = {**config, "empirical_normalization": True, "policy": {**config["policy"]}}
+    del emp["policy"]["actor_obs_normalization"]
+    state = checkpoint["model_state_dict"]
+    no_norm_checkpoint = {
+        **checkpoint,
+        "model_state_dict": {k: v for k, v in state.items() if "_obs_norm" not in k},
+    }
+    _refusal(
+        tmp_path, no_norm_checkpoint, emp, r"empirical_normalization is true but the checkpoint has neither"
+    )
     groups = {**config, "obs_groups": {"policy": []}}
     _refusal(tmp_path, checkpoint, groups, r"obs_groups\['policy'\] = \[\]: expected a non-empty list")
 
@@ -481,6 +492,11 @@ def test_new_layout_refusals_name_what_they_found(tmp_path, runs):
     )
     beta_odd = {**cfg, "actor": {**cfg["actor"], "distribution_cfg": {"class_name": "BetaDistribution"}}}
     _refusal(tmp_path, checkpoint, beta_odd, r"last layer has 3 outputs, an odd number")
+    bad_range = {**cfg, "actor": {**cfg["actor"], "distribution_cfg": {"class_name": "BetaDistribution",
+                                                                       "action_range": [1.0]}}}  # fmt: skip
+    _refusal(
+        tmp_path, checkpoint, bad_range, r"distribution_cfg.action_range \[1.0\]: expected \[low, high\]"
+    )
     unknown = {**cfg, "actor": {**cfg["actor"], "distribution_cfg": {"class_name": "Categorical"}}}
     _refusal(
         tmp_path, checkpoint, unknown, r"distribution_cfg.class_name 'Categorical' is not a distribution"
@@ -685,8 +701,11 @@ def _stop():
             ["--rsl-rl", "RUN", "factory.py:f", "-o", "x.pt2"],
             "give either a factory or --rsl-rl RUN_DIR, not both",
         ),
-        (["--rsl-rl", "RUN", "--config", "c.toml"], "or --config, not both"),
-        (["--rsl-rl", "RUN"], "give a factory (or --rsl-rl RUN_DIR) and -o OUTPUT.pt2"),
+        (
+            ["--rsl-rl", "RUN", "--config", "c.toml"],
+            "give either --rsl-rl RUN_DIR with -o, or --config, not both",
+        ),
+        (["--rsl-rl", "RUN"], "--rsl-rl RUN_DIR needs -o OUTPUT.pt2"),
         (
             ["--rsl-rl", "RUN", "--deploy", "d.yaml", "--contract", "c.toml", "-o", "x.pt2"],
             "give the contract once: --contract or --deploy, not both",
@@ -731,6 +750,32 @@ def test_a_config_entry_names_a_run_directory(runs, tmp_path):
     assert list(example.keys()) == ["policy", "recurrent_state_h", "recurrent_state_c", "is_init"]
     with pytest.raises(tdaot.InvalidArgumentError, match=r"mjcf maps a deployment file's joints, but run"):
         walk1.load()
+
+
+def test_a_config_build_job_builds_the_runs_policy_with_its_contract(runs, tmp_path, monkeypatch):
+    """build_one (tdaot build --config) takes the policy and the deployment file's contract from
+    the run; stopped before the compile."""
+    from tdaot.builder import jobs
+    from tdaot.builder.config import load_config
+
+    contract = tdaot.Contract(control_dt=0.02)
+    monkeypatch.setattr(tdaot.Contract, "from_deploy", lambda path, **kw: contract, raising=False)
+    seen = {}
+
+    def fake_build(module, example, output, options, **kwargs):
+        seen.update(module=module, example=example, options=options, factory=kwargs["factory"])
+        raise tdaot.BuildError("stopped before compiling")
+
+    monkeypatch.setattr(jobs, "build", fake_build)
+    run, _ = runs["gru_norm"]
+    (tmp_path / "deploy.yaml").write_text("step_dt: 0.02\n")
+    config = tmp_path / "tdaot.toml"
+    config.write_text(f"[[artifact]]\nname = 'walk'\nrsl_rl = '{run}'\ndeploy = 'deploy.yaml'\n")
+    (spec,) = load_config(config)
+    result = jobs.build_one(spec, lambda *event: None, use_cache=False)
+    assert result.failed and result.error == "BuildError: stopped before compiling"
+    assert isinstance(seen["module"], RslRlPolicy) and seen["factory"] is None
+    assert seen["options"].contract is contract and seen["example"].batch_size == torch.Size([1])
 
 
 @pytest.mark.parametrize(

@@ -82,9 +82,8 @@ class RslRlPolicy(TensorDictModuleBase):
         if layout.recurrent is not None:
             spec = layout.recurrent
             cls = nn.GRU if spec.kind == "gru" else nn.LSTM
-            self.rnn = cls(
-                input_size=spec.input_size, hidden_size=spec.hidden_size, num_layers=spec.num_layers
-            )
+            dtype = spec.parameters["weight_ih_l0"].dtype  # load_state_dict would cast silently
+            self.rnn = cls(spec.input_size, spec.hidden_size, spec.num_layers, dtype=dtype)
             self.rnn.load_state_dict(spec.parameters)
             self.state_keys = STATE_KEYS[spec.kind]
             self.hidden_size, self.num_layers = spec.hidden_size, spec.num_layers

@@ -317,8 +317,16 @@ def _head(
             head = "mean_half"
         elif name == "BetaDistribution":
             head = "beta"
-            low, high = distribution.get("action_range", (-1.0, 1.0))
-            beta_range = (float(low), float(high))
+            bounds = distribution.get("action_range", (-1.0, 1.0))
+            if not (
+                isinstance(bounds, (list, tuple))
+                and len(bounds) == 2
+                and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
+            ):
+                _refuse(
+                    f"agent config {section}.distribution_cfg.action_range {bounds!r}: expected [low, high]"
+                )
+            beta_range = (float(bounds[0]), float(bounds[1]))
     elif distribution is not None:
         _refuse(f"agent config {section}.distribution_cfg is {distribution!r}, not a mapping")
     elif model.get("state_dependent_std"):  # 3.x ActorCritic, 4.x MLPModel
@@ -423,7 +431,9 @@ def _read_old(checkpoint: Mapping[str, Any], config: Mapping[str, Any]) -> Actor
         _check_normalization_flag(
             model, "policy", "actor_obs_normalization", normalizer, "actor_obs_normalizer."
         )
-        if config.get("empirical_normalization") and normalizer is None:
+        # 3.x reads the deprecated runner-level flag only where the policy's own is unset.
+        unset = model.get("actor_obs_normalization") is None
+        if unset and config.get("empirical_normalization") and normalizer is None:
             _refuse(
                 "agent config empirical_normalization is true but the checkpoint has neither "
                 "obs_norm_state_dict (2.x) nor actor_obs_normalizer.* (3.x)"

@@ -7,7 +7,8 @@ tdaot.testing.assert_parity(policy, "policy.pt2", example_td)
 
 ``import tdaot`` loads the runtime side only; the build side (torch.export, inductor) is
 imported the first time a build name (``build``, ``Artifact``, ``BuildOptions``) or
-``tdaot.testing`` is used, and the signing side (``cryptography``) with ``tdaot.sign``.
+``tdaot.testing`` is used, the signing side (``cryptography``) with ``tdaot.sign``, and the
+trained-run readers with ``tdaot.from_rsl_rl``.
 """
 
 import importlib
@@ -45,6 +46,7 @@ _LAZY = {
     "BuildOptions": ("tdaot.builder", "BuildOptions"),
     "build": ("tdaot.builder", "build"),
     "export_weights": ("tdaot.builder.weights", "export_weights"),
+    "from_rsl_rl": ("tdaot.trained.rsl_rl", "from_rsl_rl"),
     "sign": ("tdaot.signing", "sign"),
     "testing": ("tdaot.testing", None),
 }
@@ -93,6 +95,7 @@ __all__ = [
     "build",  # noqa: F405 - imported on first use (__getattr__)
     "cmake_prefix_path",  # noqa: F405 - computed on use (__getattr__)
     "export_weights",  # noqa: F405 - imported on first use (__getattr__)
+    "from_rsl_rl",  # noqa: F405 - imported on first use (__getattr__)
     "load",
     "read_manifest",
     "sign",  # noqa: F405 - imported on first use (__getattr__)

@@ -64,9 +64,32 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "factory", nargs="?", help="FILE.py:FUNCTION or MODULE:FUNCTION returning (module, example_td)"
     )
-    b.add_argument("-o", "--output", help="package path (.pt2), with a factory")
+    b.add_argument("-o", "--output", help="package path (.pt2), with a factory or --rsl-rl")
     _add_option_flags(b)
     b.add_argument("--json", action="store_true", help="print the result as JSON")
+    trained = b.add_argument_group("trained runs (rsl_rl; instead of a factory)")
+    trained.add_argument(
+        "--rsl-rl",
+        metavar="RUN_DIR",
+        help="an rsl_rl run directory (model_<iter>.pt beside params/agent.yaml): its actor, and the "
+        "contract of params/deploy.yaml when there is one",
+    )
+    trained.add_argument(
+        "--checkpoint",
+        metavar="FILE",
+        help="the checkpoint to build (a file or an iteration; default: newest)",
+    )
+    trained.add_argument(
+        "--deploy",
+        metavar="FILE",
+        help="the deployment file the contract comes from (deploy.yaml, or an mjlab ONNX export); "
+        "default: RUN_DIR/params/deploy.yaml when present",
+    )
+    joints = trained.add_mutually_exclusive_group()
+    joints.add_argument(
+        "--mjcf", metavar="FILE", help="the robot's MJCF: its actuated joints give the joint order"
+    )
+    joints.add_argument("--joint-names", metavar="A,B,...", help="the robot's joint order, comma-separated")
     many = b.add_argument_group("config builds")
     many.add_argument("--config", help="tdaot.toml, or a pyproject.toml with [tool.tdaot]")
     many.add_argument("--jobs", type=int, default=1, help="parallel build processes")
@@ -126,16 +149,33 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_RUN_FLAGS = ("checkpoint", "deploy", "mjcf", "joint_names")
+
+
 def _build(args) -> int:
+    given_run_flags = [
+        f"--{name.replace('_', '-')}" for name in _RUN_FLAGS if getattr(args, name) is not None
+    ]
+    if args.rsl_rl is None and given_run_flags:
+        raise CliError(f"{', '.join(given_run_flags)} belong to --rsl-rl RUN_DIR builds")
     if args.config:
+        if args.rsl_rl:
+            raise CliError("give either --rsl-rl RUN_DIR with -o, or --config, not both")
         if args.factory or args.output:
             raise CliError("give either a factory with -o, or --config, not both")
         return _build_config(args)
-    if not args.factory or not args.output:
-        raise CliError("give a factory and -o OUTPUT.pt2, or --config FILE")
+    if args.factory and args.rsl_rl:
+        raise CliError("give either a factory or --rsl-rl RUN_DIR, not both")
+    if args.rsl_rl and not args.output:
+        raise CliError("--rsl-rl RUN_DIR needs -o OUTPUT.pt2")
+    if not args.rsl_rl and (not args.factory or not args.output):
+        raise CliError("give a factory and -o OUTPUT.pt2, or --rsl-rl RUN_DIR and -o, or --config FILE")
     given = {spec.name: getattr(args, spec.name) for spec in option_fields()}
     options = BuildOptions(**{name: value for name, value in given.items() if value is not None})
-    module, example = call_factory(args.factory)
+    if args.rsl_rl:
+        module, example, options = _rsl_rl_inputs(args, options)
+    else:
+        module, example = call_factory(args.factory)
     artifact = build(module, example, args.output, factory=args.factory, **options.as_kwargs())
     summary = {
         "path": artifact.path,
@@ -160,6 +200,35 @@ def _build(args) -> int:
         print(f"exported program: {artifact.exported_path}")
     print(artifact.manifest.describe())
     return 0
+
+
+def _rsl_rl_inputs(args, options: BuildOptions):
+    """The run's policy and example, and the options with the contract of its deployment file."""
+    from tdaot.trained.run import RslRlRun
+
+    if options.contract is not None and args.deploy is not None:
+        raise CliError("give the contract once: --contract or --deploy, not both")
+    checkpoint = args.checkpoint
+    if checkpoint is not None and checkpoint.isdigit():
+        checkpoint = int(checkpoint)  # an iteration: model_<N>.pt
+    joint_names = None
+    if args.joint_names is not None:
+        joint_names = tuple(name.strip() for name in args.joint_names.split(","))
+    run = RslRlRun(
+        args.rsl_rl,
+        checkpoint=checkpoint,
+        deploy=args.deploy,
+        mjcf=args.mjcf,
+        joint_names=joint_names,
+        find_deploy=options.contract is None,  # an explicit --contract is the contract
+    )
+    module, example, contract, note = run.load()
+    if contract is not None:
+        options = options.replace(contract=contract)
+    elif options.contract is not None:
+        note = "contract from --contract"
+    print(f"{args.rsl_rl}: {module.extra_repr()}; {note}", file=sys.stderr)
+    return module, example, options
 
 
 def _build_config(args) -> int:

@@ -66,7 +66,11 @@ from tdaot.errors import ContractError, KeyNameError
 
 _VALUE_FIELDS = ("scale", "offset", "low", "high", "max_delta")
 _GAIN_FIELDS = ("stiffness", "damping")
-_SIGNAL_FIELDS = ("names", *_VALUE_FIELDS, "terms", *_GAIN_FIELDS)
+_SIGNAL_FIELDS = ("names", *_VALUE_FIELDS, "terms", *_GAIN_FIELDS, "history_layout")
+#: How a signal of terms lays out history: each term's steps together, oldest first, term after
+#: term (Isaac Lab's and unitree_rl_lab's deploy code). The one layout; a frame-major file (all
+#: terms of one step, then the next) is refused by name rather than misread.
+HISTORY_LAYOUTS = ("term-major",)
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,8 @@ class Signal:
     ``value = clip(raw * scale + offset, low, high)``; ``max_delta`` limits an output's move per
     session step. Each number is one float or n floats; ``low``, ``high``, ``max_delta`` are
     optional. An input may give ``terms`` instead of names and values (derived from them when the
-    Contract is made); an output of joint targets may carry ``stiffness`` and ``damping``."""
+    Contract is made; ``history_layout`` says how their history is laid out, "term-major"); an
+    output of joint targets may carry ``stiffness`` and ``damping``."""
 
     names: tuple[str, ...] = ()
     scale: Values = 1.0
@@ -86,6 +91,7 @@ class Signal:
     terms: tuple[Term, ...] = ()
     stiffness: Values | None = None
     damping: Values | None = None
+    history_layout: str = "term-major"
 
     def __post_init__(self) -> None:
         for name in ("names", "terms"):
@@ -121,8 +127,8 @@ class Signal:
 
     def to_dict(self) -> dict[str, Any]:
         if self.terms:  # names and values are derived from the terms
-            return {"terms": [term.to_dict() for term in self.terms]}
-        fields = [name for name in _SIGNAL_FIELDS if name != "terms"]
+            return {"terms": [term.to_dict() for term in self.terms], "history_layout": self.history_layout}
+        fields = [name for name in _SIGNAL_FIELDS if name not in ("terms", "history_layout")]
         data = {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
         return {name: list(v) if isinstance(v, tuple) else v for name, v in data.items()}
 
@@ -264,6 +270,28 @@ class Contract:
             raise ContractError(f"contract file {path!r} is not valid {kind}: {err}") from None
         return cls.from_dict(data, f"contract file {path!r}")
 
+    @classmethod
+    def from_deploy(
+        cls,
+        path: str | os.PathLike,
+        *,
+        joint_names: Sequence[str] | None = None,
+        mjcf: str | os.PathLike | None = None,
+        **options: Any,
+    ) -> Contract:
+        """The contract of a trained run's deployment file: unitree_rl_lab's / Isaac Lab's
+        ``deploy.yaml``, or an ONNX file (``.onnx``) with mjlab's ``metadata_props``.
+        ``joint_names`` (the robot's joint order) or ``mjcf`` (its actuated joints) name a
+        deploy.yaml's joints, which it gives by index (``joint_ids_map``). ``options``:
+        ``input_key`` ("policy"), ``output_key`` ("action"), ``control_dt`` (for an ONNX export
+        without its run's env.yaml), ``env_yaml`` (None: ``params/env.yaml`` of the run when
+        there is one, whose training armature the metadata records; False: none). Every field a
+        file holds that tdaot cannot carry exactly is refused with a ContractError naming it
+        (docs/from-training.md)."""
+        from tdaot.trained.deploy import contract_from_deploy
+
+        return contract_from_deploy(path, joint_names=joint_names, mjcf=mjcf, **options)
+
     def describe(self) -> list[str]:
         """The contract as indented lines (tdaot inspect)."""
         lines = [f"  control_dt        {self.control_dt:g} s ({1 / self.control_dt:g} Hz)"]
@@ -332,6 +360,12 @@ def _signals(section: str, signals: Any, outputs: Mapping[str, Signal] | None) -
         where = f"contract {section[:-1]} {key!r}"
         if not isinstance(signal, Signal):
             raise ContractError(f"{where}: expected a tdaot.Signal, got {type(signal).__name__}", key)
+        if signal.history_layout not in HISTORY_LAYOUTS:
+            raise ContractError(
+                f"{where}: field 'history_layout': unknown history layout {signal.history_layout!r} "
+                f"(known: {' '.join(HISTORY_LAYOUTS)}: each term's steps together, oldest first)",
+                key,
+            )
         gain = next((n for n in _GAIN_FIELDS if getattr(signal, n) is not None), None)
         if outputs is not None and gain is not None:
             raise ContractError(
@@ -393,7 +427,7 @@ def _resolve_terms(where: str, key: str, signal: Signal, outputs: Mapping[str, S
             )
     if signal.max_delta is not None:
         raise ContractError(f"{where}: field 'max_delta': a rate limit is for outputs, not terms", key)
-    return Signal(**derived, terms=tuple(terms))
+    return Signal(**derived, terms=tuple(terms), history_layout=signal.history_layout)
 
 
 def _check_signal(where: str, key: str, signal: Signal) -> None:

@@ -73,6 +73,10 @@ struct Signal {
   // Carried for a service or the rehearsal to apply; the runner does not.
   SignalValues stiffness;
   SignalValues damping;
+  // How a signal of terms lays out history (docs/contract.md): "term-major", the only layout,
+  // each term's steps together, oldest first, term after term (Isaac Lab's and unitree_rl_lab's
+  // deploy code). Stated so that a frame-major file is refused by name rather than misread.
+  std::string history_layout = "term-major";
 
   // offset clipped to [low, high] for element i: what an output holds before the first step.
   double rest(size_t i) const;

@@ -19,8 +19,17 @@
     tuning = "throughput"            # or "latency" (batch-1 control loops; see tdaot.tuning)
     sign_key = "keys/private.pem"    # sign each package (relative to the config file)
 
+    [[artifact]]
+    name = "go2"
+    rsl_rl = "runs/go2"              # an rsl_rl run directory instead of a factory (tdaot.from_rsl_rl)
+    checkpoint = "model_1500.pt"     # optional: a file (relative to the run) or an iteration; default newest
+    deploy = "runs/go2/params/deploy.yaml"  # optional; default the run's params/deploy.yaml if present
+    mjcf = "robots/go2.xml"          # optional: the joint order for a deploy.yaml (or joint_names = [...])
+
 The build option keys (and their checks) are BuildOptions' fields (tdaot.builder.options),
 ``cpu_target`` given as the list ``cpu_targets``; the other keys say which artifact and where.
+Paths (factory files, rsl_rl run directories, deploy and mjcf files, sign_key) are relative to
+the config file.
 Every mistake is a ConfigError naming the artifact and the field.
 """
 
@@ -33,14 +42,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tdaot.builder.factories import call_factory
 from tdaot.builder.options import BuildOptions, Invalid, OptionError
 from tdaot.builder.options import fields as option_fields
-from tdaot.errors import ConfigError
+from tdaot.errors import ConfigError, InvalidArgumentError
+from tdaot.trained.run import RslRlRun
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # Keys that are not build options: which artifact, from where, to where, checked how.
 _JOB_DEFAULTS = {"output_dir": "dist", "parity": True, "cpu_targets": [BuildOptions().cpu_target]}
-_JOB_FIELDS = {"name", "factory", "output", *_JOB_DEFAULTS}
+# An rsl_rl run directory (tdaot.trained.run.RslRlRun) instead of a factory, and its options.
+_RUN_FIELDS = ("checkpoint", "deploy", "mjcf", "joint_names")
+_JOB_FIELDS = {"name", "factory", "output", "rsl_rl", *_RUN_FIELDS, *_JOB_DEFAULTS}
 # Build options by config key; cpu_target is the job field cpu_targets (one build per target).
 _OPTION_FIELDS = {spec.name: spec for spec in option_fields() if spec.name != "cpu_target"}
 _FIELDS = _JOB_FIELDS | set(_OPTION_FIELDS)
@@ -51,10 +64,21 @@ class BuildSpec:
     """One artifact for one CPU target, as a build job."""
 
     name: str
-    factory: str
+    factory: str | None
     output: str
     parity: bool
     options: BuildOptions
+    rsl_rl: RslRlRun | None = None  # built from this run instead of a factory
+
+    def load(self):
+        """(module, example, options): from the factory, or from the rsl_rl run with its
+        deployment file's contract in the options."""
+        if self.rsl_rl is None:
+            module, example = call_factory(self.factory)
+            return module, example, self.options
+        module, example, contract, _ = self.rsl_rl.load()
+        options = self.options if contract is None else self.options.replace(contract=contract)
+        return module, example, options
 
     @property
     def id(self) -> str:
@@ -123,17 +147,28 @@ def _parse_entry(merged: dict, entry: dict, base_dir: Path, where: str) -> list[
     def fail(field: str, message: str):
         raise ConfigError(f"{where}: field {field!r}: {message}")
 
-    for required in ("name", "factory"):
-        if required not in entry:
-            fail(required, "missing")
-    name, factory = merged["name"], merged["factory"]
+    if "name" not in entry:
+        fail("name", "missing")
+    name = merged["name"]
     if not isinstance(name, str) or not _NAME.match(name):
         fail("name", f"{name!r} must be letters, digits, '_', '.' or '-'")
-    if not isinstance(factory, str) or ":" not in factory:
-        fail("factory", f"{factory!r} must look like FILE.py:FUNCTION or MODULE:FUNCTION")
-    source, _, function = factory.rpartition(":")
-    if source.endswith(".py") and not os.path.isabs(source):
-        factory = f"{base_dir / source}:{function}"
+    if "factory" in entry and "rsl_rl" in entry:
+        fail("rsl_rl", "give either factory or rsl_rl (an rsl_rl run directory), not both")
+    if "factory" not in entry and "rsl_rl" not in entry:
+        fail("factory", "missing (or rsl_rl: an rsl_rl run directory)")
+    factory, run = None, None
+    if "factory" in entry:
+        factory = merged["factory"]
+        if not isinstance(factory, str) or ":" not in factory:
+            fail("factory", f"{factory!r} must look like FILE.py:FUNCTION or MODULE:FUNCTION")
+        source, _, function = factory.rpartition(":")
+        if source.endswith(".py") and not os.path.isabs(source):
+            factory = f"{base_dir / source}:{function}"
+        for key in _RUN_FIELDS:
+            if key in merged:
+                fail(key, "applies to rsl_rl entries only")
+    else:
+        run = _rsl_rl_run(merged, base_dir, "contract" in merged, fail)
 
     if not isinstance(merged["parity"], bool):
         fail("parity", f"expected true or false, got {merged['parity']!r}")
@@ -170,6 +205,47 @@ def _parse_entry(merged: dict, entry: dict, base_dir: Path, where: str) -> list[
             output=str(output_dir / template.format(name=name, target=option.cpu_target)),
             parity=merged["parity"],
             options=option,
+            rsl_rl=run,
         )
         for option in options
     ]
+
+
+def _rsl_rl_run(merged: dict, base_dir: Path, has_contract: bool, fail) -> RslRlRun:
+    """The entry's rsl_rl run, its paths taken relative to the config file."""
+
+    def path(key: str) -> str | None:
+        value = merged.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value:
+            fail(key, f"expected a path, got {value!r}")
+        return value if os.path.isabs(value) else str(base_dir / value)
+
+    checkpoint = merged.get("checkpoint")
+    if checkpoint is not None and not (
+        (isinstance(checkpoint, int) and not isinstance(checkpoint, bool) and checkpoint >= 0)
+        or (isinstance(checkpoint, str) and checkpoint)
+    ):
+        fail("checkpoint", f"expected a file name or an iteration number, got {checkpoint!r}")
+    names = merged.get("joint_names")
+    if names is not None and (
+        not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names)
+    ):
+        fail("joint_names", f"expected a list of joint names, got {names!r}")
+    if has_contract and "deploy" in merged:
+        fail("deploy", "give the contract once: contract or deploy, not both")
+    run_dir = path("rsl_rl")
+    if isinstance(checkpoint, str) and not os.path.isabs(checkpoint):
+        checkpoint = str(Path(run_dir) / checkpoint)  # like rsl_rl's own resume: a file of the run
+    try:
+        return RslRlRun(
+            run_dir,
+            checkpoint=checkpoint,
+            deploy=path("deploy"),
+            mjcf=path("mjcf"),
+            joint_names=tuple(names) if names is not None else None,
+            find_deploy=not has_contract,
+        )
+    except InvalidArgumentError as err:
+        fail("mjcf" if "mjcf" in merged else "joint_names", str(err))

@@ -4,6 +4,7 @@ processes, from the cache where possible, with a parity gate and a report per ar
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import shutil
@@ -16,7 +17,6 @@ from dataclasses import asdict
 
 from tdaot.builder.cache import ArtifactCache
 from tdaot.builder.config import BuildSpec
-from tdaot.builder.factories import call_factory
 from tdaot.builder.pipeline import build
 from tdaot.builder.progress import Progress
 from tdaot.builder.report import BuildResult
@@ -51,7 +51,8 @@ def build_one(
         id=spec.id, name=spec.name, cpu_target=spec.cpu_target, output=spec.output, status="failed"
     )
     try:
-        module, example = call_factory(spec.factory)
+        module, example, options = spec.load()
+        spec = dataclasses.replace(spec, options=options)  # with the run's contract, for the rebuilds
         artifact = build(
             module,
             example,

@@ -43,6 +43,27 @@ def _command(text: str) -> tuple[float, float, float]:
     return values
 
 
+def _training_mismatches(package: str, mjcf: str, manifest) -> list[str]:
+    """One line per joint whose MJCF value differs from what the training simulator used, as
+    the package's contract records it (tdaot.trained.isaac_env); nothing for a package the
+    tool itself will refuse, which says why in its own words."""
+    from tdaot.errors import TdaotError
+    from tdaot.manifest import read_manifest
+    from tdaot.trained.isaac_env import ARMATURE_KEY, armature_mismatches
+
+    try:
+        manifest = manifest or read_manifest(package)
+    except (TdaotError, OSError):
+        return []
+    if manifest.contract is None or ARMATURE_KEY not in manifest.contract.metadata:
+        return []
+    try:
+        import mujoco  # noqa: F401 - the MJCF's values come from MuJoCo itself
+    except ImportError:
+        return ["armature not compared with training: MuJoCo's Python bindings are absent (mujoco-core)"]
+    return armature_mismatches(manifest.contract.metadata, mjcf)
+
+
 def run(args: argparse.Namespace) -> int:
     from tdaot.builder.factories import call_factory
     from tdaot.manifest import read_manifest
@@ -63,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
                 "pass --factory FILE.py:FUNCTION (returning (module, example))"
             )
         module, _ = call_factory(spec)
+    for line in _training_mismatches(args.package, args.mjcf, manifest):
+        print(line)
     tool_args = ["--command", args.velocity_command]
     for flag in ("seconds", "keyframe", "runtime", "fall_fraction"):
         if getattr(args, flag) is not None:

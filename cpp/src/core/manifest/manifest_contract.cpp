@@ -15,8 +15,11 @@ namespace {
 
 constexpr std::array<std::string_view, 4> kContractFields{"control_dt", "inputs", "outputs",
                                                           "metadata"};
-constexpr std::array<std::string_view, 9> kSignalFields{
-    "names", "scale", "offset", "low", "high", "max_delta", "terms", "stiffness", "damping"};
+constexpr std::array<std::string_view, 10> kSignalFields{
+    "names", "scale",     "offset",  "low",           "high", "max_delta",
+    "terms", "stiffness", "damping", "history_layout"};
+// The history layouts a signal of terms may state: each term's steps together, oldest first.
+constexpr std::string_view kTermMajor = "term-major";
 constexpr std::array<std::string_view, 7> kTermFields{"name", "scale", "offset", "low",
                                                       "high", "history", "output"};
 
@@ -259,6 +262,15 @@ Signal parse_signal(const Parser& p, const json& value, const std::string& path,
     }
   }
   Signal signal;
+  auto layout = object.find("history_layout");
+  if (layout != object.end() && !layout->is_null()) {
+    const std::string field = Parser::join(path, "history_layout");
+    signal.history_layout = p.string(*layout, field);
+    if (signal.history_layout != kTermMajor) {
+      p.fail(field, "unknown history layout '" + signal.history_layout + "' (known: " +
+                        std::string(kTermMajor) + ": each term's steps together, oldest first)");
+    }
+  }
   auto terms = object.find("terms");
   if (terms != object.end() && !terms->is_null()) {
     if (!is_input) {
@@ -384,6 +396,7 @@ nlohmann::ordered_json contract_to_json(const Contract& contract) {
         nlohmann::ordered_json terms = nlohmann::ordered_json::array();
         for (const Term& term : signal.terms) terms.push_back(term_to_json(term));
         entry["terms"] = terms;
+        entry["history_layout"] = signal.history_layout;
         list[key] = entry;
         continue;
       }

@@ -1,0 +1,619 @@
+"""Deployment files read into a :class:`tdaot.Contract`: unitree_rl_lab's / Isaac Lab's
+``params/deploy.yaml`` and the ONNX ``metadata_props`` mjlab's exporter writes
+(:meth:`tdaot.Contract.from_deploy` is the public entry; docs/from-training.md has the table of
+what each field becomes).
+
+What the files mean (unitree_rl_lab deploy/include/isaaclab, Isaac Lab's ObservationManager):
+terms in the file's order, each with its own history (oldest first, term after term); each frame
+clipped, then scaled; ``joint_pos[i] = motor[joint_ids_map[i]]`` (policy index -> robot/SDK
+index); ``stiffness``/``damping`` in SDK order, ``default_joint_pos`` and the action's ``scale``
+and ``offset`` in the policy's order; target = raw * scale + offset, then the action clip;
+``velocity_commands`` clamped to the command's ranges. A tdaot term is ``clip(raw * scale +
+offset, low, high)``: scaled, then clipped. So a file's clip ``[lo, hi]`` becomes the bounds
+``lo * scale`` and ``hi * scale`` (swapped where the scale is negative), which gives exactly the
+same value.
+
+This is not a reader of Isaac Lab's env.yaml (tdaot.trained.isaac_env) and it builds no policy.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tdaot.contract import Contract, Signal
+from tdaot.contract_terms import TERM_ELEMENTS, Term
+from tdaot.errors import ContractError
+from tdaot.trained.isaac_yaml import load_isaac_yaml
+
+#: The term names these files write -> tdaot's vocabulary term. Isaac Lab's own velocity tasks and
+#: mjlab name the joint terms after the quantity (``joint_pos`` is ``joint_pos_rel``, ``actions``
+#: the last action), unitree_rl_lab after the function; mjlab's ``command`` is the velocity
+#: command when the task's command is a velocity twist (:data:`VELOCITY_COMMANDS`).
+TERM_ALIASES: dict[str, str] = {
+    **{name: name for name in TERM_ELEMENTS},
+    "joint_pos": "joint_pos_rel",
+    "joint_vel": "joint_vel_rel",
+    "actions": "last_action",
+    "command": "velocity_commands",
+}
+#: Command names whose ``command`` observation is (lin_vel_x, lin_vel_y, ang_vel_z).
+VELOCITY_COMMANDS = ("base_velocity", "twist", "velocity")
+#: The ONNX metadata keys an mjlab export must carry.
+MJLAB_REQUIRED = ("joint_names", "default_joint_pos", "action_scale", "observation_names")
+_COMMAND_AXES = ("lin_vel_x", "lin_vel_y", "ang_vel_z")
+
+
+def contract_from_deploy(
+    path: str | os.PathLike,
+    *,
+    joint_names: Sequence[str] | None = None,
+    mjcf: str | os.PathLike | None = None,
+    input_key: str = "policy",
+    output_key: str = "action",
+    control_dt: float | None = None,
+    env_yaml: str | os.PathLike | bool | None = None,
+) -> Contract:
+    """The contract of a deploy.yaml or an mjlab ONNX file (chosen by the ``.onnx`` suffix).
+
+    ``joint_names`` (the robot's joint order, the SDK's) or ``mjcf`` (its actuated joints, in
+    actuator order) name the joints of a deploy.yaml, which has only indices; for an ONNX file
+    they are checked against the names its metadata carries. ``input_key`` and ``output_key``
+    are the policy's observation and action keys. ``control_dt`` is needed only where the file
+    has no step: an ONNX export whose run directory has no ``params/env.yaml``. ``env_yaml``:
+    Isaac Lab's / mjlab's env.yaml (None: ``params/env.yaml`` beside the file or its run
+    directory, when there is one; False: none), whose training joint armature the contract's
+    metadata records (tdaot.trained.isaac_env) for ``tdaot rehearse`` to compare."""
+    path = Path(path)
+    if joint_names is not None and mjcf is not None:
+        raise ContractError(f"{path}: give joint_names or mjcf (the robot's joint order), not both")
+    robot = list(joint_names) if joint_names is not None else None
+    if robot is not None and not all(isinstance(n, str) and n for n in robot):
+        raise ContractError(f"{path}: joint_names: expected non-empty strings, got {robot!r}")
+    if mjcf is not None:
+        robot = mjcf_joint_names(mjcf)
+    env_path = _env_yaml(path, env_yaml)
+    if path.suffix == ".onnx":
+        contract = _from_mjlab_onnx(path, robot, input_key, output_key, control_dt, env_path)
+    else:
+        contract = _from_deploy_yaml(path, robot, input_key, output_key)
+    if env_path is None:
+        return contract
+    from tdaot.trained.isaac_env import ARMATURE_KEY, armature_metadata, training_joint_properties
+
+    joints = contract.outputs[output_key].names
+    properties = training_joint_properties(env_path, joints)
+    if not properties:
+        return contract
+    metadata = {**contract.metadata, ARMATURE_KEY: armature_metadata(properties)}
+    return Contract(contract.control_dt, contract.inputs, contract.outputs, metadata)
+
+
+def mjcf_joint_names(mjcf: str | os.PathLike) -> list[str]:
+    """The joints an MJCF's actuators drive, in actuator order (the robot's SDK order for
+    Unitree's models): with MuJoCo's Python bindings when present, else from the XML (its
+    ``<include>`` files followed)."""
+    path = Path(mjcf)
+    if not path.is_file():
+        raise ContractError(f"mjcf {str(path)!r}: no such file")
+    try:
+        import mujoco
+    except ImportError:
+        mujoco = None
+    if mujoco is not None:
+        try:
+            model = mujoco.MjModel.from_xml_path(os.fspath(path))
+        except ValueError as err:
+            raise ContractError(f"mjcf {str(path)!r}: MuJoCo cannot load it: {err}") from None
+        names = []
+        for a in range(model.nu):
+            if model.actuator_trntype[a] != mujoco.mjtTrn.mjTRN_JOINT:
+                continue
+            names.append(model.joint(int(model.actuator_trnid[a, 0])).name)
+    else:
+        names = [a.get("joint") for a in _mjcf_actuators(path) if a.get("joint")]
+    if not names:
+        raise ContractError(f"mjcf {str(path)!r}: has no actuator that drives a joint")
+    return names
+
+
+def _mjcf_actuators(path: Path, seen: frozenset[Path] = frozenset()) -> list[ElementTree.Element]:
+    if path.resolve() in seen:
+        raise ContractError(f"mjcf {str(path)!r}: includes itself")
+    try:
+        root = ElementTree.parse(path).getroot()
+    except (OSError, ElementTree.ParseError) as err:
+        raise ContractError(f"mjcf {str(path)!r}: cannot read it: {err}") from None
+    found: list[ElementTree.Element] = []
+    for element in root.iter():
+        if element.tag == "include" and element.get("file"):
+            found += _mjcf_actuators(path.parent / element.get("file"), seen | {path.resolve()})
+        elif element.tag == "actuator":
+            found += list(element)
+    return found
+
+
+def _env_yaml(path: Path, given: str | os.PathLike | bool | None) -> Path | None:
+    if given is False:
+        return None
+    if given is not None and given is not True:
+        return Path(given)
+    for folder in (path.parent, path.parent / "params", path.parent.parent / "params"):
+        if (folder / "env.yaml").is_file():
+            return folder / "env.yaml"
+    if given is True:
+        raise ContractError(f"{path}: no params/env.yaml beside it or in its run directory")
+    return None
+
+
+# --- deploy.yaml -----------------------------------------------------------------------------
+
+
+def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, output_key: str) -> Contract:
+    data = load_isaac_yaml(path)
+    if not isinstance(data, Mapping):
+        raise ContractError(f"{path}: expected a mapping of deployment fields, got {type(data).__name__}")
+
+    def need(key: str) -> Any:
+        if data.get(key) is None:
+            raise ContractError(f"{path}: field {key!r} is missing")
+        return data[key]
+
+    for where in (data, data.get("observations") or {}):
+        if isinstance(where, Mapping) and where.get("use_gym_history"):
+            raise ContractError(
+                f"{path}: 'use_gym_history: true' lays history out frame-major (every term of one "
+                "step, then the next); tdaot carries term-major history only (each term's steps "
+                "together, oldest first): export the policy with per-term history"
+            )
+    ids = need("joint_ids_map")
+    if robot is None:
+        raise ContractError(
+            f"{path}: a deploy.yaml gives joints by index (joint_ids_map); pass joint_names (the "
+            "robot's joint order) or mjcf (its actuated joints) to name them"
+        )
+    if not isinstance(ids, list) or not ids or not all(_is_int(i) for i in ids):
+        raise ContractError(f"{path}: field 'joint_ids_map': expected a list of joint indices, got {ids!r}")
+    bad = next((i for i in ids if not 0 <= i < len(robot)), None)
+    if bad is not None:
+        raise ContractError(
+            f"{path}: field 'joint_ids_map': index {bad} is not one of the robot's {len(robot)} joints "
+            f"({', '.join(robot[:4])}{', ...' if len(robot) > 4 else ''})"
+        )
+    twice = next((i for k, i in enumerate(ids) if i in ids[:k]), None)
+    if twice is not None:
+        raise ContractError(f"{path}: field 'joint_ids_map': index {twice} appears twice")
+    joints = tuple(robot[i] for i in ids)  # joint_pos[i] = motor[joint_ids_map[i]]
+    n = len(joints)
+
+    def numbers(value: Any, field: str, count: int, what: str) -> tuple[float, ...]:
+        if _is_number(value):
+            return (float(value),) * count
+        if not isinstance(value, list) or not all(_is_number(v) for v in value):
+            raise ContractError(f"{path}: field {field!r}: expected numbers, got {value!r}")
+        if len(value) != count:
+            raise ContractError(
+                f"{path}: field {field!r}: has {len(value)} values, expected {count} ({what})"
+            )
+        return tuple(float(v) for v in value)
+
+    step_dt = need("step_dt")
+    if not _is_number(step_dt):
+        raise ContractError(f"{path}: field 'step_dt': expected seconds per step, got {step_dt!r}")
+    sdk = f"one per robot joint, in the robot's order: joint_names/mjcf name {len(robot)}"
+    stiffness = numbers(need("stiffness"), "stiffness", len(robot), sdk)
+    damping = numbers(need("damping"), "damping", len(robot), sdk)
+    default = numbers(need("default_joint_pos"), "default_joint_pos", n, "one per joint_ids_map entry")
+
+    actions = need("actions")
+    if not isinstance(actions, Mapping) or len(actions) != 1:
+        names = ", ".join(actions) if isinstance(actions, Mapping) else repr(actions)
+        raise ContractError(
+            f"{path}: field 'actions': expected one joint position action term, got {names or 'none'}"
+        )
+    ((action_name, action),) = actions.items()
+    if not isinstance(action, Mapping):
+        raise ContractError(f"{path}: field 'actions.{action_name}': expected a mapping, got {action!r}")
+    at = f"actions.{action_name}"
+    scale = numbers(action.get("scale", 1.0), f"{at}.scale", n, "one per joint_ids_map entry")
+    offset = numbers(action.get("offset", 0.0), f"{at}.offset", n, "one per joint_ids_map entry")
+    low = high = None
+    clip = action.get("clip")
+    if clip is not None:
+        pairs = clip if isinstance(clip, list) and len(clip) == n else None
+        if pairs is None or not all(
+            isinstance(p, list) and len(p) == 2 and all(_is_number(v) for v in p) for p in pairs
+        ):
+            raise ContractError(
+                f"{path}: field '{at}.clip': expected {n} [low, high] pairs (one per joint), got {clip!r}"
+            )
+        low, high = _bounds(path, f"{at}.clip", [(float(lo), float(hi)) for lo, hi in pairs])
+    output = Signal(
+        names=joints,
+        scale=_collapse(scale),
+        offset=_collapse(offset),
+        low=low,
+        high=high,
+        stiffness=_collapse(tuple(stiffness[i] for i in ids)),
+        damping=_collapse(tuple(damping[i] for i in ids)),
+    )
+
+    observations = need("observations")
+    if not isinstance(observations, Mapping) or not observations:
+        raise ContractError(
+            f"{path}: field 'observations': expected a mapping of terms, got {observations!r}"
+        )
+    commands = data.get("commands") or {}
+    terms = []
+    for name, cfg in observations.items():
+        if name == "use_gym_history":
+            continue
+        where = f"observations.{name}"
+        if not isinstance(cfg, Mapping):
+            raise ContractError(f"{path}: field {where!r}: expected a mapping, got {cfg!r}")
+        term = _term_name(path, name, where)
+        size = len(joints) if TERM_ELEMENTS[term] is None else len(TERM_ELEMENTS[term])
+        params = cfg.get("params") or {}
+        ranges = None
+        if term == "velocity_commands":
+            ranges = _command_ranges(path, where, params, commands)
+        extra = _params(path, where, term, params)
+        history = cfg.get("history_length", 1)
+        if not _is_int(history) or history < 0:
+            raise ContractError(
+                f"{path}: field '{where}.history_length': expected an integer >= 0, got {history!r}"
+            )
+        term_scale = cfg.get("scale")
+        term_scale = numbers(
+            1.0 if term_scale is None else term_scale, f"{where}.scale", size, f"{term} has {size}"
+        )
+        term_clip = cfg.get("clip")
+        if term_clip is not None and not (
+            isinstance(term_clip, list) and len(term_clip) == 2 and all(_is_number(v) for v in term_clip)
+        ):
+            raise ContractError(f"{path}: field '{where}.clip': expected [low, high], got {term_clip!r}")
+        rest = tuple(o - d for o, d in zip(offset, default)) if term == "joint_pos_rel" else None
+        terms.append(
+            _term(path, where, term, term_scale, term_clip, ranges, max(1, history), extra, rest, output_key)
+        )
+    return Contract(
+        control_dt=float(step_dt),
+        inputs={input_key: Signal(terms=terms)},
+        outputs={output_key: output},
+        metadata={
+            "deployment": "deploy.yaml" if path.name == "deploy.yaml" else f"deploy.yaml ({path.name})"
+        },
+    )
+
+
+def _command_ranges(path: Path, where: str, params: Any, commands: Any) -> list[tuple[float, float]] | None:
+    name = params.get("command_name", "base_velocity") if isinstance(params, Mapping) else "base_velocity"
+    command = commands.get(name) if isinstance(commands, Mapping) else None
+    if command is None:
+        raise ContractError(
+            f"{path}: field '{where}': its command {name!r} is not under 'commands' "
+            f"(it has: {', '.join(commands) if isinstance(commands, Mapping) and commands else 'none'}); "
+            "velocity_commands is clamped to the command's ranges"
+        )
+    ranges = command.get("ranges") if isinstance(command, Mapping) else None
+    result = []
+    for axis in _COMMAND_AXES:
+        pair = ranges.get(axis) if isinstance(ranges, Mapping) else None
+        if not (isinstance(pair, list) and len(pair) == 2 and all(_is_number(v) for v in pair)):
+            raise ContractError(
+                f"{path}: field 'commands.{name}.ranges.{axis}': expected [low, high], got {pair!r}"
+            )
+        if pair[0] > pair[1]:
+            raise ContractError(
+                f"{path}: field 'commands.{name}.ranges.{axis}': low {pair[0]} > high {pair[1]}"
+            )
+        result.append((float(pair[0]), float(pair[1])))
+    return result
+
+
+def _params(path: Path, where: str, term: str, params: Any) -> dict[str, float]:
+    """The term's tdaot parameters from the file's ``params``; a parameter that would change
+    what the term measures (a joint subset, another asset) is refused by name."""
+    if not isinstance(params, Mapping):
+        raise ContractError(f"{path}: field '{where}.params': expected a mapping, got {params!r}")
+    result: dict[str, float] = {}
+    for key, value in params.items():
+        if term == "velocity_commands" and key == "command_name":
+            continue
+        if term == "gait_phase" and key == "period" and _is_number(value):
+            result["period"] = float(value)
+            continue
+        if key == "asset_cfg" and _whole_robot(value):
+            continue
+        raise ContractError(
+            f"{path}: field '{where}.params.{key}': {value!r} is a parameter tdaot's {term!r} does "
+            "not take (a joint subset or another asset changes what the term measures)"
+        )
+    return result
+
+
+def _whole_robot(asset: Any) -> bool:
+    """An Isaac Lab SceneEntityCfg of the robot's every joint: no joint names or ``.*``, no joint
+    ids or ``slice(None)`` (dumped as ``!!python/object/apply:builtins.slice [null, null, null]``)."""
+    every = (None, ".*", [".*"], [None, None, None])
+    return (
+        isinstance(asset, Mapping)
+        and asset.get("name", "robot") == "robot"
+        and all(asset.get(key) in every for key in ("joint_names", "joint_ids"))
+    )
+
+
+# --- mjlab ONNX metadata ---------------------------------------------------------------------
+
+
+def _from_mjlab_onnx(
+    path: Path,
+    robot: list[str] | None,
+    input_key: str,
+    output_key: str,
+    control_dt: float | None,
+    env_path: Path | None,
+) -> Contract:
+    try:
+        import onnx
+    except ImportError:
+        raise ContractError(
+            f"{path}: reading an ONNX file's metadata needs the onnx package "
+            "(pip install 'tensordict-aot[rsl-rl]')"
+        ) from None
+    try:
+        model = onnx.load(os.fspath(path), load_external_data=False)
+    except Exception as err:  # onnx raises DecodeError, OSError, ... by version
+        raise ContractError(f"{path}: not an ONNX file onnx can read: {err}") from None
+    meta = {p.key: p.value for p in model.metadata_props}
+    missing = [key for key in MJLAB_REQUIRED if key not in meta]
+    if missing:
+        raise ContractError(
+            f"{path}: its metadata_props lack {', '.join(missing)} (an mjlab export carries "
+            f"{', '.join(MJLAB_REQUIRED)}; found: {', '.join(sorted(meta)) or 'none'})"
+        )
+
+    def csv(key: str) -> list[str]:
+        return [item.strip() for item in meta[key].split(",")] if meta.get(key, "").strip() else []
+
+    def floats(key: str, text: str) -> tuple[float, ...]:
+        try:
+            return tuple(float(v) for v in text.split(";"))
+        except ValueError:
+            raise ContractError(f"{path}: metadata {key!r}: expected numbers, got {text!r}") from None
+
+    joints = tuple(csv("joint_names"))
+    n = len(joints)
+    if robot is not None:
+        absent = next((j for j in joints if j not in robot), None)
+        if absent is not None:
+            raise ContractError(
+                f"{path}: metadata 'joint_names': joint {absent!r} is not one of the robot's joints "
+                f"({', '.join(robot[:4])}{', ...' if len(robot) > 4 else ''})"
+            )
+
+    def per_joint(key: str) -> tuple[float, ...] | None:
+        if key not in meta:
+            return None
+        values = tuple(v for item in csv(key) for v in floats(key, item))
+        if len(values) == 1:
+            values = values * n
+        if len(values) != n:
+            raise ContractError(
+                f"{path}: metadata {key!r}: has {len(values)} values, expected {n} "
+                "(one per joint_names entry)"
+            )
+        return values
+
+    default = per_joint("default_joint_pos")
+    output = Signal(
+        names=joints,
+        scale=_collapse(per_joint("action_scale")),
+        offset=_collapse(default),
+        stiffness=_maybe(per_joint("joint_stiffness")),
+        damping=_maybe(per_joint("joint_damping")),
+    )
+    names = csv("observation_names")
+    count = len(names)
+
+    def per_term(key: str, fallback: str) -> list[str]:
+        items = csv(key) if key in meta else [fallback] * count
+        if len(items) != count:
+            raise ContractError(
+                f"{path}: metadata {key!r}: has {len(items)} entries, expected {count} (one per "
+                "observation_names entry)"
+            )
+        return items
+
+    scales = per_term("observation_terms_scale", "1")
+    clips = per_term("observation_terms_clip", "-inf;inf")
+    histories = per_term("observation_terms_history_length", "0")
+    flatten = per_term("observation_terms_flatten_history_dim", "1")
+    command_names = csv("command_names")
+    terms = []
+    for index, name in enumerate(names):
+        where = f"observation_names[{index}] {name!r}"
+        term = _term_name(path, name, f"metadata {where}")
+        if name == "command" and not (len(command_names) == 1 and command_names[0] in VELOCITY_COMMANDS):
+            raise ContractError(
+                f"{path}: metadata {where}: the command is {', '.join(command_names) or 'unnamed'}; "
+                f"tdaot's velocity_commands is a velocity command ({', '.join(VELOCITY_COMMANDS)})"
+            )
+        size = n if TERM_ELEMENTS[term] is None else len(TERM_ELEMENTS[term])
+        scale = floats("observation_terms_scale", scales[index])
+        if len(scale) == 1:
+            scale = scale * size
+        if len(scale) != size:
+            raise ContractError(
+                f"{path}: metadata 'observation_terms_scale' of {name!r}: has {len(scale)} values, "
+                f"expected {size} ({term} has {size}) or one"
+            )
+        clip = floats("observation_terms_clip", clips[index])
+        if len(clip) != 2:
+            raise ContractError(
+                f"{path}: metadata 'observation_terms_clip' of {name!r}: expected low;high, "
+                f"got {clips[index]!r}"
+            )
+        history = floats("observation_terms_history_length", histories[index])[0]
+        if history != int(history) or history < 0:
+            raise ContractError(
+                f"{path}: metadata 'observation_terms_history_length' of {name!r}: expected an "
+                f"integer >= 0, got {histories[index]!r}"
+            )
+        if history > 1 and floats("observation_terms_flatten_history_dim", flatten[index])[0] == 0:
+            raise ContractError(
+                f"{path}: metadata 'observation_terms_flatten_history_dim' of {name!r}: a history "
+                "kept as its own dimension is not a flat observation; tdaot carries term-major "
+                "flattened history only"
+            )
+        terms.append(
+            _term(
+                path,
+                f"metadata {where}",
+                term,
+                scale,
+                list(clip),
+                None,
+                max(1, int(history)),
+                {},
+                None,
+                output_key,
+            )
+        )
+    if control_dt is None:
+        control_dt = _env_step(env_path) if env_path is not None else None
+    if control_dt is None:
+        raise ContractError(
+            f"{path}: an mjlab export's metadata has no control step; pass control_dt (seconds per "
+            "step) or keep the run directory's params/env.yaml beside it"
+        )
+    metadata = {"deployment": f"mjlab ONNX metadata ({path.name})"}
+    if meta.get("run_path"):
+        metadata["run_path"] = meta["run_path"]
+    return Contract(
+        control_dt=control_dt,
+        inputs={input_key: Signal(terms=terms)},
+        outputs={output_key: output},
+        metadata=metadata,
+    )
+
+
+def _env_step(env_path: Path) -> float | None:
+    """decimation * the physics step of an Isaac Lab (``sim.dt``) or mjlab
+    (``sim.mujoco.timestep``) env.yaml."""
+    env = load_isaac_yaml(env_path)
+    if not isinstance(env, Mapping):
+        return None
+    sim = env.get("sim") if isinstance(env.get("sim"), Mapping) else {}
+    dt = sim.get("dt")
+    if dt is None and isinstance(sim.get("mujoco"), Mapping):
+        dt = sim["mujoco"].get("timestep")
+    decimation = env.get("decimation")
+    if _is_number(dt) and _is_int(decimation):
+        return float(dt) * decimation
+    return None
+
+
+# --- shared ----------------------------------------------------------------------------------
+
+
+def _term_name(path: Path, name: str, where: str) -> str:
+    term = TERM_ALIASES.get(name)
+    if term is None:
+        known = " ".join(TERM_ELEMENTS)
+        aliases = ", ".join(f"{a} = {t}" for a, t in TERM_ALIASES.items() if a != t)
+        raise ContractError(
+            f"{path}: {where}: unknown observation term {name!r} (tdaot's vocabulary: {known}; "
+            f"also read: {aliases})"
+        )
+    return term
+
+
+def _term(
+    path: Path,
+    where: str,
+    term: str,
+    scale: tuple[float, ...],
+    clip: list[float] | None,
+    ranges: list[tuple[float, float]] | None,
+    history: int,
+    params: dict[str, float],
+    rest: tuple[float, ...] | None,
+    output_key: str,
+) -> Term:
+    """One tdaot term of a file's clip-then-scale term: the clip (intersected with a command's
+    ranges, which come first) moved through the scale. ``rest`` (joint_pos_rel): the action's
+    offset less the file's default pose, per joint; tdaot's raw is q - the action's offset, so
+    the term's offset is ``rest * scale`` ((q - default) * scale exactly)."""
+    bounds = [(-math.inf, math.inf)] * len(scale)
+    if ranges is not None:
+        bounds = list(ranges)
+    if clip is not None:
+        lo, hi = float(clip[0]), float(clip[1])
+        if lo > hi:
+            raise ContractError(f"{path}: {where}: clip low {lo} > high {hi}")
+        bounds = [(max(a, lo), min(b, hi)) for a, b in bounds]
+        empty = next((k for k, (a, b) in enumerate(bounds) if a > b), None)
+        if empty is not None:
+            raise ContractError(f"{path}: {where}: the clip {clip} and the command ranges leave nothing")
+    scaled = []
+    for (a, b), s in zip(bounds, scale):
+        if s == 0:
+            scaled.append((-math.inf, math.inf))  # the value is 0 whatever the clip
+        else:
+            scaled.append(tuple(sorted((a * s, b * s))))
+    low, high = _bounds(path, f"{where}: clip", scaled)
+    offset = 0.0 if rest is None else _collapse(tuple(r * s for r, s in zip(rest, scale)))
+    output = output_key if TERM_ELEMENTS[term] is None else None
+    return Term(
+        term,
+        scale=_collapse(scale),
+        offset=offset,
+        low=low,
+        high=high,
+        history=history,
+        output=output,
+        **params,
+    )
+
+
+def _bounds(path: Path, where: str, pairs: list[tuple[float, float]]) -> tuple[Any, Any]:
+    """Per-element (low, high) pairs as a term's or signal's low and high: None where every
+    element is unbounded on that side; a side bounded for some elements only is refused (a
+    contract bound is finite per element)."""
+    result = []
+    for side, name in ((0, "low"), (1, "high")):
+        values = [pair[side] for pair in pairs]
+        finite = [math.isfinite(v) for v in values]
+        if not any(finite):
+            result.append(None)
+        elif all(finite):
+            result.append(_collapse(tuple(values)))
+        else:
+            raise ContractError(
+                f"{path}: {where}: the {name} bound is infinite for some elements and finite for "
+                "others; a tdaot clip bounds every element of a term or none"
+            )
+    return result[0], result[1]
+
+
+def _collapse(values: tuple[float, ...] | None) -> Any:
+    if values is None:
+        return None
+    return values[0] if all(v == values[0] for v in values) else values
+
+
+def _maybe(values: tuple[float, ...] | None) -> Any:
+    return None if values is None else _collapse(values)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

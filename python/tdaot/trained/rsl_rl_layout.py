@@ -1,0 +1,497 @@
+"""What an rsl_rl checkpoint and its agent config say about the actor, read as data.
+
+:func:`read_actor` turns a checkpoint's dict (``torch.load`` of ``model_<iter>.pt``) and the
+runner config (``params/agent.yaml``) into an :class:`ActorLayout`: the MLP's layers, the
+activation, the observation normalizer, the recurrent layer and how the action mean is taken
+from the MLP's output. It builds no module and imports nothing of rsl_rl; the layouts known are
+those rsl_rl's runners write:
+
+* 2.x-3.x: ``{"model_state_dict", "optimizer_state_dict", "iter", "infos"}`` with the
+  ``ActorCritic`` / ``ActorCriticRecurrent`` keys ``actor.N.*``, ``std`` or ``log_std``,
+  ``actor_obs_normalizer.*`` (3.x), ``memory_a.rnn.*``; 2.x keeps its normalizer beside the
+  model (``obs_norm_state_dict``). The config's model is ``policy``.
+* 4.x-5.x: ``{"actor_state_dict", "critic_state_dict", ...}`` with the ``MLPModel`` /
+  ``RNNModel`` keys ``mlp.N.*``, ``obs_normalizer.*``, ``rnn.rnn.*`` and the std as ``std`` /
+  ``log_std`` (4.x) or ``distribution.std_param`` / ``distribution.log_std_param`` (5.x). The
+  config's model is ``actor``.
+
+Anything else is refused with an InvalidArgumentError naming the keys found and those expected.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tdaot.errors import InvalidArgumentError
+
+# rsl_rl.utils.resolve_nn_activation's names (rsl-rl-lib 2.x-5.x); the module each builds.
+ACTIVATIONS = ("elu", "selu", "relu", "crelu", "lrelu", "tanh", "sigmoid", "softplus", "gelu", "swish",
+               "mish", "identity")  # fmt: skip
+# EmpiricalNormalization's eps: its constructor default, which no rsl_rl model overrides.
+NORMALIZER_EPS = 1e-2
+_NORMALIZER_BUFFERS = ("_mean", "_var", "_std", "count")
+_RNN_PARAMS = ("weight_ih_l", "weight_hh_l", "bias_ih_l", "bias_hh_l")
+
+
+@dataclass(frozen=True)
+class Normalizer:
+    """EmpiricalNormalization at inference: ``(x - mean) / (std + eps)``; mean and std [1, n]."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+    eps: float = NORMALIZER_EPS
+
+
+@dataclass(frozen=True)
+class Recurrent:
+    """The actor's torch.nn.GRU or LSTM (one step per call), its parameters by torch's names."""
+
+    kind: str  # "gru" or "lstm"
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    parameters: dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ActorLayout:
+    """Everything the deterministic actor needs; ``head`` says how the action is taken from the
+    MLP's output: "identity", "mean_half" (a state-dependent std: the first half is the mean)
+    or "beta" (the Beta distribution's mean rescaled to ``beta_range``)."""
+
+    generation: str  # "2.x-3.x" or "4.x-5.x"
+    model_class: str
+    obs_groups: tuple[str, ...]
+    obs_dim: int
+    num_actions: int
+    activation: str
+    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # (weight, bias) of each Linear
+    normalizer: Normalizer | None
+    recurrent: Recurrent | None
+    head: str = "identity"
+    beta_range: tuple[float, float] = (-1.0, 1.0)
+
+
+def _refuse(message: str) -> None:
+    raise InvalidArgumentError(message)
+
+
+def _names(keys) -> str:
+    keys = sorted(str(k) for k in keys)
+    shown = ", ".join(repr(k) for k in keys[:12])
+    return shown + (f" (and {len(keys) - 12} more)" if len(keys) > 12 else "") if keys else "none"
+
+
+def _short_class(name: Any, where: str) -> str:
+    """rsl_rl resolves "MLPModel", "rsl_rl.models.MLPModel" and "rsl_rl.models:MLPModel" alike."""
+    if not isinstance(name, str) or not name:
+        _refuse(f"{where}: class_name {name!r} is not a class name")
+    return re.split(r"[.:]", name)[-1]
+
+
+def read_actor(checkpoint: Mapping[str, Any], config: Mapping[str, Any]) -> ActorLayout:
+    """The actor of an rsl_rl checkpoint (the loaded dict) under its runner config (agent.yaml)."""
+    if not isinstance(checkpoint, Mapping):
+        _refuse(f"the checkpoint is a {type(checkpoint).__name__}, not the dict rsl_rl's runner saves")
+    if not isinstance(config, Mapping):
+        _refuse(f"the agent config is a {type(config).__name__}, not a mapping (agent.yaml's top level)")
+    if "actor_state_dict" in checkpoint:
+        return _read_new(checkpoint["actor_state_dict"], config)
+    if "model_state_dict" in checkpoint:
+        return _read_old(checkpoint, config)
+    _refuse(
+        f"not an rsl_rl checkpoint layout tdaot knows: top-level keys {_names(checkpoint)}; expected "
+        "'actor_state_dict' (rsl_rl 4.x-5.x) or 'model_state_dict' (rsl_rl 2.x-3.x)"
+    )
+
+
+def _state_dict(value: Any, where: str) -> dict[str, torch.Tensor]:
+    if not isinstance(value, Mapping) or not all(isinstance(v, torch.Tensor) for v in value.values()):
+        _refuse(f"the checkpoint's {where!r} is not a state dict (names to tensors)")
+    return dict(value)
+
+
+def _model_config(config: Mapping[str, Any], section: str, known: tuple[str, ...], generation: str):
+    model = config.get(section)
+    if not isinstance(model, Mapping):
+        _refuse(
+            f"the agent config has no {section!r} section for an rsl_rl {generation} checkpoint "
+            f"(its top-level keys: {_names(config)}); expected {section!r} with class_name one of "
+            f"{', '.join(known)}"
+        )
+    name = _short_class(model.get("class_name"), f"agent config {section!r}")
+    if name not in known:
+        _refuse(
+            f"agent config {section}.class_name {model.get('class_name')!r} is not a model tdaot rebuilds; "
+            f"expected one of {', '.join(known)}"
+        )
+    return model, name
+
+
+def _activation(model: Mapping[str, Any], section: str) -> str:
+    activation = model.get("activation", "elu")  # every rsl_rl model's default
+    if not isinstance(activation, str) or activation.lower() not in ACTIVATIONS:
+        _refuse(
+            f"agent config {section}.activation {activation!r} is not one of rsl_rl's activations: "
+            f"{', '.join(ACTIVATIONS)}"
+        )
+    return activation.lower()
+
+
+def _obs_groups(config: Mapping[str, Any], obs_set: str, generation: str) -> tuple[str, ...]:
+    groups = config.get("obs_groups")
+    if groups is None and generation == "2.x-3.x":
+        # rsl_rl 2.x has no groups (Isaac Lab's "policy" group is the actor's observation), and
+        # 3.x's fallback for a missing set gives "policy" too.
+        return ("policy",)
+    if not isinstance(groups, Mapping) or obs_set not in groups:
+        found = _names(groups) if isinstance(groups, Mapping) else repr(groups)
+        _refuse(
+            f"agent config obs_groups has no {obs_set!r} set (found: {found}); rsl_rl {generation} "
+            f"takes the actor's observation groups from obs_groups[{obs_set!r}], e.g. "
+            f"{{{obs_set!r}: ['policy']}}"
+        )
+    value = groups[obs_set]
+    if isinstance(value, str):
+        value = [value]
+    if (
+        not isinstance(value, (list, tuple))
+        or not value
+        or not all(isinstance(g, str) and g and "." not in g for g in value)
+        or len(set(value)) != len(value)
+    ):
+        _refuse(
+            f"agent config obs_groups[{obs_set!r}] = {value!r}: expected a non-empty list of distinct "
+            "observation group names (without '.')"
+        )
+    return tuple(value)
+
+
+def _take(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """The entries under ``prefix``, removed from ``state``, by their names after it."""
+    taken = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+    for name in taken:
+        del state[prefix + name]
+    return taken
+
+
+def _mlp(params: dict[str, torch.Tensor], prefix: str, where: str):
+    """The Linear layers of an rsl_rl MLP (nn.Sequential: Linear at 0, 2, 4, ..., an activation
+    between each two), in order."""
+    indices: dict[int, dict[str, torch.Tensor]] = {}
+    for name, tensor in params.items():
+        match = re.fullmatch(r"(\d+)\.(weight|bias)", name)
+        if match is None:
+            _refuse(
+                f"{where}: unexpected key {prefix + name!r}; an rsl_rl MLP has only {prefix}N.weight and "
+                f"{prefix}N.bias (N the index of each Linear)"
+            )
+        indices.setdefault(int(match.group(1)), {})[match.group(2)] = tensor
+    if not indices:
+        _refuse(f"{where}: no {prefix}N.weight keys (the actor's MLP) in the checkpoint")
+    order = sorted(indices)
+    layers = []
+    for position, index in enumerate(order):
+        entry = indices[index]
+        key = f"{prefix}{index}"
+        weight, bias = entry.get("weight"), entry.get("bias")
+        if weight is None or bias is None:
+            _refuse(f"{where}: {key}.weight and {key}.bias must both be present")
+        if weight.dim() != 2 or bias.shape != (weight.shape[0],):
+            _refuse(
+                f"{where}: {key} is not a Linear layer: weight {list(weight.shape)}, bias {list(bias.shape)}"
+            )
+        if position and index - order[position - 1] != 2:
+            _refuse(
+                f"{where}: Linear layers at {prefix}{order[position - 1]} and {key}: rsl_rl's MLP has one "
+                "activation between two Linear layers (indices 0, 2, 4, ...)"
+            )
+        if layers and layers[-1][0].shape[0] != weight.shape[1]:
+            _refuse(
+                f"{where}: {key}.weight takes {weight.shape[1]} features but the layer before gives "
+                f"{layers[-1][0].shape[0]}"
+            )
+        layers.append((weight, bias))
+    if order[0] != 0:
+        _refuse(f"{where}: the MLP's first Linear layer is {prefix}{order[0]}, expected {prefix}0")
+    return tuple(layers)
+
+
+def _normalizer(buffers: dict[str, torch.Tensor], prefix: str, where: str) -> Normalizer | None:
+    if not buffers:
+        return None
+    if set(buffers) != set(_NORMALIZER_BUFFERS):
+        _refuse(
+            f"{where}: observation normalizer keys {_names(prefix + k for k in buffers)}; expected "
+            f"{_names(prefix + k for k in _NORMALIZER_BUFFERS)} (rsl_rl's EmpiricalNormalization)"
+        )
+    mean, std = buffers["_mean"], buffers["_std"]
+    if mean.dim() != 2 or mean.shape[0] != 1 or std.shape != mean.shape:
+        _refuse(
+            f"{where}: {prefix}_mean {list(mean.shape)} and {prefix}_std {list(std.shape)} must both be "
+            "[1, n] (EmpiricalNormalization of n observations)"
+        )
+    return Normalizer(mean=mean, std=std)
+
+
+def _recurrent(params: dict[str, torch.Tensor], prefix: str, where: str) -> Recurrent | None:
+    if not params:
+        return None
+    layers = 0
+    while f"weight_ih_l{layers}" in params:
+        layers += 1
+    expected = {f"{name}{k}" for name in _RNN_PARAMS for k in range(layers)}
+    if not layers or set(params) != expected:
+        _refuse(
+            f"{where}: recurrent layer keys {_names(prefix + k for k in params)}; expected "
+            f"{_names(prefix + k for k in expected or {f'{n}0' for n in _RNN_PARAMS})} "
+            "(a one-directional torch GRU or LSTM without projections)"
+        )
+    hidden = params["weight_hh_l0"].shape[1]
+    gates = params["weight_ih_l0"].shape[0] // hidden if hidden else 0
+    kind = {3: "gru", 4: "lstm"}.get(gates)
+    if kind is None or params["weight_ih_l0"].shape[0] != gates * hidden:
+        _refuse(
+            f"{where}: {prefix}weight_ih_l0 {list(params['weight_ih_l0'].shape)} is neither a GRU's "
+            f"[3 * {hidden}, n] nor an LSTM's [4 * {hidden}, n]"
+        )
+    for k in range(layers):
+        width = params["weight_ih_l0"].shape[1] if k == 0 else hidden
+        shapes = {
+            f"weight_ih_l{k}": (gates * hidden, width),
+            f"weight_hh_l{k}": (gates * hidden, hidden),
+            f"bias_ih_l{k}": (gates * hidden,),
+            f"bias_hh_l{k}": (gates * hidden,),
+        }
+        for name, shape in shapes.items():
+            if tuple(params[name].shape) != shape:
+                _refuse(
+                    f"{where}: {prefix}{name} is {list(params[name].shape)}, expected {list(shape)} "
+                    f"({kind.upper()} of hidden size {hidden})"
+                )
+    return Recurrent(kind, params["weight_ih_l0"].shape[1], hidden, layers, params)
+
+
+def _check_rnn_config(recurrent: Recurrent, model: Mapping[str, Any], section: str) -> None:
+    """The config's rnn settings, where given, must be what the weights are."""
+    given = {
+        "rnn_type": model.get("rnn_type"),
+        "rnn_hidden_dim": model.get("rnn_hidden_dim", model.get("rnn_hidden_size")),
+        "rnn_num_layers": model.get("rnn_num_layers"),
+    }
+    found = {
+        "rnn_type": recurrent.kind,
+        "rnn_hidden_dim": recurrent.hidden_size,
+        "rnn_num_layers": recurrent.num_layers,
+    }
+    for key, value in given.items():
+        if value is None:
+            continue
+        mine = found[key]
+        if (value.lower() if isinstance(value, str) else value) != mine:
+            _refuse(
+                f"agent config {section}.{key} is {value!r} but the checkpoint's recurrent layer has {mine!r}"
+            )
+
+
+def _head(
+    model: Mapping[str, Any], section: str, out_features: int, std: torch.Tensor | None, generation: str
+) -> tuple[str, int, tuple[float, float]]:
+    """How the mean is read from the MLP's output: (head, number of actions, beta range)."""
+    head, beta_range = "identity", (-1.0, 1.0)
+    distribution = model.get("distribution_cfg")
+    if isinstance(distribution, Mapping):
+        name = _short_class(distribution.get("class_name"), f"agent config {section}.distribution_cfg")
+        known = ("GaussianDistribution", "HeteroscedasticGaussianDistribution", "BetaDistribution")
+        if name not in known:
+            _refuse(
+                f"agent config {section}.distribution_cfg.class_name {distribution.get('class_name')!r} is "
+                f"not a distribution tdaot takes the mean of; expected one of {', '.join(known)}"
+            )
+        if name == "HeteroscedasticGaussianDistribution":
+            head = "mean_half"
+        elif name == "BetaDistribution":
+            head = "beta"
+            bounds = distribution.get("action_range", (-1.0, 1.0))
+            if not (
+                isinstance(bounds, (list, tuple))
+                and len(bounds) == 2
+                and all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds)
+            ):
+                _refuse(
+                    f"agent config {section}.distribution_cfg.action_range {bounds!r}: expected [low, high]"
+                )
+            beta_range = (float(bounds[0]), float(bounds[1]))
+    elif distribution is not None:
+        _refuse(f"agent config {section}.distribution_cfg is {distribution!r}, not a mapping")
+    elif model.get("state_dependent_std"):  # 3.x ActorCritic, 4.x MLPModel
+        head = "mean_half"
+    if head == "identity":
+        actions = out_features
+    elif out_features % 2:
+        _refuse(
+            f"agent config {section} makes the MLP's output [2, actions] ({head}) but its last layer has "
+            f"{out_features} outputs, an odd number"
+        )
+    else:
+        actions = out_features // 2
+    if std is not None and tuple(std.shape) != (actions,):
+        _refuse(
+            f"the checkpoint's action std is {list(std.shape)} but the actor has {actions} actions "
+            f"(rsl_rl {generation}, last layer {out_features} outputs, {head})"
+        )
+    return head, actions, beta_range
+
+
+def _check_normalization_flag(model, section, key, normalizer, prefix) -> None:
+    flag = model.get(key)
+    if flag is not None and bool(flag) != (normalizer is not None):
+        has = "has" if normalizer is not None else "has no"
+        _refuse(f"agent config {section}.{key} is {flag!r} but the checkpoint {has} {prefix}* entries")
+
+
+def _finish(state: dict[str, torch.Tensor], where: str, ignored: tuple[str, ...], expected: str) -> None:
+    left = [k for k in state if not k.startswith(ignored)]
+    if left:
+        _refuse(f"{where}: keys tdaot does not know for this layout: {_names(left)}; expected {expected}")
+
+
+def _read_new(actor_state: Any, config: Mapping[str, Any]) -> ActorLayout:
+    generation = "4.x-5.x"
+    state = _state_dict(actor_state, "actor_state_dict")
+    model, name = _model_config(config, "actor", ("MLPModel", "RNNModel"), generation)
+    where = "actor_state_dict"
+    normalizer = _normalizer(_take(state, "obs_normalizer."), "obs_normalizer.", where)
+    recurrent = _recurrent(_take(state, "rnn.rnn."), "rnn.rnn.", where)
+    layers = _mlp(_take(state, "mlp."), "mlp.", where)
+    std = None
+    for key in ("distribution.std_param", "distribution.log_std_param", "std", "log_std"):
+        if key in state:
+            std = state.pop(key)
+    _finish(
+        state,
+        where,
+        (),
+        "mlp.N.*, obs_normalizer.*, rnn.rnn.* and the std (distribution.std_param or "
+        "distribution.log_std_param in 5.x, std or log_std in 4.x)",
+    )
+    if (name == "RNNModel") != (recurrent is not None):
+        _refuse(
+            f"agent config actor.class_name is {model['class_name']!r} but actor_state_dict "
+            f"{'has' if recurrent is not None else 'has no'} rnn.rnn.* entries"
+        )
+    if recurrent is not None:
+        _check_rnn_config(recurrent, model, "actor")
+    _check_normalization_flag(model, "actor", "obs_normalization", normalizer, "obs_normalizer.")
+    return _layout(generation, name, config, "actor", model, normalizer, recurrent, layers, std)
+
+
+def _read_old(checkpoint: Mapping[str, Any], config: Mapping[str, Any]) -> ActorLayout:
+    generation = "2.x-3.x"
+    state = _state_dict(checkpoint["model_state_dict"], "model_state_dict")
+    model, name = _model_config(config, "policy", ("ActorCritic", "ActorCriticRecurrent"), generation)
+    where = "model_state_dict"
+    normalizer = _normalizer(_take(state, "actor_obs_normalizer."), "actor_obs_normalizer.", where)
+    if "obs_norm_state_dict" in checkpoint:  # 2.x: the runner's normalizer, saved beside the model
+        if normalizer is not None:
+            _refuse("the checkpoint has both obs_norm_state_dict (2.x) and actor_obs_normalizer.* (3.x)")
+        beside = _state_dict(checkpoint["obs_norm_state_dict"], "obs_norm_state_dict")
+        normalizer = _normalizer(beside, "obs_norm_state_dict.", "obs_norm_state_dict")
+    recurrent = _recurrent(_take(state, "memory_a.rnn."), "memory_a.rnn.", where)
+    layers = _mlp(_take(state, "actor."), "actor.", where)
+    std = state.pop("std", None)
+    if std is None:
+        std = state.pop("log_std", None)
+    _finish(
+        state,
+        where,
+        ("critic.", "critic_obs_normalizer.", "memory_c."),
+        "actor.N.*, std or log_std, actor_obs_normalizer.*, memory_a.rnn.* (and the critic's critic.*, "
+        "critic_obs_normalizer.*, memory_c.*)",
+    )
+    if (name == "ActorCriticRecurrent") != (recurrent is not None):
+        _refuse(
+            f"agent config policy.class_name is {model['class_name']!r} but model_state_dict "
+            f"{'has' if recurrent is not None else 'has no'} memory_a.rnn.* entries"
+        )
+    if recurrent is not None:
+        _check_rnn_config(recurrent, model, "policy")
+    if "obs_norm_state_dict" in checkpoint:
+        flag = config.get("empirical_normalization")
+        if flag is not None and not flag:
+            _refuse(
+                "agent config empirical_normalization is false but the checkpoint has obs_norm_state_dict"
+            )
+    else:
+        _check_normalization_flag(
+            model, "policy", "actor_obs_normalization", normalizer, "actor_obs_normalizer."
+        )
+        # 3.x reads the deprecated runner-level flag only where the policy's own is unset.
+        unset = model.get("actor_obs_normalization") is None
+        if unset and config.get("empirical_normalization") and normalizer is None:
+            _refuse(
+                "agent config empirical_normalization is true but the checkpoint has neither "
+                "obs_norm_state_dict (2.x) nor actor_obs_normalizer.* (3.x)"
+            )
+    return _layout(generation, name, config, "policy", model, normalizer, recurrent, layers, std)
+
+
+def _layout(generation, name, config, section, model, normalizer, recurrent, layers, std) -> ActorLayout:
+    obs_set = "actor" if generation == "4.x-5.x" else "policy"
+    groups = _obs_groups(config, obs_set, generation)
+    first_in = layers[0][0].shape[1]
+    obs_dim = recurrent.input_size if recurrent is not None else first_in
+    if recurrent is not None and first_in != recurrent.hidden_size:
+        _refuse(
+            f"the actor's MLP takes {first_in} features but its recurrent layer gives {recurrent.hidden_size}"
+        )
+    if normalizer is not None and normalizer.mean.shape[1] != obs_dim:
+        _refuse(
+            f"the observation normalizer has {normalizer.mean.shape[1]} entries but the actor takes "
+            f"{obs_dim} observations"
+        )
+    head, actions, beta_range = _head(model, section, layers[-1][0].shape[0], std, generation)
+    return ActorLayout(
+        generation=generation,
+        model_class=name,
+        obs_groups=groups,
+        obs_dim=obs_dim,
+        num_actions=actions,
+        activation=_activation(model, section),
+        layers=layers,
+        normalizer=normalizer,
+        recurrent=recurrent,
+        head=head,
+        beta_range=beta_range,
+    )
+
+
+def group_dims(layout: ActorLayout, obs_dims: Mapping[str, int] | None) -> dict[str, int]:
+    """Features per observation group: all of them for one group; given by ``obs_dims`` for
+    several (the checkpoint holds only their sum)."""
+    groups = layout.obs_groups
+    if not obs_dims:
+        if len(groups) > 1:
+            _refuse(
+                f"the actor reads observation groups {', '.join(groups)} ({layout.obs_dim} features in all) "
+                "and the checkpoint holds only their sum: give obs_dims={group: features, ...}"
+            )
+        return {groups[0]: layout.obs_dim}
+    if set(obs_dims) != set(groups) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in obs_dims.values()
+    ):
+        _refuse(
+            f"obs_dims {dict(obs_dims)!r} must give a feature count > 0 for exactly the actor's groups: "
+            f"{', '.join(groups)}"
+        )
+    if sum(obs_dims.values()) != layout.obs_dim:
+        _refuse(
+            f"obs_dims {dict(obs_dims)!r} sum to {sum(obs_dims.values())} but the actor takes "
+            f"{layout.obs_dim} observations"
+        )
+    return {g: obs_dims[g] for g in groups}

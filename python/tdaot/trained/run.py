@@ -1,0 +1,78 @@
+"""An rsl_rl run directory as one build's inputs: the policy, its example and the contract of its
+deployment file. ``tdaot build --rsl-rl RUN_DIR`` and a CI config's ``rsl_rl = "RUN_DIR"`` entry
+both go through :class:`RslRlRun`; it builds nothing itself."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tdaot.contract import Contract
+from tdaot.errors import InvalidArgumentError
+
+DEPLOY_FILE = Path("params") / "deploy.yaml"
+
+
+@dataclass(frozen=True)
+class RslRlRun:
+    """Where a run's build comes from. ``checkpoint``: a file (absolute, or relative to the
+    working directory or the run) or an iteration; None: the newest. ``deploy``: the deployment
+    file (deploy.yaml, or an mjlab ONNX export) for ``tdaot.Contract.from_deploy``; None: the
+    run's params/deploy.yaml when there is one and ``find_deploy``. ``mjcf`` / ``joint_names``:
+    the robot's joint order for a deploy.yaml (at most one of them)."""
+
+    run_dir: str
+    checkpoint: str | int | None = None
+    deploy: str | None = None
+    mjcf: str | None = None
+    joint_names: tuple[str, ...] | None = None
+    find_deploy: bool = True
+
+    def __post_init__(self) -> None:
+        if self.mjcf is not None and self.joint_names is not None:
+            raise InvalidArgumentError("give the robot's joint order once: mjcf or joint_names, not both")
+        if self.joint_names is not None and (
+            not self.joint_names or not all(isinstance(n, str) and n for n in self.joint_names)
+        ):
+            raise InvalidArgumentError(f"joint_names {self.joint_names!r}: expected non-empty joint names")
+
+    def deploy_file(self) -> str | None:
+        """The deployment file this build reads, or None."""
+        if self.deploy is not None:
+            if not os.path.isfile(self.deploy):
+                raise InvalidArgumentError(f"deploy file '{self.deploy}' does not exist")
+            return self.deploy
+        found = Path(self.run_dir) / DEPLOY_FILE
+        return str(found) if self.find_deploy and found.is_file() else None
+
+    def load(self):
+        """(policy, example, contract or None, one line saying where the contract came from)."""
+        from tdaot.trained.rsl_rl import from_rsl_rl
+
+        policy, example = from_rsl_rl(self.run_dir, checkpoint=self.checkpoint)
+        deploy = self.deploy_file()
+        if deploy is None:
+            if self.mjcf is not None or self.joint_names is not None:
+                given = "mjcf" if self.mjcf is not None else "joint_names"
+                raise InvalidArgumentError(
+                    f"{given} maps a deployment file's joints, but run '{self.run_dir}' has no "
+                    f"{DEPLOY_FILE} and no deploy file was given"
+                )
+            where = "" if not self.find_deploy else f" (no {DEPLOY_FILE} in '{self.run_dir}')"
+            return policy, example, None, f"no deployment file{where}: built without a contract"
+        contract = Contract.from_deploy(
+            deploy,
+            joint_names=list(self.joint_names) if self.joint_names is not None else None,
+            mjcf=self.mjcf,
+            input_key=_observation_key(policy.obs_groups),
+        )
+        return policy, example, contract, f"contract from {deploy}"
+
+
+def _observation_key(groups: tuple[str, ...]) -> str:
+    """The observation group a deployment file describes: the actor's one group, else "policy"
+    (Isaac Lab's and unitree_rl_lab's) when the actor reads it, else its first."""
+    if len(groups) != 1 and "policy" in groups:
+        return "policy"
+    return groups[0]

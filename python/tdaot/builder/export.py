@@ -145,8 +145,14 @@ def export_policy(
     if not isinstance(example, TensorDictBase):
         raise BuildError(f"the example must be a TensorDict, got {type(example).__name__}")
     if example.batch_dims == 0:
-        # One unbatched sample: give it the batch dim every artifact has.
-        example = example.unsqueeze(0)
+        # Refused, not guessed: a [4, 17] observation under batch_size=[] is 4 samples to its
+        # author as often as one sample of [4, 17], and a guess builds the wrong package silently.
+        shapes = ", ".join(f"{keyutil.to_manifest(k)} {list(v.shape)}" for k, v in _leaves(example))
+        raise BuildError(
+            f"the example TensorDict has no batch dim (batch_size=[]; it holds {shapes}): tdaot reads "
+            "the batch dim from example.batch_size[0]. Give it one: TensorDict(..., batch_size=[N]) "
+            "for N samples, or example.unsqueeze(0) for one sample"
+        )
 
     in_keys = _unique([keyutil.as_tuple(k) for k in module.in_keys])
     out_keys = options.out_keys or _unique([keyutil.as_tuple(k) for k in module.out_keys])
@@ -227,6 +233,30 @@ def export_policy(
     )
 
 
+class Traces:
+    """The programs a package's models are compiled from, each traced once: the policy's own
+    export (``main``) and, exported when first asked for, the static-batch traces of its
+    specialised models (``for_plan``)."""
+
+    def __init__(self, module: TensorDictModuleBase, example: TensorDictBase, options: BuildOptions) -> None:
+        self._module, self._example, self._options = module, example, options
+        self.main = export_policy(module, example, options)
+        self._static: dict[tuple[int | str, bool], torch.export.ExportedProgram] = {}
+
+    def for_plan(self, plan: tuning.ModelPlan) -> torch.export.ExportedProgram:
+        """The program of the model ``plan``: the main export, or for a model at a static batch
+        of a dynamic package, or a bound one, the policy traced at that batch (a bound model's
+        outputs each in a buffer of its own: ``own_outputs``)."""
+        if not (plan.bound or (plan.batch is not None and self.main.batch.dynamic)):
+            return self.main.program
+        key = (plan.batch or "static", plan.bound)
+        if key not in self._static:
+            options = self._options.replace(batch=key[0])
+            exported = export_policy(self._module, self._example, options, own_outputs=plan.bound)
+            self._static[key] = exported.program
+        return self._static[key]
+
+
 def recurrent_state(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> Recurrent | None:
     """State pairs by torchrl's convention: out key ("next", *k) feeds in key k next step."""
     by_key = {spec.key: spec for spec in outputs}
@@ -268,6 +298,10 @@ def _eager_specs(out: TensorDictBase, out_keys) -> list[TensorSpec]:
         TensorSpec(keyutil.to_manifest(k), dtype_name(v.dtype), tuple(v.shape[1:]))
         for k, v in zip(out_keys, values)
     ]
+
+
+def _leaves(example: TensorDictBase) -> list[tuple[tuple[str, ...], torch.Tensor]]:
+    return [(keyutil.as_tuple(k), example.get(k)) for k in example.keys(True, True)]
 
 
 def _unique(items: list) -> list:
@@ -329,8 +363,30 @@ def _export(wrapper, tensors, batch_range: BatchRange) -> torch.export.ExportedP
         dynamic_shapes = (tuple({0: dim} for _ in args),)
     else:
         dynamic_shapes = None
-    with _torch_compat.export_output_captured():
+    with _torch_compat.export_output_captured(), tracing_noise_silenced():
         return torch.export.export(wrapper, args, dynamic_shapes=dynamic_shapes, strict=False)
+
+
+# torch.export's attribute check names the flat weight list every nn.RNN/GRU/LSTM re-assigns when
+# it is called (torch's own bookkeeping, which the user can neither see nor change).
+_RNN_FLAT_WEIGHTS = (
+    r"The tensor attributes? self\.[\w.]*_flat_weights(\[\d+\])?(, self\.[\w.]*_flat_weights(\[\d+\])?)* "
+    r"(was|were) "
+    r"assigned during export"
+)
+
+
+@contextlib.contextmanager
+def tracing_noise_silenced() -> Iterator[None]:
+    """torch's warnings about its own code that tdaot's trace runs, dropped for the duration:
+    torch 2.13's pytree deprecation that its export and packaging code trips
+    (``isinstance(treespec, LeafSpec)``), and the attribute check on the RNN modules' flat weights.
+    The user's own warnings, and torch's about anything else, pass."""
+    with warnings.catch_warnings():
+        treespec = r"`isinstance\(treespec, LeafSpec\)`"
+        warnings.filterwarnings("ignore", message=treespec, category=FutureWarning)
+        warnings.filterwarnings("ignore", message=_RNN_FLAT_WEIGHTS, category=UserWarning)
+        yield
 
 
 def _export_with_fallback(wrapper, tensors, batch_range: BatchRange):

@@ -158,7 +158,8 @@ def export_policy(
     out_keys = options.out_keys or _unique([keyutil.as_tuple(k) for k in module.out_keys])
     if not out_keys:
         raise BuildError(f"{module_class_name(module)} has no out keys to export")
-    input_tensors = _input_tensors(module, example, in_keys)
+    name, module_class = describe_module(module), module_class_name(module)
+    input_tensors, inputs = _input_tensors(module_class, example, in_keys)
     batch_range = resolve_batch(options.batch, example.batch_size[0])
     interaction_type = options.interaction_type
     carry = None
@@ -173,10 +174,6 @@ def export_policy(
         _nested_batch_shapes(example, in_keys),
         own_outputs,
         options.contract,
-    )
-    inputs = tuple(
-        TensorSpec(keyutil.to_manifest(k), dtype_name(t.dtype), tuple(t.shape[1:]))
-        for k, t in zip(in_keys, input_tensors)
     )
     with export_context(interaction_type):
         eager = checks.check_eager_run(wrapper, input_tensors, out_keys, interaction_type)
@@ -217,7 +214,7 @@ def export_policy(
             wrapper.chunk_rows = rows
             program = _export(wrapper, input_tensors, batch_range)
     if interaction_type != "random":
-        checks.check_no_sampling(program, describe_module(module), interaction_type)
+        checks.check_no_sampling(program, name, interaction_type)
     checks.check_native_kernels(program, input_tensors[0].device.type)
 
     outputs = _output_specs(program, all_out_keys, batch_range)
@@ -239,8 +236,9 @@ class Traces:
     specialised models (``for_plan``)."""
 
     def __init__(self, module: TensorDictModuleBase, example: TensorDictBase, options: BuildOptions) -> None:
-        self._module, self._example, self._options = module, example, options
+        self._module, self._example, self.options = module, example, options
         self.main = export_policy(module, example, options)
+        self.module_class = module_class_name(module)
         self._static: dict[tuple[int | str, bool], torch.export.ExportedProgram] = {}
 
     def for_plan(self, plan: tuning.ModelPlan) -> torch.export.ExportedProgram:
@@ -251,7 +249,7 @@ class Traces:
             return self.main.program
         key = (plan.batch or "static", plan.bound)
         if key not in self._static:
-            options = self._options.replace(batch=key[0])
+            options = self.options.replace(batch=key[0])
             exported = export_policy(self._module, self._example, options, own_outputs=plan.bound)
             self._static[key] = exported.program
         return self._static[key]
@@ -308,24 +306,27 @@ def _unique(items: list) -> list:
     return list(dict.fromkeys(items))
 
 
-def _input_tensors(module, example: TensorDictBase, in_keys) -> list[torch.Tensor]:
-    tensors = []
+def _input_tensors(
+    module_class: str, example: TensorDictBase, in_keys
+) -> tuple[list[torch.Tensor], tuple[TensorSpec, ...]]:
+    """The example's tensor of each in-key (contiguous), and the in-keys' specs for the manifest."""
+    tensors, specs = [], []
     for key in in_keys:
-        keyutil.to_manifest(key)  # refuse keys the manifest cannot hold before tracing
+        name = keyutil.to_manifest(key)  # refuse keys the manifest cannot hold before tracing
         value = example.get(keyutil.td_key(key), None)
         if value is None:
             present = ", ".join(keyutil.to_manifest(k) for k in example.keys(True, True))
             raise BuildError(
-                f"in-key {keyutil.to_manifest(key)!r} of {module_class_name(module)} is missing from "
-                f"the example TensorDict (it has: {present})"
+                f"in-key {name!r} of {module_class} is missing from the example TensorDict "
+                f"(it has: {present})"
             )
         if not isinstance(value, torch.Tensor):
-            raise BuildError(f"in-key {keyutil.to_manifest(key)!r} is a {type(value).__name__}, not a tensor")
-        dtype_name(value.dtype)
+            raise BuildError(f"in-key {name!r} is a {type(value).__name__}, not a tensor")
         tensors.append(value.contiguous())
+        specs.append(TensorSpec(name, dtype_name(value.dtype), tuple(value.shape[1:])))
     if not tensors:
-        raise BuildError(f"{module_class_name(module)} has no in keys: tdaot needs at least one input")
-    return tensors
+        raise BuildError(f"{module_class} has no in keys: tdaot needs at least one input")
+    return tensors, tuple(specs)
 
 
 def _nested_batch_shapes(example: TensorDictBase, in_keys) -> dict[tuple[str, ...], torch.Size]:

@@ -31,7 +31,6 @@ from tdaot.builder import lite
 from tdaot.builder.cache import ArtifactCache, artifact_key, remember_refusal, remembered_refusal
 from tdaot.builder.compile import build_package, compile_model, known_refusal, planned_manifest, unit_path
 from tdaot.builder.export import ExportedPolicy, Traces
-from tdaot.builder.messages import module_class_name
 from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
 from tdaot.builder.targets import CPU_TARGETS, vector_isa
@@ -95,12 +94,11 @@ def build(
             raise BuildError("device 'cuda' was asked for but torch sees no CUDA device on this host")
         # A copy, so building for CUDA does not move the caller's policy.
         policy, example = copy.deepcopy(policy).to("cuda"), example.to("cuda")
-    source = Source(module_class=module_class_name(policy), factory=recorded_factory(factory))
-
     started = time.perf_counter()
     report("exporting")
-    packages = package_plans(policy, example, options, source)
+    packages = package_plans(policy, example, options, recorded_factory(factory))
     package = next(packages)
+    source = package.manifest.source
     exported_at = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=".tdaot-", dir=os.path.dirname(path)) as staging:
         while True:
@@ -150,7 +148,7 @@ class PackagePlan:
 
 
 def package_plans(
-    policy: TensorDictModuleBase, example: TensorDictBase, options: BuildOptions, source: Source
+    policy: TensorDictModuleBase, example: TensorDictBase, options: BuildOptions, factory: str | None
 ) -> Iterator[PackagePlan]:
     """The package asked for, then, where its batch is dynamic, the same at the example's static
     batch: inductor lowers some programs only with concrete sizes (torch 2.13 fails on the scan
@@ -158,18 +156,18 @@ def package_plans(
     build falls back to that plan when the first cannot be compiled. Each is exported when the
     build gets to it."""
     traces = Traces(policy, example, options)
-    yield _package_plan(traces, options, source)
-    if options.batch == "dynamic" and traces.main.batch.dynamic:
-        static = options.replace(batch="static")
-        yield _package_plan(Traces(policy, example, static), static, source)
+    yield _package_plan(traces, factory)
+    if traces.options.batch == "dynamic" and traces.main.batch.dynamic:
+        yield _package_plan(Traces(policy, example, options.replace(batch="static")), factory)
 
 
-def _package_plan(traces: Traces, options: BuildOptions, source: Source) -> PackagePlan:
+def _package_plan(traces: Traces, factory: str | None) -> PackagePlan:
+    options = traces.options
+    manifest = _manifest(traces.main, options, Source(module_class=traces.module_class, factory=factory))
     models = tuple(_plans(traces.main, options))
-    manifest = planned_manifest(_manifest(traces.main, options, source), list(models))
     if options.require_lite and not any(plan.tuning == "latency" for plan in models):
-        raise BuildError(lite.no_specialised_model(source.module_class))  # before compiling
-    return PackagePlan(traces, models, manifest, options)
+        raise BuildError(lite.no_specialised_model(traces.module_class))  # before compiling
+    return PackagePlan(traces, models, planned_manifest(manifest, list(models)), options)
 
 
 def static_fallback_message(source: Source, err: CompileError, fallback: PackagePlan) -> str:

@@ -79,8 +79,43 @@ def build_cache_dir(key: str, root: str = BUILD_CACHE_DIR) -> Iterator[str]:
         try:
             shutil.rmtree(folder, ignore_errors=True)  # a crashed build's leftovers
             os.mkdir(folder, 0o700)
-            with temporary_cache_dir(folder):
+            with temporary_cache_dir(folder), _torch_at(_torch_link(root)):
                 yield folder
         finally:
             shutil.rmtree(folder, ignore_errors=True)
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _torch_link(root: str) -> str:
+    """``root``/torch-VERSION, a symbolic link to the torch package: the compiler then reads torch's
+    headers and libraries at a path that depends on the torch version alone, not on where the
+    venv is (inductor hashes the compile command, with its ``-I`` paths, into the names of the
+    files it packages, and the headers' ``__FILE__`` strings reach the library)."""
+    import torch
+
+    target = os.path.dirname(os.path.abspath(torch.__file__))
+    link = os.path.join(root, "torch-" + torch.__version__.replace(os.sep, "_"))
+    if os.path.islink(link) and os.readlink(link) == target:
+        return link
+    staging = f"{link}.{os.getpid()}"
+    os.symlink(target, staging)
+    os.replace(staging, link)  # another venv of the same torch may point it at its own copy
+    return link
+
+
+@contextlib.contextmanager
+def _torch_at(path: str) -> Iterator[None]:
+    """Inductor's compile commands name torch at ``path`` for the duration."""
+    from torch._inductor import cpp_builder
+    from torch.utils import cpp_extension
+
+    saved = (cpp_extension._TORCH_PATH, cpp_extension.TORCH_LIB_PATH, cpp_builder._TORCH_PATH)
+    saved_script = cpp_builder._LINKER_SCRIPT
+    cpp_extension._TORCH_PATH, cpp_extension.TORCH_LIB_PATH = path, os.path.join(path, "lib")
+    cpp_builder._TORCH_PATH = path
+    cpp_builder._LINKER_SCRIPT = os.path.join(path, "_inductor", "script.ld")
+    try:
+        yield
+    finally:
+        cpp_extension._TORCH_PATH, cpp_extension.TORCH_LIB_PATH, cpp_builder._TORCH_PATH = saved
+        cpp_builder._LINKER_SCRIPT = saved_script

@@ -17,8 +17,9 @@ LAUNCH = """
 import sys
 from pathlib import Path
 from tdaot import tools
-tools.package_dirs = lambda: [sys.argv[1]]
-tools.CHECKOUT = Path(sys.argv[1]) / "no-checkout"
+here = sys.argv[1]
+tools.package_dirs = lambda: [here]
+tools.CHECKOUT = Path(here) / "no-checkout"
 sys.argv = ["tdaot-lite", "inspect", "a package.pt2"]
 tools.lite()
 """

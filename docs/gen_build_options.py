@@ -47,7 +47,8 @@ def render() -> str:
             name += " (config: <code>cpu_targets</code>, a list)"
         doc = meta["doc"]
         default = spec.default if spec.default is not dataclasses.MISSING else None
-        rows.append(f"| {name} | {_code(flag)} | {_code(repr(default))} | {values} | {_cell(doc)} |")
+        shown = meta["shown_default"] or repr(default)
+        rows.append(f"| {name} | {_code(flag)} | {_code(shown)} | {values} | {_cell(doc)} |")
     return "\n".join(rows) + "\n"
 
 

@@ -26,7 +26,7 @@ def _add_option_flags(parser: argparse.ArgumentParser) -> None:
     for spec in option_fields():
         meta = spec.metadata
         flag = meta["cli_flag"] or "--" + spec.name.replace("_", "-")
-        help_text = f"{meta['doc']} (default: {spec.default})"
+        help_text = f"{meta['doc']} (default: {meta['shown_default'] or spec.default})"
         kwargs: dict = {"dest": spec.name, "default": None, "help": help_text}
         if spec.type in ("bool", bool):
             parser.add_argument(flag, action="store_true", **kwargs)
@@ -50,6 +50,15 @@ def _argument_type(parse):
 
     convert.__name__ = getattr(parse, "__name__", "value")
     return convert
+
+
+def _sha256_digest(text: str) -> str:
+    """A sha256 as --sha256 takes it: 64 hex digits (any case), returned in lower case."""
+    if len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a sha256 digest (64 hex digits, as `sha256sum` or `tdaot build` prints it)"
+        )
+    return text.lower()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,12 +99,16 @@ def _parser() -> argparse.ArgumentParser:
         "--mjcf", metavar="FILE", help="the robot's MJCF: its actuated joints give the joint order"
     )
     joints.add_argument("--joint-names", metavar="A,B,...", help="the robot's joint order, comma-separated")
+    b.add_argument("--no-cache", action="store_true", help="compile even when the cache has the artifact")
+    b.add_argument(
+        "--cache-dir",
+        help="artifact cache directory (default: $TDAOT_CACHE_DIR, else $XDG_CACHE_HOME/tdaot, else "
+        "~/.cache/tdaot)",
+    )
     many = b.add_argument_group("config builds")
     many.add_argument("--config", help="tdaot.toml, or a pyproject.toml with [tool.tdaot]")
     many.add_argument("--jobs", type=int, default=1, help="parallel build processes")
     many.add_argument("--shard", metavar="I/N", help="build only shard I of N (stable, covers the list once)")
-    many.add_argument("--no-cache", action="store_true", help="compile even when the cache has the artifact")
-    many.add_argument("--cache-dir", help="cache directory (default $TDAOT_CACHE_DIR or ~/.cache/tdaot)")
     many.add_argument("--no-parity", action="store_true", help="skip the parity check after each build")
     many.add_argument(
         "--check-reproducible", action="store_true", help="build each artifact twice more and compare bytes"
@@ -118,7 +131,11 @@ def _parser() -> argparse.ArgumentParser:
         "tensors against its digests (loads nothing)",
     )
     v.add_argument("package", metavar="FILE", help="a .pt2 package or a .tdw weight file")
-    v.add_argument("--sha256", help="also require the whole package to have this sha256 (pinning)")
+    v.add_argument(
+        "--sha256",
+        type=_sha256_digest,
+        help="also require the whole package to have this sha256 (pinning; 64 hex digits)",
+    )
     v.add_argument(
         "--public-key",
         action="append",
@@ -176,7 +193,8 @@ def _build(args) -> int:
         module, example, options = _rsl_rl_inputs(args, options)
     else:
         module, example = call_factory(args.factory)
-    artifact = build(module, example, args.output, factory=args.factory, **options.as_kwargs())
+    cache = False if args.no_cache else (args.cache_dir or True)
+    artifact = build(module, example, args.output, factory=args.factory, cache=cache, **options.as_kwargs())
     summary = {
         "path": artifact.path,
         "exported_path": artifact.exported_path,
@@ -185,13 +203,15 @@ def _build(args) -> int:
         "signed_by": artifact.signed_by,
         "export_seconds": round(artifact.export_seconds, 3),
         "compile_seconds": round(artifact.compile_seconds, 3),
+        "cache_hit": artifact.cache_hit,
     }
     if args.json:
         print(json.dumps({**summary, "manifest": artifact.manifest.to_dict()}, indent=2))
         return 0
+    compiled = "from the cache" if artifact.cache_hit else "compile"
     print(
         f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) in "
-        f"{artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s compile"
+        f"{artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s {compiled}"
     )
     print(f"sha256 {artifact.sha256} (pin it: tdaot.load(..., expected_sha256=...))")
     if artifact.signed_by:

@@ -223,6 +223,12 @@ class LiteWarning(UserWarning):
     ``require_lite`` makes this a BuildError."""
 
 
+class ReproducibilityWarning(UserWarning):
+    """The build could not compile in tdaot's private inductor cache path (``/tmp/tdaot-inductor``:
+    another user's, or not a private directory), so the package's bytes carry inductor's own cache
+    path and differ from a build elsewhere."""
+
+
 def exit_code(error: BaseException) -> int:
     """The ``tdaot`` command's exit status for ``error``: 2 for usage errors, 1 otherwise."""
     return error.exit_code if isinstance(error, TdaotError) else 1
@@ -248,6 +254,7 @@ __all__ = [
     "KeyNameError",
     "LayoutError",
     "LiteWarning",
+    "ReproducibilityWarning",
     "IntegrityError",
     "ManifestError",
     "MissingKeyError",

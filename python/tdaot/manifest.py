@@ -265,13 +265,15 @@ class Manifest:
             lines.append(f"  files             {len(self.files)} with sha256 digests")
         if self.contract:
             lines += ["  contract", *("  " + line for line in self.contract.describe())]
+        if self.models:
+            lines.append("  models")
         for model in self.models:
             served = f"{model.batch.min}..{model.batch.max}" if model.batch.dynamic else f"{model.batch.min}"
             lite = ""
             if model.lite is not None:
                 lite = ", lite" if model.lite.runs else f", needs libtorch ({model.lite.why})"
             sliced = f"; calls of more than {model.chunk_rows} rows run in slices" if model.chunk_rows else ""
-            lines.append(f"  model {model.name:<11} batch {served}, {model.tuning}{lite}{sliced}")
+            lines.append(f"    {model.name:<15} batch {served}, {model.tuning}{lite}{sliced}")
         if any(model.lite is not None for model in self.models):
             lines.append(f"  lite runtime      {self.lite_batches_described()}")
         width = max(len(s.key) for s in (*self.inputs, *self.outputs))

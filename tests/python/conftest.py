@@ -52,8 +52,14 @@ _LOG_START = pytest.StashKey[int]()
 _OWN_LOG = pytest.StashKey[bool]()
 
 
+_CACHE = pytest.StashKey[str]()
+
+
 def pytest_configure(config):
     _own_inductor_cache_per_worker()
+    # tdaot.build caches every build in its default cache folder: the session's fixtures in an
+    # empty one of this process's, never the user's (each test gets its own, below).
+    config.stash[_CACHE] = os.environ["TDAOT_CACHE_DIR"] = tempfile.mkdtemp(prefix="tdaot-cache-")
     path = os.environ.get(compile_log.ENV)
     if not path:
         fd, path = tempfile.mkstemp(prefix="tdaot-compiles-", suffix=".log")
@@ -80,6 +86,8 @@ def _suite_compiles(config) -> list:
 
 
 def pytest_unconfigure(config):
+    if _CACHE in config.stash:
+        shutil.rmtree(config.stash[_CACHE], ignore_errors=True)
     if config.stash.get(_OWN_LOG, False) and not os.environ.get("PYTEST_XDIST_WORKER"):
         path = Path(config.stash[_LOG])
         for log in [path, *path.parent.glob(path.name + "-gw*")]:
@@ -131,6 +139,13 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.write_sep("=", f"pytest: {compile_log.summary(compiles)}")
     for nodeid, count in sorted(_compiles.items(), key=lambda item: -item[1])[:15]:
         terminalreporter.write_line(f"{count:4d}  {nodeid}")
+
+
+@pytest.fixture(autouse=True)
+def _artifact_cache_per_test(tmp_path_factory, monkeypatch):
+    """Each test's builds in an empty default cache folder of its own (its subprocesses' too), so
+    no test finds another's builds."""
+    monkeypatch.setenv("TDAOT_CACHE_DIR", str(tmp_path_factory.mktemp("tdaot-cache")))
 
 
 # --- shared packages ------------------------------------------------------------------------

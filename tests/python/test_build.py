@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 import zipfile
 
 import pytest
@@ -102,10 +103,15 @@ def test_out_keys_can_be_selected():
     assert [s.key for s in exported.outputs] == ["sample"]
 
 
-def test_unbatched_example_gets_a_batch_dim():
+def test_an_example_without_a_batch_dim_is_refused_with_the_way_to_give_it_one():
     policy, example = tutorial_policy()
-    exported = export_policy(policy, example[0])
-    assert exported.inputs[0].shape == (3,) and exported.batch.dynamic
+    with pytest.raises(
+        tdaot.BuildError,
+        match=r"the example TensorDict has no batch dim \(batch_size=\[\]; it holds observation \[3\]\): "
+        r"tdaot reads the batch dim from example.batch_size\[0\]. Give it one: TensorDict\(..., "
+        r"batch_size=\[N\]\) for N samples, or example.unsqueeze\(0\) for one sample",
+    ):
+        export_policy(policy, example[0])
 
 
 @pytest.mark.parametrize(
@@ -299,3 +305,24 @@ def test_bad_kernel_threads_is_refused_before_export():
     policy, example = tutorial_policy()
     with pytest.raises(tdaot.BuildError, match=r"kernel_threads=-1: expected 0 \(decided at run time\)"):
         tdaot.build(policy, example, "x.pt2", kernel_threads=-1)
+
+
+class _GRUPolicy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(3, 4, batch_first=True)
+
+    def forward(self, x):
+        warnings.warn("the policy's own warning", UserWarning, stacklevel=1)
+        return self.gru(x)[0]
+
+
+def test_torchs_warnings_about_its_own_code_in_the_trace_are_silenced_and_the_users_pass():
+    policy = TensorDictModule(_GRUPolicy(), in_keys=["x"], out_keys=["y"])
+    example = TensorDict({"x": torch.zeros(2, 5, 3)}, batch_size=[2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_policy(policy, example)
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "_flat_weights" in m or "isinstance(treespec" in m], messages
+    assert "the policy's own warning" in messages

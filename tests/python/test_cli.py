@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import re
 import subprocess
@@ -123,7 +124,13 @@ def test_verify_prints_the_digest_and_refuses_a_wrong_pin(cli_package, capsys):
     [
         ("missing/policies.py:tutorial_policy", 2, "factory file 'missing/policies.py' does not exist"),
         ("examples/policies.py:no_such_policy", 2, "has no callable 'no_such_policy'"),
-        ("no_such_module_xyz:policy", 2, "cannot import module 'no_such_module_xyz'"),
+        (
+            "no_such_module_xyz:policy",
+            2,
+            r"cannot import module 'no_such_module_xyz': ModuleNotFoundError: No module named "
+            r"'no_such_module_xyz'; for a policy file, name it as path/to/file.py:policy "
+            r"\(FILE.py:FUNCTION\)",
+        ),
         ("examples/policies.py", 2, "must look like FILE.py:FUNCTION"),
         ("{factories}:raises", 2, r"raised RuntimeError: no checkpoint at /robots/arm.ckpt"),
         ("{factories}:wrong_shape", 2, r"must return \(module, example_tensordict\), got Linear"),
@@ -141,6 +148,38 @@ def test_build_errors_exit_non_zero_with_a_message(factories, capsys, monkeypatc
     err = capsys.readouterr().err
     report = err[err.rindex("tdaot build: ") :]
     assert re.search(message, report), err
+
+
+def test_a_module_name_of_a_file_here_is_told_the_file_form(tmp_path, capsys, monkeypatch):
+    (tmp_path / "mypolicy.py").write_text("def factory():\n    raise AssertionError\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    assert main(["build", "mypolicy:factory", "-o", "out.pt2"]) == 2
+    assert capsys.readouterr().err == (
+        "tdaot build: error: cannot import module 'mypolicy': ModuleNotFoundError: No module named "
+        "'mypolicy'; 'mypolicy.py' is a file here: name it as mypolicy.py:factory (FILE.py:FUNCTION)\n"
+    )
+
+
+def test_verify_refuses_a_pin_that_is_not_a_digest_as_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["verify", "any.pt2", "--sha256", "abc"])
+    assert info.value.code == 2
+    assert "argument --sha256: 'abc' is not a sha256 digest (64 hex digits" in capsys.readouterr().err
+
+
+def test_build_help_states_each_default_as_the_option_table_does(capsys):
+    with pytest.raises(SystemExit):
+        main(["build", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    start = text.index("--specialize N[,N...] batch sizes")
+    specialize = text[start : text.index("(default:", start) + len("(default: 1)")]
+    assert "(default: 1)" in specialize and "None" not in specialize
+    spec = importlib.util.spec_from_file_location("gen_build_options", ROOT / "docs" / "gen_build_options.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    row = next(line for line in table.render().splitlines() if "<code>specialize</code>" in line)
+    assert "| <code>1</code> |" in row
 
 
 def test_unwritable_output_is_an_error(capsys, monkeypatch):

@@ -164,8 +164,10 @@ def test_cached_units_get_the_record_and_require_lite_refuses_what_lacks_a_symbo
 def test_inspect_shows_which_models_and_batches_run_lite(tutorial, tutorial_b14, capsys):
     assert main(["inspect", tutorial[2].path]) == 0
     table = capsys.readouterr().out
-    assert "model b1          batch 1, latency, lite" in table
-    assert "model model       batch 1..1048576, throughput, needs libtorch (dynamic-batch throughput" in table
+    assert "\n  models\n" in table and "model model" not in table
+    assert "\n    b1              batch 1, latency, lite" in table
+    dynamic = "\n    model           batch 1..1048576, throughput, needs libtorch (dynamic-batch throughput"
+    assert dynamic in table
     # Its largest intermediate is 256 bytes a row: slices of 3 MiB (tuning.SLICE_BYTES), a power of 2.
     assert "; calls of more than 8192 rows run in slices" in table
     assert "lite runtime      serves batch 1 (model b1)" in table

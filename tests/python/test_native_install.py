@@ -103,3 +103,78 @@ def test_an_install_without_the_cpp_package_says_so(tmp_path):
     assert f"tdaot: this tdaot install has no C++ package ({site / 'tdaot' / '_cpp'})" in done.stderr
     done = _python(site, "-c", "import tdaot; tdaot.cmake_prefix_path")
     assert "FileNotFoundError: this tdaot install has no C++ package" in done.stderr
+
+
+# A policy factory and a pytest suite of a user's own project, outside the checkout.
+USER_POLICY = """
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+
+
+def policy():
+    torch.manual_seed(0)
+    module = TensorDictModule(nn.Linear(3, 2), in_keys=["obs"], out_keys=["act"])
+    return module, TensorDict({"obs": torch.randn(4, 3)}, batch_size=[4])
+"""
+
+USER_TEST = """
+from mypolicy import policy
+
+
+def test_runs_natively(tdaot_package, tdaot_parity):
+    module, example = policy()
+    tdaot_parity(module, tdaot_package(module, example, tuning="throughput"), example)
+"""
+
+
+@pytest.mark.slow  # builds the wheel (the whole C++ build, in a temporary folder) and a package
+def test_the_wheel_in_a_fresh_venv_builds_and_runs_every_tool_by_name(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    checkout_builds = sorted(p.name for p in (root / "build").iterdir()) if (root / "build").is_dir() else []
+    wheels = tmp_path / "wheels"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", wheels, root],
+        check=True,
+        env=env,
+        timeout=3600,
+    )
+    # A plain (non-editable) build never touches the checkout's build folders.
+    assert (sorted(p.name for p in (root / "build").iterdir()) if (root / "build").is_dir() else []) == (
+        checkout_builds
+    )
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    # torch, tensordict, pytest... from this environment, after the fresh venv's own packages (a
+    # plain path: its .pth files, the editable install's import hook among them, are not run).
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    (site / "outer.pth").write_text(torch.__path__[0].removesuffix("/torch") + "\n")
+    (wheel,) = wheels.glob("*.whl")
+    bin_dir = venv / "bin"
+    subprocess.run([bin_dir / "pip", "install", "-q", "--no-deps", "--no-index", wheel], check=True, env=env)
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "mypolicy.py").write_text(USER_POLICY)
+    (project / "test_mypolicy.py").write_text(USER_TEST)
+    env = {**env, "TDAOT_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run(*command: str | Path) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [str(c) for c in command], cwd=project, env=env, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, f"{command}: {done.stdout}{done.stderr}"
+        return done
+
+    done = run(bin_dir / "python", "-c", "import tdaot; print(tdaot.__file__)")
+    assert done.stdout.startswith(str(site)), done.stdout  # the wheel's tdaot, not the checkout's
+    run(bin_dir / "tdaot", "build", "mypolicy.py:policy", "-o", "p.pt2", "--tuning", "throughput")
+    # The factory is recorded with its absolute path: it resolves from any folder.
+    recorded = json.loads(run(bin_dir / "tdaot-run", "inspect", "p.pt2", "--json").stdout)["source"]
+    assert recorded["factory"] == f"{project / 'mypolicy.py'}:policy"
+    assert "act" in run(bin_dir / "tdaot-lite", "inspect", "p.pt2").stdout
+    assert "MuJoCo" in run(bin_dir / "tdaot-rehearse", "--help").stdout
+    done = run(bin_dir / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_mypolicy.py")
+    assert "1 passed" in done.stdout

@@ -54,11 +54,20 @@ foreach(_tool tdaot-rehearse tdaot-rehearse-torch)
 endforeach()
 # The build tree's RPATH holds MuJoCo's folder (CMake adds an imported library's); installed,
 # tdaot::lite beside it, MuJoCo where the wheel is, and Torch's libraries for the torch tool.
-set_target_properties(tdaot-rehearse PROPERTIES
-  INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};${_tdaot_mujoco_dir}")
-set_target_properties(tdaot-rehearse-torch PROPERTIES
-  INSTALL_RPATH "${_tdaot_mujoco_dir};${TORCH_INSTALL_PREFIX}/lib")
-if(NOT _tdaot_under_skbuild)
-  install(TARGETS tdaot-rehearse tdaot-rehearse-torch RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
+# In the wheel (tdaot/_cpp/bin, beside tdaot-run), MuJoCo and Torch are first looked for in the
+# site-packages holding tdaot (mujoco/, torch/lib), then where the build found them.
+if(_tdaot_under_skbuild)
+  set(_site "$ORIGIN/../../..")
+  set_target_properties(tdaot-rehearse PROPERTIES
+    INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};${_site}/mujoco;${_tdaot_mujoco_dir}")
+  set_target_properties(tdaot-rehearse-torch PROPERTIES
+    INSTALL_RPATH "${_site}/mujoco;${_site}/torch/lib;${_tdaot_mujoco_dir};${TORCH_INSTALL_PREFIX}/lib")
+else()
+  set_target_properties(tdaot-rehearse PROPERTIES
+    INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR};${_tdaot_mujoco_dir}")
+  set_target_properties(tdaot-rehearse-torch PROPERTIES
+    INSTALL_RPATH "${_tdaot_mujoco_dir};${TORCH_INSTALL_PREFIX}/lib")
 endif()
+install(TARGETS tdaot-rehearse tdaot-rehearse-torch
+        RUNTIME DESTINATION "${TDAOT_INSTALL_PREFIX}${CMAKE_INSTALL_BINDIR}")
 list(APPEND _tdaot_targets tdaot_rehearse_loop tdaot-rehearse tdaot-rehearse-torch)

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import tempfile
 import time
-import warnings
-from collections.abc import Callable
 
 import torch
 
 from tdaot import _torch_compat
 from tdaot.builder import compile_log, lite
+from tdaot.builder.export import tracing_noise_silenced
+from tdaot.builder.inductor_dir import build_cache_dir
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.package import check_output_path, write_package
 from tdaot.builder.targets import CPU_TARGETS, compiling_for, inductor_options
@@ -85,9 +84,13 @@ def compile_model(
     started, ok = time.perf_counter(), False
     try:
         program = tune_program(program, plan.tuning, plan.bound, plan.decomposed)
-        with warnings.catch_warnings(), compiling_for(target), compiling_with(plan.tuning, plan.bound):
-            # torch 2.13's own packaging code trips its pytree deprecation; not the user's concern.
-            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec", category=FutureWarning)
+        with (
+            tracing_noise_silenced(),
+            compiling_for(target),
+            compiling_with(plan.tuning, plan.bound),
+            # A path of the model's key: the same bytes from any cache setting (inductor_dir).
+            build_cache_dir(_compile_key(program, manifest, options, plan)),
+        ):
             configs = inductor_configs(manifest, options, plan)
             configs["aot_inductor.metadata"] = {METADATA_KEY: manifest.to_json(), **record}
             _torch_compat.aoti_compile_and_package(program, staging, configs)
@@ -104,6 +107,12 @@ def compile_model(
         compile_log.record(what, time.perf_counter() - started, ok)
     if plan.bound and _torch_compat.calls_proxy_executor(_torch_compat.read_archive(staging)):
         raise CompileError(_proxy_executor_refusal(manifest, plan))
+
+
+def _compile_key(program, manifest: Manifest, options: BuildOptions, plan: ModelPlan) -> str:
+    from tdaot.builder.cache import artifact_key  # which imports this module
+
+    return artifact_key(program, manifest, options, plan)
 
 
 def known_refusal(manifest: Manifest, plan: ModelPlan) -> str | None:
@@ -129,21 +138,40 @@ def compile_package(
     ("throughput" or "latency"), carrying ``manifest`` sealed with the digests of its files.
     tdaot.build makes its packages of several models with :func:`build_package`."""
     (plan,) = plan_models(options.tuning, (), manifest.device, manifest.batch.min, manifest.batch.max)[:1]
-    build_package({plan.name: (program, plan)}, manifest, path, options)
+    manifest = planned_manifest(manifest, [plan])
+    folder = os.path.dirname(check_output_path(path))
+    with tempfile.TemporaryDirectory(prefix=".tdaot-", dir=folder) as staging:
+        unit = unit_path(staging, plan.name)
+        compile_model(program, manifest, options, plan, unit)
+        build_package({plan.name: (unit, plan)}, manifest, path, options)
     return path
 
 
+def planned_manifest(manifest: Manifest, plans: list[ModelPlan]) -> Manifest:
+    """``manifest`` listing the models ``plans`` make, checked by the runtime's own parser before
+    a long compile."""
+    planned = dataclasses.replace(manifest, models=model_specs(manifest, plans))
+    planned.validated(sealed=False)
+    return planned
+
+
+def unit_path(staging: str, name: str) -> str:
+    """Where the one-model package of the model ``name`` is made under ``staging``.
+
+    AOTInductor names the archive's top folder after the file, so every unit is made under one
+    fixed name: its bytes then depend on neither the output name nor a random temp name
+    (reproducible builds, shareable cache entries)."""
+    folder = os.path.join(staging, name)
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, ARCHIVE_NAME + ".pt2")
+
+
 def build_package(
-    models: dict[str, tuple[torch.export.ExportedProgram, ModelPlan]],
-    manifest: Manifest,
-    path: str,
-    options: BuildOptions,
-    make_unit: Callable[[torch.export.ExportedProgram, ModelPlan, str], ModelPlan | None] | None = None,
+    units: dict[str, tuple[str, ModelPlan]], manifest: Manifest, path: str, options: BuildOptions
 ) -> Manifest:
-    """Compile every model into one package at ``path`` carrying ``manifest`` (its ``models``
-    set from what was built), sealed with the digests of its files; returns that manifest.
-    ``make_unit(program, plan, staging)`` makes a model's one-model package at ``staging``
-    (default: compiles it) and returns the plan it was built as, or None to leave it out.
+    """The package at ``path`` of the one-model packages ``units`` (model name -> the unit's
+    file and the plan it was built as), carrying ``manifest`` with its ``models`` set from them,
+    sealed with the digests of its files; returns that manifest.
 
     Each model records whether it runs on the lite runtime (tdaot.builder.lite); a
     specialised model that does not is a LiteWarning, or with ``options.require_lite`` a
@@ -153,37 +181,16 @@ def build_package(
     interrupted build never leaves a half-written artifact.
     """
     path = check_output_path(path)
-    manifest = dataclasses.replace(
-        manifest, models=model_specs(manifest, [plan for _, plan in models.values()])
-    )
-    manifest.validated(sealed=False)  # by the runtime's own parser, before a long compile
-
-    def compile_unit(program, plan: ModelPlan, staging: str) -> ModelPlan:
-        compile_model(program, manifest, options, plan, staging)
-        return plan
-
-    make_unit = make_unit or compile_unit
-    # AOTInductor names the archive's top folder after the file, so every package is
-    # staged under one fixed name: its bytes then depend on neither the output name
-    # nor a random temp name (reproducible builds, shareable cache entries).
-    staging_dir = tempfile.mkdtemp(prefix=".tdaot-", dir=os.path.dirname(path))
-    try:
-        units, built = {}, []
-        for name, (program, plan) in models.items():
-            unit = os.path.join(staging_dir, name, ARCHIVE_NAME + ".pt2")
-            os.mkdir(os.path.dirname(unit))
-            made = make_unit(program, plan, unit)
-            if made is not None:
-                units[name] = unit
-                built.append(made)
-        manifest = dataclasses.replace(manifest, models=model_specs(manifest, built))
-        staging = os.path.join(staging_dir, ARCHIVE_NAME + ".pt2")
-        sealed = write_package(units, manifest, staging, bound={plan.name: plan.bound for plan in built})
+    built = [plan for _, plan in units.values()]
+    manifest = dataclasses.replace(manifest, models=model_specs(manifest, built))
+    # Under the fixed archive name too (unit_path says why), beside its destination.
+    with tempfile.TemporaryDirectory(prefix=".tdaot-", dir=os.path.dirname(path)) as folder:
+        staging = os.path.join(folder, ARCHIVE_NAME + ".pt2")
+        files = {name: unit for name, (unit, _) in units.items()}
+        sealed = write_package(files, manifest, staging, bound={plan.name: plan.bound for plan in built})
         # Before the package is in place: with require_lite, a package that fails it is not left.
-        lite.check(sealed, options.require_lite, stacklevel=5)  # the caller of tdaot.build
+        lite.check(sealed, options.require_lite, stacklevel=4)  # the caller of tdaot.build
         os.replace(staging, path)
-    finally:
-        shutil.rmtree(staging_dir, ignore_errors=True)
     return sealed
 
 

@@ -145,14 +145,21 @@ def export_policy(
     if not isinstance(example, TensorDictBase):
         raise BuildError(f"the example must be a TensorDict, got {type(example).__name__}")
     if example.batch_dims == 0:
-        # One unbatched sample: give it the batch dim every artifact has.
-        example = example.unsqueeze(0)
+        # Refused, not guessed: a [4, 17] observation under batch_size=[] is 4 samples to its
+        # author as often as one sample of [4, 17], and a guess builds the wrong package silently.
+        shapes = ", ".join(f"{keyutil.to_manifest(k)} {list(v.shape)}" for k, v in _leaves(example))
+        raise BuildError(
+            f"the example TensorDict has no batch dim (batch_size=[]; it holds {shapes}): tdaot reads "
+            "the batch dim from example.batch_size[0]. Give it one: TensorDict(..., batch_size=[N]) "
+            "for N samples, or example.unsqueeze(0) for one sample"
+        )
 
     in_keys = _unique([keyutil.as_tuple(k) for k in module.in_keys])
     out_keys = options.out_keys or _unique([keyutil.as_tuple(k) for k in module.out_keys])
     if not out_keys:
         raise BuildError(f"{module_class_name(module)} has no out keys to export")
-    input_tensors = _input_tensors(module, example, in_keys)
+    name, module_class = describe_module(module), module_class_name(module)
+    input_tensors, inputs = _input_tensors(module_class, example, in_keys)
     batch_range = resolve_batch(options.batch, example.batch_size[0])
     interaction_type = options.interaction_type
     carry = None
@@ -167,10 +174,6 @@ def export_policy(
         _nested_batch_shapes(example, in_keys),
         own_outputs,
         options.contract,
-    )
-    inputs = tuple(
-        TensorSpec(keyutil.to_manifest(k), dtype_name(t.dtype), tuple(t.shape[1:]))
-        for k, t in zip(in_keys, input_tensors)
     )
     with export_context(interaction_type):
         eager = checks.check_eager_run(wrapper, input_tensors, out_keys, interaction_type)
@@ -211,7 +214,7 @@ def export_policy(
             wrapper.chunk_rows = rows
             program = _export(wrapper, input_tensors, batch_range)
     if interaction_type != "random":
-        checks.check_no_sampling(program, describe_module(module), interaction_type)
+        checks.check_no_sampling(program, name, interaction_type)
     checks.check_native_kernels(program, input_tensors[0].device.type)
 
     outputs = _output_specs(program, all_out_keys, batch_range)
@@ -225,6 +228,31 @@ def export_policy(
         rewrites=applied,
         chunk_rows=rows if batch_range.dynamic else None,  # the dynamic model's run-time slices
     )
+
+
+class Traces:
+    """The programs a package's models are compiled from, each traced once: the policy's own
+    export (``main``) and, exported when first asked for, the static-batch traces of its
+    specialised models (``for_plan``)."""
+
+    def __init__(self, module: TensorDictModuleBase, example: TensorDictBase, options: BuildOptions) -> None:
+        self._module, self._example, self.options = module, example, options
+        self.main = export_policy(module, example, options)
+        self.module_class = module_class_name(module)
+        self._static: dict[tuple[int | str, bool], torch.export.ExportedProgram] = {}
+
+    def for_plan(self, plan: tuning.ModelPlan) -> torch.export.ExportedProgram:
+        """The program of the model ``plan``: the main export, or for a model at a static batch
+        of a dynamic package, or a bound one, the policy traced at that batch (a bound model's
+        outputs each in a buffer of its own: ``own_outputs``)."""
+        if not (plan.bound or (plan.batch is not None and self.main.batch.dynamic)):
+            return self.main.program
+        key = (plan.batch or "static", plan.bound)
+        if key not in self._static:
+            options = self.options.replace(batch=key[0])
+            exported = export_policy(self._module, self._example, options, own_outputs=plan.bound)
+            self._static[key] = exported.program
+        return self._static[key]
 
 
 def recurrent_state(inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]) -> Recurrent | None:
@@ -270,28 +298,35 @@ def _eager_specs(out: TensorDictBase, out_keys) -> list[TensorSpec]:
     ]
 
 
+def _leaves(example: TensorDictBase) -> list[tuple[tuple[str, ...], torch.Tensor]]:
+    return [(keyutil.as_tuple(k), example.get(k)) for k in example.keys(True, True)]
+
+
 def _unique(items: list) -> list:
     return list(dict.fromkeys(items))
 
 
-def _input_tensors(module, example: TensorDictBase, in_keys) -> list[torch.Tensor]:
-    tensors = []
+def _input_tensors(
+    module_class: str, example: TensorDictBase, in_keys
+) -> tuple[list[torch.Tensor], tuple[TensorSpec, ...]]:
+    """The example's tensor of each in-key (contiguous), and the in-keys' specs for the manifest."""
+    tensors, specs = [], []
     for key in in_keys:
-        keyutil.to_manifest(key)  # refuse keys the manifest cannot hold before tracing
+        name = keyutil.to_manifest(key)  # refuse keys the manifest cannot hold before tracing
         value = example.get(keyutil.td_key(key), None)
         if value is None:
             present = ", ".join(keyutil.to_manifest(k) for k in example.keys(True, True))
             raise BuildError(
-                f"in-key {keyutil.to_manifest(key)!r} of {module_class_name(module)} is missing from "
-                f"the example TensorDict (it has: {present})"
+                f"in-key {name!r} of {module_class} is missing from the example TensorDict "
+                f"(it has: {present})"
             )
         if not isinstance(value, torch.Tensor):
-            raise BuildError(f"in-key {keyutil.to_manifest(key)!r} is a {type(value).__name__}, not a tensor")
-        dtype_name(value.dtype)
+            raise BuildError(f"in-key {name!r} is a {type(value).__name__}, not a tensor")
         tensors.append(value.contiguous())
+        specs.append(TensorSpec(name, dtype_name(value.dtype), tuple(value.shape[1:])))
     if not tensors:
-        raise BuildError(f"{module_class_name(module)} has no in keys: tdaot needs at least one input")
-    return tensors
+        raise BuildError(f"{module_class} has no in keys: tdaot needs at least one input")
+    return tensors, tuple(specs)
 
 
 def _nested_batch_shapes(example: TensorDictBase, in_keys) -> dict[tuple[str, ...], torch.Size]:
@@ -329,8 +364,30 @@ def _export(wrapper, tensors, batch_range: BatchRange) -> torch.export.ExportedP
         dynamic_shapes = (tuple({0: dim} for _ in args),)
     else:
         dynamic_shapes = None
-    with _torch_compat.export_output_captured():
+    with _torch_compat.export_output_captured(), tracing_noise_silenced():
         return torch.export.export(wrapper, args, dynamic_shapes=dynamic_shapes, strict=False)
+
+
+# torch.export's attribute check names the flat weight list every nn.RNN/GRU/LSTM re-assigns when
+# it is called (torch's own bookkeeping, which the user can neither see nor change).
+_RNN_FLAT_WEIGHTS = (
+    r"The tensor attributes? self\.[\w.]*_flat_weights(\[\d+\])?(, self\.[\w.]*_flat_weights(\[\d+\])?)* "
+    r"(was|were) "
+    r"assigned during export"
+)
+
+
+@contextlib.contextmanager
+def tracing_noise_silenced() -> Iterator[None]:
+    """torch's warnings about its own code that tdaot's trace runs, dropped for the duration:
+    torch 2.13's pytree deprecation that its export and packaging code trips
+    (``isinstance(treespec, LeafSpec)``), and the attribute check on the RNN modules' flat weights.
+    The user's own warnings, and torch's about anything else, pass."""
+    with warnings.catch_warnings():
+        treespec = r"`isinstance\(treespec, LeafSpec\)`"
+        warnings.filterwarnings("ignore", message=treespec, category=FutureWarning)
+        warnings.filterwarnings("ignore", message=_RNN_FLAT_WEIGHTS, category=UserWarning)
+        yield
 
 
 def _export_with_fallback(wrapper, tensors, batch_range: BatchRange):

@@ -25,11 +25,22 @@ def load_factory(spec: str):
         try:
             module = importlib.import_module(source)
         except Exception as err:  # noqa: BLE001 - user code; reported with its own message
-            raise FactoryError(f"cannot import module {source!r}: {type(err).__name__}: {err}") from err
+            message = f"cannot import module {source!r}: {type(err).__name__}: {err}"
+            if isinstance(err, ModuleNotFoundError) and err.name == source.partition(".")[0]:
+                message += _file_hint(source, name)
+            raise FactoryError(message) from err
     factory = getattr(module, name, None)
     if not callable(factory):
         raise FactoryError(f"{source!r} has no callable {name!r}")
     return factory
+
+
+def _file_hint(source: str, name: str) -> str:
+    """What to write instead of a MODULE:FUNCTION that is not importable: the file's own form."""
+    file = source.replace(".", os.sep) + ".py"
+    if os.path.isfile(file):
+        return f"; {file!r} is a file here: name it as {file}:{name} (FILE.py:FUNCTION)"
+    return f"; for a policy file, name it as path/to/file.py:{name} (FILE.py:FUNCTION)"
 
 
 def _import_file(source: str):

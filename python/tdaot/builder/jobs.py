@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import multiprocessing
 import os
-import shutil
 import tempfile
 import time
 import zipfile
@@ -59,7 +58,7 @@ def build_one(
             spec.output,
             spec.options,
             factory=spec.factory,
-            cache=ArtifactCache(cache_dir) if use_cache else None,
+            cache=ArtifactCache(cache_dir) if use_cache else False,
             on_status=lambda status: notify(spec.id, status, ""),
         )
         result.export_seconds = round(artifact.export_seconds, 3)
@@ -135,19 +134,16 @@ def _drain(queue, progress: Progress) -> None:
 
 
 def _rebuild_differences(module, example, spec: BuildSpec) -> list[str]:
-    """Builds twice from cold inductor caches at one path; the package entries that differ.
-
-    AOTInductor writes its cache path into the generated sources and the library's
-    debug info, so builds compare equal only when made under the same cache path.
-    """
+    """Builds twice more, without the artifact cache and each under another
+    ``TORCHINDUCTOR_CACHE_DIR`` (which a build must not depend on: tdaot.builder.inductor_dir);
+    the package entries that differ."""
     with tempfile.TemporaryDirectory(prefix="tdaot-repro-") as scratch:
-        inductor_cache = os.path.join(scratch, "inductor")
         packages = []
         for attempt in range(2):
-            shutil.rmtree(inductor_cache, ignore_errors=True)
-            with _environment("TORCHINDUCTOR_CACHE_DIR", inductor_cache):
+            with _environment("TORCHINDUCTOR_CACHE_DIR", os.path.join(scratch, f"inductor-{attempt}")):
                 path = os.path.join(scratch, f"{attempt}.pt2")
-                packages.append(build(module, example, path, spec.options, factory=spec.factory).path)
+                artifact = build(module, example, path, spec.options, factory=spec.factory, cache=False)
+                packages.append(artifact.path)
         return _differing_entries(*packages)
 
 

@@ -232,12 +232,14 @@ def option(
     from_text: Callable[[str], Any] | None = None,
     from_config: Callable[[Any], Any] | None = None,
     in_artifact: bool = True,
+    shown_default: str | None = None,
 ) -> Any:
     """A BuildOptions field, checked by ``check(value, options)`` (default: one of ``choices``),
     which returns the value normalised or raises Invalid. ``from_text`` parses the command
     line's string (None: the text as it is; a bool is a switch); ``from_config`` turns a TOML
     value into the Python one; ``in_artifact`` is False for options that do not change the
-    package (kept out of the cache key)."""
+    package (kept out of the cache key); ``shown_default`` is the default as the ``--help`` text
+    and the docs' option table show it, where the field's own (None) stands for another value."""
     return field(
         default=default,
         metadata={
@@ -249,6 +251,7 @@ def option(
             "from_text": from_text,
             "from_config": from_config,
             "in_artifact": in_artifact,
+            "shown_default": shown_default,
         },
     )
 
@@ -306,12 +309,13 @@ class BuildOptions:
     )
     specialize: tuple[int, ...] | None = option(
         None,
-        "batch sizes that get their own static model under tuning='auto' (default: 1): latency "
+        "batch sizes that get their own static model under tuning='auto': latency "
         "tuned up to 16 rows, throughput tuned above, a large batch traced in chunks of rows",
         _check_specialize,
         metavar="N[,N...]",
         from_text=_specialize_from_text,
         in_artifact=False,
+        shown_default="1",  # None: tdaot.builder.tuning.DEFAULT_SPECIALIZE
     )
     contract: Contract | None = option(
         None,

@@ -1,8 +1,11 @@
 """tdaot.build: tensordict policy + example TensorDict -> .pt2 package with a manifest.
 
-The pipeline is a straight line: options checked -> export (tdaot.builder.export) -> manifest
--> compile, with the tuning's rewrites (tdaot.builder.compile), or a cache hit
-(tdaot.builder.cache) -> package sealed with its file digests (tdaot.builder.package).
+The pipeline reads as plans -> units -> package: the policy is exported once (tdaot.builder.export's
+Traces) into a package plan (its models and manifest; where the batch is dynamic, a static-batch
+plan follows as the fallback), each model of the plan becomes a one-model unit, copied from the
+artifact cache (tdaot.builder.cache) or compiled with the tuning's rewrites
+(tdaot.builder.compile), and the units are sealed into the package with their file digests
+(tdaot.builder.package).
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ import dataclasses
 import hashlib
 import inspect
 import os
+import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import tensordict
@@ -25,9 +29,8 @@ from tensordict.nn import TensorDictModuleBase
 from tdaot._version import __version__
 from tdaot.builder import lite
 from tdaot.builder.cache import ArtifactCache, artifact_key, remember_refusal, remembered_refusal
-from tdaot.builder.compile import build_package, compile_model, known_refusal
-from tdaot.builder.export import ExportedPolicy, export_policy
-from tdaot.builder.messages import module_class_name
+from tdaot.builder.compile import build_package, compile_model, known_refusal, planned_manifest, unit_path
+from tdaot.builder.export import ExportedPolicy, Traces
 from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
 from tdaot.builder.targets import CPU_TARGETS, vector_isa
@@ -64,7 +67,7 @@ def build(
     options: BuildOptions | None = None,
     *,
     factory: str | None = None,
-    cache: ArtifactCache | None = None,
+    cache: ArtifactCache | str | os.PathLike | bool | None = True,
     on_status: Callable[[str], None] | None = None,
     **option_values,
 ) -> Artifact:
@@ -75,10 +78,12 @@ def build(
     ``interaction_type``, ``device``, ``cpu_target``, ``kernel_threads``, ``tuning``,
     ``specialize``, ``sign_key``, ``save_exported``; keywords override ``options``); each is documented
     there. ``factory`` is recorded in the manifest as the artifact's source (the CLI passes
-    "file.py:function"). With a ``cache``, each model built before from the same program,
-    manifest and options is copied instead of compiled. ``on_status`` hears "exporting",
-    then "compiling" (the dynamic model) and "compiling <name>" (a specialised one) for each
-    model compiled, or "cached" when every model was a cache hit.
+    "file.py:function"). ``cache``: each model built before from the same program, manifest and
+    options is copied from the artifact cache instead of compiled; True or None (the default)
+    uses the default cache folder (tdaot.builder.cache), a path or an ArtifactCache another,
+    False none. ``on_status`` hears "exporting", then "compiling" (the dynamic model) and
+    "compiling <name>" (a specialised one) for each model compiled, or "cached" when every model
+    was a cache hit.
     """
     options = (options or BuildOptions()).replace(**option_values)
     report = on_status or (lambda status: None)
@@ -89,37 +94,31 @@ def build(
             raise BuildError("device 'cuda' was asked for but torch sees no CUDA device on this host")
         # A copy, so building for CUDA does not move the caller's policy.
         policy, example = copy.deepcopy(policy).to("cuda"), example.to("cuda")
-
     started = time.perf_counter()
     report("exporting")
-    exported = export_policy(policy, example, options)
+    packages = package_plans(policy, example, options, recorded_factory(factory))
+    package = next(packages)
+    source = package.manifest.source
     exported_at = time.perf_counter()
-    manifest = _manifest(exported, policy, options, factory)
-    try:
-        cache_hit = _compile(policy, example, exported, manifest, path, options, cache, report)
-    except CompileError as err:
-        if not (options.batch == "dynamic" and exported.batch.dynamic):
-            raise
-        # Inductor lowers some programs only with concrete sizes (torch 2.13 fails on
-        # the scan higher-order op of torchrl's recurrent "scan" backend when the
-        # batch is symbolic). As for a policy that specialises the batch while
-        # tracing: fall back to the example's batch, and say so.
-        options = options.replace(batch="static")
-        exported = export_policy(policy, example, options)
-        warnings.warn(
-            f"{manifest.source.module_class} could not be compiled with a dynamic batch ({err}); "
-            f"building with a static batch of {exported.batch.min} instead. The artifact accepts "
-            f"only batch {exported.batch.min}; build with batch='static' (--batch static) to skip "
-            "the dynamic attempt.",
-            StaticBatchWarning,
-            stacklevel=2,
-        )
-        manifest = _manifest(exported, policy, options, factory)
-        cache_hit = _compile(policy, example, exported, manifest, path, options, cache, report)
+    with tempfile.TemporaryDirectory(prefix=".tdaot-", dir=os.path.dirname(path)) as staging:
+        while True:
+            try:
+                units, hits = make_units(package, staging, artifact_cache(cache), report)
+                break
+            except CompileError as err:
+                fallback = next(packages, None)
+                if fallback is None:
+                    raise
+                message = static_fallback_message(source, err, fallback)
+                warnings.warn(message, StaticBatchWarning, stacklevel=2)
+                package = fallback
+        build_package(units, package.manifest, path, package.options)
+    if all(hits):
+        report("cached")
     if options.save_exported:
         # What went into the compiler for the package's first model: its rewrites included.
-        plan = _plans(exported, options)[0]
-        program = tune_program(exported.program, plan.tuning, plan.bound, plan.decomposed)
+        plan = package.models[0]
+        program = tune_program(package.traces.for_plan(plan), plan.tuning, plan.bound, plan.decomposed)
         torch.export.save(program, exported_program_path(path))
     signed_by = None
     if signing_key is not None:
@@ -131,10 +130,73 @@ def build(
         manifest=read_manifest(path),  # the package's own: sealed with the files' digests
         export_seconds=exported_at - started,
         compile_seconds=time.perf_counter() - exported_at,
-        cache_hit=cache_hit,
+        cache_hit=all(hits),
         exported_path=exported_program_path(path) if options.save_exported else None,
         signed_by=signed_by,
     )
+
+
+@dataclass(frozen=True)
+class PackagePlan:
+    """One package to make: the traces of the policy, the models (each one unit) and the
+    manifest listing them, and the options they are built with."""
+
+    traces: Traces
+    models: tuple[ModelPlan, ...]
+    manifest: Manifest
+    options: BuildOptions
+
+
+def package_plans(
+    policy: TensorDictModuleBase, example: TensorDictBase, options: BuildOptions, factory: str | None
+) -> Iterator[PackagePlan]:
+    """The package asked for, then, where its batch is dynamic, the same at the example's static
+    batch: inductor lowers some programs only with concrete sizes (torch 2.13 fails on the scan
+    higher-order op of torchrl's recurrent "scan" backend when the batch is symbolic), and the
+    build falls back to that plan when the first cannot be compiled. Each is exported when the
+    build gets to it."""
+    traces = Traces(policy, example, options)
+    yield _package_plan(traces, factory)
+    if traces.options.batch == "dynamic" and traces.main.batch.dynamic:
+        yield _package_plan(Traces(policy, example, options.replace(batch="static")), factory)
+
+
+def _package_plan(traces: Traces, factory: str | None) -> PackagePlan:
+    options = traces.options
+    manifest = _manifest(traces.main, options, Source(module_class=traces.module_class, factory=factory))
+    models = tuple(_plans(traces.main, options))
+    if options.require_lite and not any(plan.tuning == "latency" for plan in models):
+        raise BuildError(lite.no_specialised_model(traces.module_class))  # before compiling
+    return PackagePlan(traces, models, planned_manifest(manifest, list(models)), options)
+
+
+def static_fallback_message(source: Source, err: CompileError, fallback: PackagePlan) -> str:
+    batch = fallback.manifest.batch.min
+    return (
+        f"{source.module_class} could not be compiled with a dynamic batch ({err}); building with a "
+        f"static batch of {batch} instead. The artifact accepts only batch {batch}; build with "
+        "batch='static' (--batch static) to skip the dynamic attempt."
+    )
+
+
+def artifact_cache(cache: ArtifactCache | str | os.PathLike | bool | None) -> ArtifactCache | None:
+    """The artifact cache ``tdaot.build``'s ``cache`` argument names (see there)."""
+    if cache is False:
+        return None
+    if cache is None or cache is True:
+        return ArtifactCache()
+    return cache if isinstance(cache, ArtifactCache) else ArtifactCache(cache)
+
+
+def recorded_factory(factory: str | None) -> str | None:
+    """The factory as the manifest records it: a FILE.py:FUNCTION with its file's absolute path,
+    so that it resolves from any folder (tdaot rehearse --reference); a MODULE:FUNCTION as given."""
+    if factory is None or ":" not in factory:
+        return factory
+    file, function = factory.rsplit(":", 1)
+    if not file.endswith(".py"):
+        return factory
+    return f"{os.path.abspath(file)}:{function}"
 
 
 def _with_option_keywords(function):
@@ -152,7 +214,7 @@ def _with_option_keywords(function):
 build = _with_option_keywords(build)
 
 
-def _manifest(exported: ExportedPolicy, policy, options: BuildOptions, factory: str | None) -> Manifest:
+def _manifest(exported: ExportedPolicy, options: BuildOptions, source: Source) -> Manifest:
     target = CPU_TARGETS[options.cpu_target]
     return Manifest(
         inputs=exported.inputs,
@@ -165,7 +227,7 @@ def _manifest(exported: ExportedPolicy, policy, options: BuildOptions, factory: 
         torch_version=torch.__version__,
         tensordict_version=tensordict.__version__,
         tdaot_version=__version__,
-        source=Source(module_class=module_class_name(policy), factory=factory),
+        source=source,
         recurrent=exported.recurrent,
         custom_ops=exported.custom_ops,
         contract=options.contract,
@@ -200,74 +262,75 @@ def _plans(exported: ExportedPolicy, options: BuildOptions) -> list[ModelPlan]:
     return [dataclasses.replace(p, chunk_rows=rows) if sliced(p) else p for p in plans]
 
 
-def _compile(policy, example, exported, manifest, path, options, cache, report) -> bool:
-    """Compiles every model of the package (a specialised one exported again at its static
-    batch), or copies it from ``cache``, into ``path``; True when every model was a cache hit.
+def make_units(
+    package: PackagePlan, staging: str, cache: ArtifactCache | None, report: Callable[[str], None]
+) -> tuple[dict[str, tuple[str, ModelPlan]], list[bool]]:
+    """Every model of ``package`` made into a one-model package (a unit) under ``staging``,
+    copied from ``cache`` or compiled: model name -> (the unit, the plan it was built as), and
+    for each whether it was a cache hit. A model left out (see :func:`make_unit`) has no unit."""
+    units, hits = {}, []
+    for plan in package.models:
+        unit = unit_path(staging, plan.name)
+        made = make_unit(package, plan, unit, cache, report)
+        if made is not None:
+            units[plan.name] = (unit, made[0])
+            hits.append(made[1])
+    return units, hits
+
+
+def make_unit(
+    package: PackagePlan, plan: ModelPlan, unit: str, cache: ArtifactCache | None, report
+) -> tuple[ModelPlan, bool] | None:
+    """The model ``plan`` of ``package`` at ``unit``, copied from ``cache`` or compiled: the plan
+    it was built as and whether it was a cache hit, or None when it was left out.
+
+    The cache key is of the package's own program (the policy's export) and the model's plan: a
+    specialised model's own trace at its static batch is made only when it is compiled.
 
     A specialised model that cannot be compiled for the bound run (AOTInductor's array-ref
     interface does not take every graph, e.g. torch.cond) is built without it; one that
     cannot be compiled at all is left out. Both say so with a SpecialisationWarning. A refused
     bound attempt is remembered (tdaot.builder.cache) and one of a policy with custom operators
-    known beforehand (tdaot.builder.compile.known_refusal): neither is compiled again.
+    known beforehand (tdaot.builder.compile.known_refusal): neither is compiled again. The
+    package's own model ("model") raises its CompileError (the build falls back to a static batch).
     """
-    plans = _plans(exported, options)
-    if options.require_lite and not any(plan.tuning == "latency" for plan in plans):
-        raise BuildError(lite.no_specialised_model(manifest.source.module_class))  # before compiling
-    models = {}
-    for plan in plans:
-        program = exported.program
-        if plan.bound or (plan.batch is not None and exported.batch.dynamic):
-            # At the model's static batch; a bound model's outputs each in a buffer of its own.
-            specialised = options.replace(batch=plan.batch or "static")
-            program = export_policy(policy, example, specialised, own_outputs=plan.bound).program
-        models[plan.name] = (program, plan)
-    hits = []
-
-    def make_unit(program, plan: ModelPlan, staging: str) -> ModelPlan | None:
-        attempts = [plan, dataclasses.replace(plan, bound=False)] if plan.bound else [plan]
-        for attempt in attempts:
-            # A bound attempt's key also finds a refusal remembered without a cache.
-            keyed = cache is not None or attempt.bound
-            key = artifact_key(program, manifest, options, attempt) if keyed else None
-            refusal = remembered_refusal(cache, key) if attempt.bound else None
-            if refusal is None and cache is not None and cache.fetch(key, staging):
-                hits.append(True)
-                return attempt
-            refusal = refusal or known_refusal(manifest, attempt)
-            if refusal is None:
-                report("compiling" if plan.name == "model" else f"compiling {plan.name}")
-                try:
-                    compile_model(program, manifest, options, attempt, staging)
-                except CompileError as err:
-                    if plan.name == "model":
-                        raise  # the package's own model: the caller decides (static fallback)
-                    refusal = str(err)
-                    if attempt.bound:
-                        remember_refusal(cache, key, refusal)
-            if refusal is not None:
-                what = "for the allocation-free bound run" if attempt.bound else "at all"
-                warnings.warn(
-                    f"the {_serving(plan)} model {plan.name!r} of {manifest.source.module_class} could "
-                    f"not be compiled {what} ({refusal}); "
-                    + (
-                        "it is built without it (a Binding at that batch uses the standard runner)"
-                        if attempt.bound
-                        else "the package is built without it (the dynamic model serves that batch)"
-                    ),
-                    SpecialisationWarning,
-                    stacklevel=5,  # the caller of tdaot.build
-                )
-                continue
+    manifest, options = package.manifest, package.options
+    attempts = [plan, dataclasses.replace(plan, bound=False)] if plan.bound else [plan]
+    for attempt in attempts:
+        # A bound attempt's key also finds a refusal remembered without a cache.
+        keyed = cache is not None or attempt.bound
+        key = artifact_key(package.traces.main.program, manifest, options, attempt) if keyed else None
+        refusal = remembered_refusal(cache, key) if attempt.bound else None
+        if refusal is None and cache is not None and cache.fetch(key, unit):
+            return attempt, True
+        refusal = refusal or known_refusal(manifest, attempt)
+        if refusal is None:
+            report("compiling" if plan.name == "model" else f"compiling {plan.name}")
+            try:
+                compile_model(package.traces.for_plan(plan), manifest, options, attempt, unit)
+            except CompileError as err:
+                if plan.name == "model":
+                    raise
+                refusal = str(err)
+                if attempt.bound:
+                    remember_refusal(cache, key, refusal)
+        if refusal is None:
             if cache is not None:
-                cache.store(key, staging)
-            hits.append(False)
-            return attempt
-        return None
-
-    build_package(models, manifest, path, options, make_unit)
-    if hits and all(hits):
-        report("cached")
-    return bool(hits) and all(hits)
+                cache.store(key, unit)
+            return attempt, False
+        what = "for the allocation-free bound run" if attempt.bound else "at all"
+        warnings.warn(
+            f"the {_serving(plan)} model {plan.name!r} of {manifest.source.module_class} could "
+            f"not be compiled {what} ({refusal}); "
+            + (
+                "it is built without it (a Binding at that batch uses the standard runner)"
+                if attempt.bound
+                else "the package is built without it (the dynamic model serves that batch)"
+            ),
+            SpecialisationWarning,
+            stacklevel=4,  # the caller of tdaot.build
+        )
+    return None
 
 
 def _serving(plan: ModelPlan) -> str:

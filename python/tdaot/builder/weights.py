@@ -22,7 +22,7 @@ from tensordict.nn import TensorDictModuleBase
 from tdaot import _C, _torch_compat
 from tdaot import keys as keyutil
 from tdaot.builder.compile import compile_model
-from tdaot.builder.export import export_policy
+from tdaot.builder.export import Traces
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.pipeline import _signing_key, file_sha256
 from tdaot.builder.tuning import ModelPlan, cache_key_parts
@@ -77,17 +77,14 @@ def export_weights(
         kernel_threads=first["kernel_threads"],
     )
     example = example if example is not None else _zeros_example(manifest)
-    exported = export_policy(policy, example, options)
-    weights = program_weights(exported.program)
+    traces = Traces(policy, example, options)
+    weights = program_weights(traces.main.program)
     models = {}
     with tempfile.TemporaryDirectory(prefix="tdaot-weights-") as staging:
         for spec in manifest.models:
             record = built[spec.name]
             plan = ModelPlan(**record["plan"])
-            program = exported.program
-            if plan.bound or (plan.batch is not None and exported.batch.dynamic):
-                specialised = options.replace(batch=plan.batch or "static")
-                program = export_policy(policy, example, specialised, own_outputs=plan.bound).program
+            program = traces.for_plan(plan)
             check_structure(program, record, base, spec.name)
             unit = os.path.join(staging, spec.name + ".pt2")
             compile_model(program, manifest, options, plan, unit)

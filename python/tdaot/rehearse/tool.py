@@ -40,16 +40,20 @@ class Rehearsal:
 
 
 def find_tool() -> str:
-    """The path of ``tdaot-rehearse``: ``$TDAOT_REHEARSE``, else on PATH, else the checkout's
-    build; RehearsalError saying how to get it when there is none."""
+    """The path of ``tdaot-rehearse``: ``$TDAOT_REHEARSE``, else the one inside the installed
+    tdaot package (the wheel's, or the editable install's: tdaot.tools), else on PATH, else the
+    checkout's build; RehearsalError saying how to get it when there is none."""
+    from tdaot import tools
+
     given = os.environ.get(ENV)
     if given and not os.access(given, os.X_OK):
         raise RehearsalError(f"{ENV}={given!r} is not an executable file")
-    found = given or shutil.which(TOOL) or (os.fspath(CHECKOUT) if os.access(CHECKOUT, os.X_OK) else None)
+    found = given or tools.find(TOOL) or shutil.which(TOOL)
     if found is None:
         raise RehearsalError(
-            f"{TOOL} was not found: not in ${ENV}, not on PATH, not at {CHECKOUT}. The C++ build makes it "
-            "where CMake finds MuJoCo (pip install mujoco-core==4.0.0, then make cpp)"
+            f"{TOOL} was not found: not in ${ENV}, not inside the tdaot package ({tools.PACKAGED / TOOL}), "
+            f"not on PATH, not at {CHECKOUT}. It is built where CMake finds MuJoCo: pip install "
+            "mujoco-core==4.0.0, then reinstall tdaot (in a checkout: make cpp)"
         )
     return found
 

@@ -69,6 +69,7 @@ def assert_parity(
     way (state from its previous step's ("next", k), zeros and is_init on reset rows), with rows
     reset before step LITE_RESET_STEP. ValueError when the package has no lite model.
     """
+    __tracebackhide__ = True  # a failure points at the test that asked, not at this helper
     if runtime not in RUNTIMES:
         raise ValueError(
             f"runtime={runtime!r}: expected 'torch' (the full runtime, in this process) or 'lite' "
@@ -122,6 +123,7 @@ def assert_statistical_parity(
     action) are compared as numbers, so a one-hot action's mean is the probability
     of each choice. Raises AssertionError with a table per key and statistic.
     """
+    __tracebackhide__ = True  # a failure points at the test that asked, not at this helper
     native = _load(artifact)
     manifest = native.manifest
     if manifest.interaction_type != "random":

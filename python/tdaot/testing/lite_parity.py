@@ -29,6 +29,7 @@ from tdaot.testing.report import (
 
 
 def assert_lite_parity(policy, artifact, example, batch_sizes, rtol, atol) -> ParityReport:
+    __tracebackhide__ = True  # a failure points at the test that asked, not at this helper
     path, manifest = _package(artifact)
     if manifest.interaction_type == "random":
         raise ValueError(

@@ -120,6 +120,10 @@ class ExecutionError(TdaotError):
     """The compiled model failed while running validated inputs."""
 
 
+class InternalError(TdaotError):
+    """tdaot broke one of its own invariants: a bug to report, never the caller's doing."""
+
+
 class WeightsError(TdaotError):
     """A weight file was refused (by ``tdaot.export_weights`` or ``swap_weights``): unreadable,
     truncated, its digest wrong, made for another package or architecture, or a tensor
@@ -204,6 +208,7 @@ __all__ = [
     "FactoryError",
     "HostMismatchError",
     "InputError",
+    "InternalError",
     "KeyNameError",
     "LayoutError",
     "LiteWarning",

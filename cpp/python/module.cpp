@@ -9,8 +9,8 @@
 #include "core/manifest/contract_internal.h"
 #include "core/manifest/manifest_internal.h"
 #include "tdaot/contract.h"
-#include "tdaot/policy.h"
-#include "tdaot/session.h"
+#include "tdaot/torch/policy.h"
+#include "tdaot/torch/session.h"
 
 namespace py = pybind11;
 
@@ -61,12 +61,22 @@ void translate(std::exception_ptr error) {
     raise_python("InvalidArgumentError", e.what());
   } catch (const tdaot::ExecutionError& e) {
     raise_python("ExecutionError", e.what());
+  } catch (const tdaot::InternalError& e) {
+    raise_python("InternalError", e.what());
   } catch (const tdaot::WeightsError& e) {
     py::object cls = py::module_::import("tdaot.errors").attr("WeightsError");
     PyErr_SetObject(cls.ptr(), cls(e.what(), e.path(), e.tensor()).ptr());
   } catch (const tdaot::Error& e) {
     raise_python("TdaotError", e.what());
   }
+}
+
+// {nonfinite, rate_limited}: what Session.interventions() and Binding.interventions() return.
+py::dict interventions_dict(const tdaot::Interventions& counts) {
+  py::dict result;
+  result["nonfinite"] = counts.nonfinite;
+  result["rate_limited"] = counts.rate_limited;
+  return result;
 }
 
 // The load options' one definition is tdaot::PolicyOptions: the binding's defaults, tdaot.load's
@@ -169,15 +179,17 @@ PYBIND11_MODULE(_C, m) {
           "Runs with inputs in manifest order; returns outputs in manifest order.")
       .def(
           "bind",
-          [](const tdaot::Policy& p, int64_t batch, bool cuda_graph) {
+          [](const tdaot::Policy& p, int64_t batch, bool cuda_graph, bool envelope) {
             tdaot::BindOptions options;
             options.cuda_graph = cuda_graph;
+            options.envelope = envelope;
             py::gil_scoped_release unlocked;
             return p.bind(batch, options);
           },
-          py::arg("batch"), py::arg("cuda_graph") = false,
+          py::arg("batch"), py::arg("cuda_graph") = false, py::arg("envelope") = false,
           "Preallocated inputs and outputs for `batch` rows (tdaot::Binding); cuda_graph: "
-          "capture the run as a CUDA graph and replay it per call (CUDA packages).")
+          "capture the run as a CUDA graph and replay it per call (CUDA packages); envelope: "
+          "the safety envelope around every run (interventions counts).")
       .def(
           "swap_weights",
           [](const tdaot::Policy& p, const std::string& path) {
@@ -241,6 +253,10 @@ PYBIND11_MODULE(_C, m) {
                              "The input tensors (the binding's own memory), in manifest order.")
       .def_property_readonly("outputs", &tdaot::Binding::outputs,
                              "The output tensors (the binding's own memory), in manifest order.")
+      .def_property_readonly(
+          "interventions",
+          [](const tdaot::Binding& b) { return interventions_dict(b.interventions()); },
+          "The envelope's interventions so far (bind(envelope=True); zeros without it).")
       .def("input", &tdaot::Binding::input, py::arg("key"), "The input tensor of a manifest key.")
       .def("output", &tdaot::Binding::output, py::arg("key"),
            "The output tensor of a manifest key.")
@@ -284,13 +300,7 @@ PYBIND11_MODULE(_C, m) {
                              "The state tensors (the session's own storage), keyed by input key.")
       .def_property_readonly(
           "interventions",
-          [](const tdaot::Session& s) {
-            const tdaot::Interventions& counts = s.interventions();
-            py::dict result;
-            result["nonfinite"] = counts.nonfinite;
-            result["rate_limited"] = counts.rate_limited;
-            return result;
-          },
+          [](const tdaot::Session& s) { return interventions_dict(s.interventions()); },
           "The safety envelope's interventions so far: steps by kind.")
       .def(
           "step",

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tdaot/binding.h"
 #include "tdaot/contract.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
@@ -164,6 +165,49 @@ TEST_F(ContractTest, AMaskedResetForgetsOnlyItsRows) {
   EXPECT_TRUE(at::allclose(second[0], run(b)[0]));  // reset: free to move
   EXPECT_TRUE(at::allclose(second[1], at::clamp(run(b)[1], first[1] - kMaxDelta,
                                                 first[1] + kMaxDelta), 0, 1e-6));
+}
+
+// A Binding bound with the envelope holds and limits exactly as a Session steps: one envelope.
+TEST_F(ContractTest, ABindingWithTheEnvelopeStepsLikeASession) {
+  Session session(policy(), 2);
+  BindOptions options;
+  options.envelope = true;
+  Binding binding = policy().bind(2, options);
+  at::Tensor observation = binding.input("observation");
+  const at::Tensor action = binding.output("action");
+  at::Tensor nan_input = at::zeros({2, 48});
+  nan_input[1][5] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<at::Tensor> steps{nan_input, at::full({2, 48}, -3.0), at::full({2, 48}, 3.0),
+                                      at::full({2, 48}, -3.0), at::full({2, 48}, 3.0)};
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (i == 3) {  // row 0 starts afresh, in both
+      session.reset(at::tensor({1, 0}).to(at::kBool));
+      binding.reset(std::vector<bool>{true, false});
+    }
+    const at::Tensor expected = session.step({{"observation", steps[i]}}).at("action");
+    observation.copy_(steps[i]);
+    binding.run();
+    EXPECT_TRUE(at::equal(action, expected)) << "step " << i;
+  }
+  EXPECT_EQ(binding.interventions().nonfinite, session.interventions().nonfinite);
+  EXPECT_EQ(binding.interventions().rate_limited, session.interventions().rate_limited);
+  EXPECT_EQ(binding.interventions().nonfinite, 1);
+  EXPECT_GE(binding.interventions().rate_limited, 2);
+}
+
+TEST_F(ContractTest, ABindingWithoutTheEnvelopeNeitherHoldsNorResets) {
+  Binding binding = policy().bind(1);
+  binding.input("observation").fill_(std::numeric_limits<float>::quiet_NaN());
+  binding.run();
+  EXPECT_TRUE(at::isnan(binding.output("action")).any().item<bool>());
+  EXPECT_EQ(binding.interventions().nonfinite, 0);
+  // Not recurrent and no envelope: nothing to reset.
+  EXPECT_TRUE(catch_error<InvalidArgumentError>([&] { binding.reset(); }));
+  BindOptions options;
+  options.envelope = true;
+  Binding enveloped = policy().bind(1, options);
+  enveloped.reset();  // the envelope's previous outputs are something to forget
+  EXPECT_TRUE(catch_error<ShapeError>([&] { enveloped.reset(std::vector<bool>{true, false}); }));
 }
 
 TEST_F(ContractTest, ASessionStepsAPackageWithoutStateOrContract) {

@@ -167,6 +167,14 @@ TEST(DispatchErrors, AModelLoadedAloneRefusesTheBatchesItDoesNotServe) {
   EXPECT_TRUE(Contains(error->what(), "its models: 'model' 1..64, 'b1' 1, 'b4' 4"));
 }
 
+// batch_sizes() (PolicyBase, the lite runtime's too) lists what the loaded models serve.
+TEST(Dispatch, BatchSizesAreThoseOfTheLoadedModels) {
+  std::vector<int64_t> all;
+  for (int64_t b = 1; b <= 64; ++b) all.push_back(b);
+  EXPECT_EQ(Policy(multi()).batch_sizes(), all);
+  EXPECT_EQ(load_only(multi(), "b4").batch_sizes(), (std::vector<int64_t>{4}));
+}
+
 TEST(DispatchErrors, AModelNameThePackageLacksIsRefused) {
   const auto error = catch_error<PackageError>([&] { load_only(multi(), "b2"); });
   ASSERT_TRUE(error);

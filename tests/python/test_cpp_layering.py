@@ -23,7 +23,10 @@ RUNTIME_INCLUDES = (
     "tdaot/lite.h",
     "tdaot/session.h",
     "tdaot/binding.h",
+    "tdaot/torch/",
 )
+# The headers at tdaot/'s top that only forward to tdaot/torch/ (kept for existing includes).
+FORWARDING_TO_TORCH = ("policy.h", "session.h", "binding.h", "types.h")
 
 
 def includes(path: Path) -> list[tuple[str, str]]:
@@ -108,6 +111,29 @@ def test_lite_header_reaches_no_torch_header():
     headers = CPP / "include"
     bad = [f"{name}: {inc}" for name in closure for _, inc in includes(headers / name) if TORCH.match(inc)]
     assert bad == []
+
+
+def test_only_the_torch_folder_reaches_torch():
+    # The naming rule of the public headers: what needs libtorch is under tdaot/torch/, and every
+    # other header (the core surface at the top, the robot helpers in tdaot/service/) is
+    # torch-free through its whole include closure.
+    headers = CPP / "include"
+    free = [
+        str(path.relative_to(headers))
+        for path in sources(headers / "tdaot")
+        if path.parent.name != "torch" and not (path.parent.name == "tdaot" and path.name in FORWARDING_TO_TORCH)
+    ]
+    assert "tdaot/lite.h" in free and "tdaot/service/terms.h" in free
+    bad = [
+        f"{name}: {inc}"
+        for header in free
+        for name in public_closure(header)
+        for _, inc in includes(headers / name)
+        if TORCH.match(inc)
+    ]
+    assert bad == []
+    for name in FORWARDING_TO_TORCH:  # each forwards to its tdaot/torch/ namesake, nothing else
+        assert [inc for _, inc in includes(headers / "tdaot" / name)] == [f"tdaot/torch/{name}"]
 
 
 def test_core_includes_neither_runtime():

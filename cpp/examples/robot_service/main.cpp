@@ -57,7 +57,7 @@ struct Args {
   int64_t steps = 1000;
   int64_t batch = 1;
   std::string joints_file;
-  tdaot::lite::Options options;
+  tdaot::lite::PolicyOptions options;
 };
 
 [[noreturn]] void usage(const std::string& problem) {

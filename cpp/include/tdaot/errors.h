@@ -154,6 +154,15 @@ class InvalidArgumentError : public Error {
   using Error::Error;
 };
 
+// The runtime broke one of its own invariants: a bug in tdaot, never something a caller, a
+// package or an input can cause (those are the classes above). Kept apart so that a service can
+// report it as a bug, and tests can assert that no path reaches it.
+class InternalError : public Error {
+ public:
+  // The message is prefixed with "internal: ", as every such report was before this class.
+  explicit InternalError(const std::string& message) : Error("internal: " + message) {}
+};
+
 // The compiled model itself failed while running validated inputs.
 class ExecutionError : public Error {
  public:

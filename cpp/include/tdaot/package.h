@@ -10,7 +10,7 @@
 namespace tdaot {
 
 // Which package files are accepted, and where they are unpacked: tdaot::PolicyOptions and
-// tdaot::lite::Options extend it.
+// tdaot::lite::PolicyOptions extend it.
 struct PackageOptions {
   // Pins the artifact: the sha256 of the whole package file (64 hex digits, either case), as
   // `sha256sum` prints it and tdaot's build report records it. When set, any other file is

@@ -6,8 +6,8 @@
 #include <optional>
 #include <utility>
 
+#include "core/run/binding_core.h"
 #include "core/run/buffer_envelope.h"
-#include "core/run/busy_guard.h"
 #include "core/run/carry.h"
 #include "lite/policy_impl.h"
 
@@ -56,11 +56,10 @@ size_t index_of(const std::vector<TensorSpec>& specs, const std::string& key, co
 
 }  // namespace
 
-struct Binding::Impl {
+struct Binding::Impl : detail::BindingCore {
   Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows, const BindOptions& options)
-      : policy(std::move(policy_impl)),
-        manifest(policy->manifest),
-        batch(rows),
+      : BindingCore(policy_impl->manifest, policy_impl->path, rows, kConcurrentUse),
+        policy(std::move(policy_impl)),
         model(policy->model_for(rows)),
         instance(*model.library),
         carry(manifest) {
@@ -117,7 +116,9 @@ struct Binding::Impl {
     if (!problem.empty()) fail(problem);
   }
 
-  void run() {
+  const std::string& model_name() const override { return model.spec.name; }
+
+  void step() override {
     call();
     if (envelope && !envelope->guard(input_data, output_data)) {
       // A non-finite step does not count: the state stays, is_init marks stay for the next run.
@@ -126,19 +127,22 @@ struct Binding::Impl {
     carry.after_step(*buffers);
   }
 
-  // A reset needs something to forget: a recurrent package's state, or the envelope's previous
-  // outputs (so the first run after it is not rate limited), as Session::reset does.
-  void require_resettable() const {
-    if (!manifest.recurrent && !envelope) {
-      throw InvalidArgumentError("package '" + policy->path +
-                  "' is not recurrent (its manifest has no 'recurrent' section) and the binding "
-                  "has no envelope: a binding of it has no state to reset");
+  void reset_rows(const std::vector<bool>* rows) override {
+    if (rows == nullptr) {
+      carry.reset(*buffers);
+      if (envelope) envelope->reset();
+      return;
     }
+    buffers->set_rows(*rows);
+    carry.reset_rows(*buffers);
+    if (envelope) envelope->reset(*rows);
+  }
+
+  const Interventions* envelope_counts() const override {
+    return envelope ? &envelope->interventions() : nullptr;
   }
 
   std::shared_ptr<const Policy::Impl> policy;
-  const Manifest& manifest;
-  int64_t batch;
   const Policy::Impl::Model& model;
   // The weights generation `instance` has, and the swapped-in constants it reads (lite/weights.h).
   uint64_t weights_generation = 0;
@@ -154,27 +158,12 @@ struct Binding::Impl {
   detail::Carry carry;                       // recurrent packages: the state and is_init inputs
   std::optional<detail::HostBuffers> buffers;  // the carry's view of the buffers
   std::optional<detail::BufferEnvelope> envelope;
-  Interventions no_interventions;
-  std::atomic<bool> busy{false};
 };
 
-Binding::Binding(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Binding::~Binding() = default;
-Binding::Binding(Binding&&) noexcept = default;
-Binding& Binding::operator=(Binding&&) noexcept = default;
-
-Binding::Impl& Binding::impl() const {
-  if (!impl_) {
-    throw InvalidArgumentError("this tdaot::lite::Binding was moved from; use the Binding it was moved to");
-  }
-  return *impl_;
-}
-
-int64_t Binding::batch() const { return impl().batch; }
-const std::string& Binding::model() const { return impl().model.spec.name; }
+Binding::Binding(std::unique_ptr<Impl> impl) : BindingBase(std::move(impl), "tdaot::lite::Binding") {}
 
 void* Binding::input_data(const std::string& key, DType dtype) {
-  Impl& self = impl();
+  Impl& self = core_as<Impl>();
   const size_t i = index_of(self.manifest.inputs, key, "input");
   if (self.inputs[i].dtype != dtype) {
     throw DtypeError(key, "input '" + key + "' has dtype " + dtype_name(self.inputs[i].dtype) +
@@ -184,7 +173,7 @@ void* Binding::input_data(const std::string& key, DType dtype) {
 }
 
 const void* Binding::output_data(const std::string& key, DType dtype) const {
-  const Impl& self = impl();
+  const Impl& self = core_as<Impl>();
   const size_t i = index_of(self.manifest.outputs, key, "output");
   if (self.outputs[i].dtype != dtype) {
     throw DtypeError(key, "output '" + key + "' has dtype " + dtype_name(self.outputs[i].dtype) +
@@ -194,51 +183,21 @@ const void* Binding::output_data(const std::string& key, DType dtype) const {
 }
 
 std::vector<int64_t> Binding::input_shape(const std::string& key) const {
-  const Impl& self = impl();
+  const Impl& self = core_as<Impl>();
   return self.inputs[index_of(self.manifest.inputs, key, "input")].shape;
 }
 
 std::vector<int64_t> Binding::output_shape(const std::string& key) const {
-  const Impl& self = impl();
+  const Impl& self = core_as<Impl>();
   return self.outputs[index_of(self.manifest.outputs, key, "output")].shape;
 }
 
-void Binding::run() {
-  Impl& self = impl();
-  detail::BusyGuard guard(self.busy, kConcurrentUse);
-  self.run();
-}
-
-void Binding::reset() {
-  Impl& self = impl();
-  self.require_resettable();
-  detail::BusyGuard guard(self.busy, kConcurrentUse);
-  self.carry.reset(*self.buffers);
-  if (self.envelope) self.envelope->reset();
-}
-
-void Binding::reset(const std::vector<bool>& mask) {
-  Impl& self = impl();
-  self.require_resettable();
-  detail::BusyGuard guard(self.busy, kConcurrentUse);
-  if (static_cast<int64_t>(mask.size()) != self.batch) {
-    throw ShapeError("", "the reset mask has " + std::to_string(mask.size()) +
-                             " values, but the binding has " + std::to_string(self.batch) +
-                             " rows (one bool per row)");
-  }
-  self.buffers->set_rows(mask);
-  self.carry.reset_rows(*self.buffers);
-  if (self.envelope) self.envelope->reset(mask);
-}
-
-const Interventions& Binding::interventions() const {
-  const Impl& self = impl();
-  return self.envelope ? self.envelope->interventions() : self.no_interventions;
-}
-
 Binding Policy::bind(int64_t batch, const BindOptions& options) const {
-  impl();  // throws for a moved-from Policy
-  return Binding(std::make_unique<Binding::Impl>(impl_, batch, options));
+  if (options.cuda_graph) {
+    throw InvalidArgumentError("BindOptions::cuda_graph is for CUDA packages on the full runtime "
+                               "(tdaot::Policy); the lite runtime runs CPU models only");
+  }
+  return Binding(std::make_unique<Binding::Impl>(shared_core_as<Impl>(), batch, options));
 }
 
 }  // namespace tdaot::lite

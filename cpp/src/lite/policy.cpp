@@ -6,9 +6,7 @@
 #include <utility>
 
 #include "core/host/host.h"
-#include "core/package/digest.h"
 #include "core/package/package.h"
-#include "core/weights/weights_file.h"
 #include "lite/policy_impl.h"
 #include "lite/shim/shim.h"
 
@@ -71,18 +69,13 @@ std::vector<std::string> tdaot::detail::unprovided(const std::vector<std::string
 
 namespace tdaot::lite {
 
-Policy::Impl::Impl(const std::string& package_path, const Options& options) : path(package_path) {
-  make_provided_symbols_global();
-  // The bytes are read, pinned, verified and signature-checked by the core, then dropped once
-  // the models are loaded: the process keeps only the manifest and the mapped libraries.
-  const detail::Package package(package_path, options);
-  manifest = package.manifest();
-  sha256 = package.sha256();
-  manifest_sha256 = detail::sha256_hex(package.manifest_bytes());
-  trusted_keys = detail::load_public_keys(options.trusted_keys, path);
-  const auto built_with = package.metadata().find(detail::kWeightsMetadataKey);
-  live_weights = std::make_unique<detail::LiteWeights>(
-      built_with == package.metadata().end() ? std::string() : built_with->second);
+// The bytes are read, pinned, verified and signature-checked by the core, then dropped once the
+// models are loaded: the process keeps only the manifest and the mapped libraries.
+Policy::Impl::Impl(const std::string& package_path, const PolicyOptions& options)
+    : Impl((make_provided_symbols_global(), detail::Package(package_path, options)), options) {}
+
+Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& options)
+    : PolicyCore(package, options) {
   detail::HostInfo host;  // no torch, no CUDA: the version check gives way to the needs check
   host.cpu_features = detail::cpu_features();
   detail::check_host(manifest, path, host);
@@ -123,17 +116,13 @@ Policy::Impl::Impl(const std::string& package_path, const Options& options) : pa
     auto weights = std::make_unique<detail::LiteModelWeights>(*library);
     models.push_back(Model{spec, std::move(library), std::move(weights)});
   }
+  for (const Model& model : models) loaded_specs.push_back(&model.spec);
   // The extracted files go with `files`; the libraries stay mapped.
 }
 
 const Policy::Impl::Model& Policy::Impl::model_for(int64_t batch) const {
-  const Model* best = nullptr;
-  for (const Model& model : models) {
-    if (!model.spec.batch.contains(batch)) continue;
-    const int64_t width = model.spec.batch.max - model.spec.batch.min;
-    if (best == nullptr || width < best->spec.batch.max - best->spec.batch.min) best = &model;
-  }
-  if (best != nullptr) return *best;
+  const size_t best = model_index(batch);
+  if (best != npos) return models[best];
   std::string served;
   for (int64_t size : batch_sizes()) served += (served.empty() ? "" : ", ") + std::to_string(size);
   throw BatchSizeError("", "package '" + path + "' has no lite model for batch size " +
@@ -141,56 +130,26 @@ const Policy::Impl::Model& Policy::Impl::model_for(int64_t batch) const {
                                served + " (models: " + manifest.describe_models() + ")");
 }
 
-std::vector<int64_t> Policy::Impl::batch_sizes() const {
-  std::vector<int64_t> sizes;
-  for (const Model& model : models) {
-    for (int64_t b = model.spec.batch.min; b <= model.spec.batch.max; ++b) sizes.push_back(b);
-  }
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  return sizes;
-}
-
-std::vector<detail::LiteWeights::Target> Policy::Impl::weight_targets() const {
-  std::vector<detail::LiteWeights::Target> targets;
-  for (const Model& model : models) targets.push_back({model.spec.name, model.weights.get()});
-  return targets;
-}
-
 std::string Policy::Impl::describe(const Model& model) const {
   return "model '" + model.spec.name + "' of package '" + path + "'";
 }
 
-Policy::Policy(const std::string& package_path, const Options& options)
-    : impl_(std::make_shared<const Impl>(package_path, options)) {}
-Policy::~Policy() = default;
-Policy::Policy(Policy&&) noexcept = default;
-Policy& Policy::operator=(Policy&&) noexcept = default;
-
-const Policy::Impl& Policy::impl() const {
-  if (!impl_) throw InvalidArgumentError("this tdaot::lite::Policy was moved from; use the Policy it was moved to");
-  return *impl_;
+Policy::Policy(const std::string& package_path, const PolicyOptions& options)
+    : PolicyBase(std::make_shared<const Impl>(package_path, options), "tdaot::lite::Policy") {}
+std::vector<detail::SwapTarget> Policy::Impl::swap_targets() const {
+  std::vector<detail::SwapTarget> targets;
+  for (const Model& model : models) targets.push_back(detail::swap_target(model.spec.name, *model.weights));
+  return targets;
 }
 
-const Manifest& Policy::manifest() const { return impl().manifest; }
-const std::optional<Contract>& Policy::contract() const { return impl().manifest.contract; }
-const std::string& Policy::path() const { return impl().path; }
-const std::string& Policy::sha256() const { return impl().sha256; }
-std::vector<int64_t> Policy::batch_sizes() const { return impl().batch_sizes(); }
-
-void Policy::swap_weights(const std::string& weights_path) const {
-  const Impl& self = impl();
-  const detail::WeightFile file = detail::read_swap_file(weights_path, self.trusted_keys);
-  std::vector<std::string> names;
-  for (const ModelSpec& model : self.manifest.models) names.push_back(model.name);
-  self.live_weights->swap(file, self.manifest_sha256, names, self.weight_targets());
+void Policy::Impl::apply_swap(
+    const detail::WeightFile&,
+    const std::vector<std::map<std::string, detail::WeightTensor>>& per_model) const {
+  for (size_t i = 0; i < models.size(); ++i) detail::publish_swap(per_model[i], *models[i].weights);
 }
 
-void Policy::rollback_weights() const {
-  const Impl& self = impl();
-  self.live_weights->rollback(self.weight_targets(), self.path);
+void Policy::Impl::exchange_weights() const {
+  for (const Model& model : models) model.weights->sets().exchange();
 }
-
-std::string Policy::weights_sha256() const { return impl().live_weights->sha256(); }
 
 }  // namespace tdaot::lite

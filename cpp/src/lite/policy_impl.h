@@ -8,6 +8,7 @@
 
 #include "core/package/signature.h"
 #include "core/run/model_library.h"
+#include "core/run/policy_core.h"
 #include "lite/weights.h"
 #include "tdaot/lite.h"
 
@@ -20,7 +21,7 @@ std::vector<std::string> unprovided(const std::vector<std::string>& needs);
 
 namespace tdaot::lite {
 
-struct Policy::Impl {
+struct Policy::Impl : detail::PolicyCore {
   // One loaded lite model: its manifest entry, its library's entry points and its swappable
   // constants (lite/weights.h).
   struct Model {
@@ -29,29 +30,25 @@ struct Policy::Impl {
     std::unique_ptr<detail::LiteModelWeights> weights;
   };
 
-  Impl(const std::string& package_path, const Options& options);
+  Impl(const std::string& package_path, const PolicyOptions& options);
 
-  // The lite model serving `batch` (the narrowest range, as Manifest::model_for); throws
-  // BatchSizeError naming the served batch sizes.
+  // The lite model serving `batch` (PolicyCore::model_index); throws BatchSizeError naming the
+  // served batch sizes.
   const Model& model_for(int64_t batch) const;
-  std::vector<int64_t> batch_sizes() const;
   // "model 'b1' (batch 1) of package 'p.pt2'", for messages.
   std::string describe(const Model& model) const;
 
-  // The loaded models as LiteWeights::swap and rollback take them.
-  std::vector<detail::LiteWeights::Target> weight_targets() const;
+  // PolicyCore's weight swap steps: each model's live constant set, picked up by its bindings'
+  // next run.
+  std::vector<detail::SwapTarget> swap_targets() const override;
+  void apply_swap(const detail::WeightFile& file,
+                  const std::vector<std::map<std::string, detail::WeightTensor>>& per_model) const override;
+  void exchange_weights() const override;
 
-  std::string path;
-  std::string sha256;
-  // The sha256 of the manifest bytes: what a weight file is matched by (weights_check.h).
-  std::string manifest_sha256;
-  Manifest manifest;
-  std::vector<Model> models;
-  // Options::trusted_keys as loaded with the package: swap_weights checks weight files against
-  // these, not against whatever the key files hold later.
-  std::vector<detail::PublicKey> trusted_keys;
-  // Which weights are live; behind a pointer, as Impl is shared const.
-  std::unique_ptr<detail::LiteWeights> live_weights;
+  std::vector<Model> models;  // in the order of PolicyCore::loaded_specs
+
+ private:
+  Impl(const detail::Package& package, const PolicyOptions& options);
 };
 
 }  // namespace tdaot::lite

@@ -125,41 +125,20 @@ void LiteModelWeights::refresh(aoti::ModelHandle instance, uint64_t& seen,
   seen = generation;
 }
 
-std::string LiteWeights::sha256() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  return ledger_.live();
+SwapTarget swap_target(const std::string& name, LiteModelWeights& weights) {
+  const ConstantTable& table = weights.table();  // read at the first swap
+  return {name, &table, weights.unswappable()};
 }
 
-void LiteWeights::swap(const WeightFile& file, const std::string& manifest_sha256,
-                       const std::vector<std::string>& package_models,
-                       const std::vector<Target>& targets) {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<SwapTarget> checked;
-  for (const Target& target : targets) {
-    const ConstantTable& table = target.weights->table();
-    checked.push_back({target.name, &table, target.weights->unswappable()});
+void publish_swap(const std::map<std::string, WeightTensor>& constants, LiteModelWeights& weights) {
+  auto set = std::make_shared<LiteConstantSet>();
+  const ConstantTable& table = weights.table();
+  for (const auto& [name, tensor] : constants) {
+    const std::vector<int64_t>& strides = table.at(name).strides;
+    const WeightTensor laid = in_layout(tensor, strides);
+    set->push_back({name, laid.dtype, laid.shape, strides, laid.data.get(), laid.data});
   }
-  const auto per_model = check_swap(file, manifest_sha256, package_models, checked);
-  // Everything is checked: from here on, nothing can fail but memory.
-  ledger_.swapping();
-  for (size_t i = 0; i < targets.size(); ++i) {
-    auto set = std::make_shared<LiteConstantSet>();
-    const ConstantTable& table = targets[i].weights->table();
-    for (const auto& [name, tensor] : per_model[i]) {
-      const std::vector<int64_t>& strides = table.at(name).strides;
-      const WeightTensor laid = in_layout(tensor, strides);
-      set->push_back({name, laid.dtype, laid.shape, strides, laid.data.get(), laid.data});
-    }
-    targets[i].weights->sets().publish(std::move(set));
-  }
-  ledger_.swapped(file.weights_sha256);
-}
-
-void LiteWeights::rollback(const std::vector<Target>& targets, const std::string& package_path) {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  ledger_.check_rollback(package_path);
-  for (const Target& target : targets) target.weights->sets().exchange();
-  ledger_.rolled_back();
+  weights.sets().publish(std::move(set));
 }
 
 }  // namespace tdaot::detail

@@ -66,26 +66,10 @@ class LiteModelWeights {
   LiveSet<LiteConstantSet> sets_;
 };
 
-// The policy-wide part: which weights are live, serialised swaps and rollbacks.
-class LiteWeights {
- public:
-  explicit LiteWeights(std::string built_with) : ledger_(std::move(built_with)) {}
-  std::string sha256() const;
-
-  struct Target {
-    std::string name;
-    LiteModelWeights* weights;
-  };
-  // Checks `file` (its signature already checked) against every target, all before anything
-  // changes, and makes it live. `manifest_sha256` identifies the package (weights_check.h).
-  void swap(const WeightFile& file, const std::string& manifest_sha256,
-            const std::vector<std::string>& package_models, const std::vector<Target>& targets);
-  // Makes the previous weights live again (and the live ones previous).
-  void rollback(const std::vector<Target>& targets, const std::string& package_path);
-
- private:
-  mutable std::mutex mutex_;
-  WeightsLedger ledger_;
-};
+// A lite model's steps of a swap; the lock, the ledger and the file's checks are the core's
+// (core/run/policy_core.h), shared with the full runtime. Each set is published to the model's
+// bindings, which pick it up at their next run.
+SwapTarget swap_target(const std::string& name, LiteModelWeights& weights);
+void publish_swap(const std::map<std::string, WeightTensor>& constants, LiteModelWeights& weights);
 
 }  // namespace tdaot::detail

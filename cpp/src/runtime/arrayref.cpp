@@ -10,7 +10,7 @@
 #include "core/run/model_library.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
-#include "tdaot/types.h"
+#include "tdaot/torch/types.h"
 
 namespace tdaot::detail {
 namespace {
@@ -107,7 +107,7 @@ int32_t aoti_dtype(c10::ScalarType dtype) {
     case c10::ScalarType::Char: return aoti_torch_dtype_int8();
     case c10::ScalarType::Byte: return aoti_torch_dtype_uint8();
     case c10::ScalarType::Bool: return aoti_torch_dtype_bool();
-    default: throw Error("internal: dtype " + dtype_name(dtype) + " is not a manifest dtype");
+    default: throw InternalError("dtype " + dtype_name(dtype) + " is not a manifest dtype");
   }
 }
 

@@ -1,19 +1,21 @@
 // tdaot::Binding: owned inputs and outputs for one batch size, run in place; on a model with the
 // minimal arrayref interface through its plain C entry point (see tdaot/binding.h).
-#include "tdaot/binding.h"
+#include "tdaot/torch/binding.h"
 
 #include <ATen/Functions.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <utility>
 
 #include "core/manifest/manifest_internal.h"
-#include "core/run/busy_guard.h"
+#include "core/run/binding_core.h"
 #include "core/run/carry.h"
 #include "runtime/carry_buffers.h"
 #include "runtime/cuda_graph.h"
+#include "runtime/envelope.h"
 #include "runtime/policy_impl.h"
 
 namespace tdaot {
@@ -39,13 +41,16 @@ const at::Tensor& find(const std::vector<TensorSpec>& specs, const std::vector<a
 
 }  // namespace
 
-struct Binding::Impl {
+struct Binding::Impl : detail::BindingCore {
   Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows, const BindOptions& options);
-  ~Impl();
-  Impl(const Impl&) = delete;
-  Impl& operator=(const Impl&) = delete;
+  ~Impl() override;
 
-  void run();
+  const std::string& model_name() const override { return model->spec->name; }
+  void step() override;
+  void reset_rows(const std::vector<bool>* rows) override;
+  const Interventions* envelope_counts() const override {
+    return envelope ? &envelope->interventions() : nullptr;
+  }
   // The allocation-free path: the model's C entry point on the owned buffers.
   void run_arrayref();
   // AOTInductor's runner on the owned inputs, its outputs copied into the owned ones.
@@ -55,11 +60,8 @@ struct Binding::Impl {
   // Throws tdaot::Error when an input or output no longer has the memory it was bound with.
   void check_bound_memory() const;
   [[noreturn]] void fail(const std::string& problem) const;
-  void require_recurrent() const;
 
   std::shared_ptr<const Policy::Impl> policy;
-  const Manifest& manifest;
-  int64_t batch;
   const Policy::Impl::Model* model;
   std::vector<at::Tensor> inputs;
   std::vector<at::Tensor> outputs;
@@ -72,15 +74,19 @@ struct Binding::Impl {
   std::vector<AOTInductorArrayRefTensor> out;  // filled by each call: the library's own arrays
   std::vector<void*> input_data;               // the owned inputs' memory, as bound
   std::vector<void*> output_data;              // the owned outputs' memory, as bound
+  std::vector<std::vector<int64_t>> input_sizes;   // their sizes, as bound
+  std::vector<std::vector<int64_t>> output_sizes;
   std::vector<detail::OutputSlot> output_slots;  // where each call's outputs are copied
   detail::Carry carry;  // recurrent packages: the state and is_init inputs
   std::unique_ptr<detail::CudaGraphRun> graph;  // BindOptions::cuda_graph
-  std::atomic<bool> busy{false};
+  std::optional<detail::Envelope> envelope;      // BindOptions::envelope
 };
 
 Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows,
                     const BindOptions& options)
-    : policy(std::move(policy_impl)), manifest(policy->manifest), batch(rows), carry(manifest) {
+    : BindingCore(policy_impl->manifest, policy_impl->path, rows, kConcurrentUse),
+      policy(std::move(policy_impl)),
+      carry(manifest) {
   detail::check_batch_in_range(manifest, policy->path, batch, "a binding");
   model = &policy->model_for(batch, "");
   for (const TensorSpec& spec : manifest.inputs) inputs.push_back(zeros(batch, spec, policy->device));
@@ -89,13 +95,20 @@ Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
   }
   detail::TensorBuffers buffers(inputs);
   carry.reset(buffers);  // every row starts new
-  for (const at::Tensor& input : inputs) input_data.push_back(input.data_ptr());
-  for (const at::Tensor& output : outputs) output_data.push_back(output.data_ptr());
+  for (const at::Tensor& input : inputs) {
+    input_data.push_back(input.data_ptr());
+    input_sizes.push_back(input.sizes().vec());
+  }
+  for (const at::Tensor& output : outputs) {
+    output_data.push_back(output.data_ptr());
+    output_sizes.push_back(output.sizes().vec());
+  }
   if (options.cuda_graph) {
     set_up_cuda_graph();
   } else if (model->arrayref) {
     set_up_arrayref();
   }
+  if (options.envelope) envelope.emplace(manifest, batch);
 }
 
 void Binding::Impl::set_up_cuda_graph() {
@@ -150,15 +163,24 @@ void Binding::Impl::fail(const std::string& problem) const {
                        " (binding of batch size " + std::to_string(batch) + ")");
 }
 
-void Binding::Impl::require_recurrent() const {
-  if (!manifest.recurrent) {
-    throw InvalidArgumentError("package '" + policy->path +
-                "' is not recurrent (its manifest has no 'recurrent' section): a binding of it "
-                "has no state to reset");
+void Binding::Impl::reset_rows(const std::vector<bool>* rows) {
+  detail::TensorBuffers buffers(inputs);
+  if (rows == nullptr) {
+    carry.reset(buffers);
+    if (envelope) envelope->reset();
+    return;
   }
+  // The carry selects rows by a bool tensor on the policy's device.
+  at::Tensor mask = at::empty({batch}, at::TensorOptions().dtype(at::kBool));
+  bool* data = mask.mutable_data_ptr<bool>();
+  for (int64_t row = 0; row < batch; ++row) data[row] = (*rows)[static_cast<size_t>(row)];
+  mask = mask.to(policy->device);
+  buffers.set_rows(mask);
+  carry.reset_rows(buffers);
+  if (envelope) envelope->reset(*rows);
 }
 
-void Binding::Impl::run() {
+void Binding::Impl::step() {
   policy->apply_intra_op_threads();
   if (graph) {
     check_bound_memory();
@@ -168,23 +190,25 @@ void Binding::Impl::run() {
   } else {
     run_runner();
   }
+  // A non-finite step does not count: the state stays, is_init marks stay for the next run.
+  if (envelope && !envelope->guard(inputs, outputs)) return;
   detail::TensorBuffers buffers(inputs, outputs);
   carry.after_step(buffers);
 }
 
 void Binding::Impl::check_bound_memory() const {
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].data_ptr() != input_data[i]) {
-      throw Error("input '" + manifest.inputs[i].key +
-                  "' of the binding no longer has the memory it was bound with (resize_ or "
-                  "set_?); write a binding's tensors in place");
+    if (inputs[i].data_ptr() != input_data[i] || !inputs[i].sizes().equals(input_sizes[i])) {
+      throw InvalidArgumentError("input '" + manifest.inputs[i].key +
+                  "' of the binding no longer has the memory it was bound with "
+                  "(resize_ or set_?); write a binding's tensors in place");
     }
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
-    if (outputs[i].data_ptr() != output_data[i]) {
-      throw Error("output '" + manifest.outputs[i].key +
-                  "' of the binding no longer has the memory it was bound with (resize_ or "
-                  "set_?); read a binding's tensors in place");
+    if (outputs[i].data_ptr() != output_data[i] || !outputs[i].sizes().equals(output_sizes[i])) {
+      throw InvalidArgumentError("output '" + manifest.outputs[i].key +
+                  "' of the binding no longer has the memory it was bound with "
+                  "(resize_ or set_?); read a binding's tensors in place");
     }
   }
 }
@@ -205,77 +229,44 @@ void Binding::Impl::run_arrayref() {
 }
 
 void Binding::Impl::run_runner() {
-  policy->validator.check_positional(inputs);  // a tensor resized by its user is refused here
-  const std::vector<at::Tensor> results = policy->execute(*model, inputs);
-  for (size_t i = 0; i < results.size(); ++i) {
-    if (results[i].sizes() != outputs[i].sizes()) {
-      fail("returned output '" + manifest.outputs[i].key + "' of shape " +
-           format_shape(results[i].sizes().vec()) + ", expected " +
-           format_shape(outputs[i].sizes().vec()));
-    }
-    outputs[i].copy_(results[i]);
-  }
+  // The plain call's code (Policy::Impl::execute: the model for the batch, its chunking), on
+  // the binding's own inputs, the results copied into its outputs by memory. The inputs were
+  // valid when bound; a tensor resized or re-pointed by its user since is refused here, and
+  // nothing else about them can change, so the validator the plain call runs is not needed.
+  check_bound_memory();
+  policy->execute_into(*model, inputs, outputs);
 }
 
-Binding::Binding(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Binding::~Binding() = default;
-Binding::Binding(Binding&&) noexcept = default;
-Binding& Binding::operator=(Binding&&) noexcept = default;
+Binding::Binding(std::unique_ptr<Impl> impl) : BindingBase(std::move(impl), "tdaot::Binding") {}
 
-Binding::Impl& Binding::impl() const {
-  if (!impl_) throw InvalidArgumentError("this tdaot::Binding was moved from; use the Binding it was moved to");
-  return *impl_;
-}
+bool Binding::allocation_free() const { return core_as<Impl>().handle != nullptr; }
 
-int64_t Binding::batch() const { return impl().batch; }
-
-const std::string& Binding::model() const { return impl().model->spec->name; }
-
-bool Binding::allocation_free() const { return impl().handle != nullptr; }
-
-bool Binding::cuda_graph() const { return impl().graph != nullptr; }
+bool Binding::cuda_graph() const { return core_as<Impl>().graph != nullptr; }
 
 at::Tensor Binding::input(const std::string& key) const {
-  const Impl& self = impl();
+  const Impl& self = core_as<Impl>();
   return find(self.manifest.inputs, self.inputs, key, "input");
 }
 
 at::Tensor Binding::output(const std::string& key) const {
-  const Impl& self = impl();
+  const Impl& self = core_as<Impl>();
   return find(self.manifest.outputs, self.outputs, key, "output");
 }
 
-const std::vector<at::Tensor>& Binding::inputs() const { return impl().inputs; }
+const std::vector<at::Tensor>& Binding::inputs() const { return core_as<Impl>().inputs; }
 
-const std::vector<at::Tensor>& Binding::outputs() const { return impl().outputs; }
-
-void Binding::run() {
-  Impl& self = impl();
-  detail::BusyGuard guard(self.busy, kConcurrentUse);
-  self.run();
-}
-
-void Binding::reset() {
-  Impl& self = impl();
-  self.require_recurrent();
-  detail::BusyGuard guard(self.busy, kConcurrentUse);
-  detail::TensorBuffers buffers(self.inputs);
-  self.carry.reset(buffers);
-}
+const std::vector<at::Tensor>& Binding::outputs() const { return core_as<Impl>().outputs; }
 
 void Binding::reset(const at::Tensor& mask) {
-  Impl& self = impl();
-  self.require_recurrent();
-  detail::BusyGuard guard(self.busy, kConcurrentUse);
+  const Impl& self = core_as<Impl>();
   detail::check_reset_mask(mask, self.batch, self.policy->device, "binding");
-  detail::TensorBuffers buffers(self.inputs);
-  buffers.set_rows(mask);
-  self.carry.reset_rows(buffers);
+  const at::Tensor rows = mask.to(at::kCPU).contiguous();
+  const bool* selected = rows.const_data_ptr<bool>();
+  BindingBase::reset(std::vector<bool>(selected, selected + self.batch));
 }
 
 Binding Policy::bind(int64_t batch, const BindOptions& options) const {
-  impl();  // throws for a moved-from Policy
-  return Binding(std::make_unique<Binding::Impl>(impl_, batch, options));
+  return Binding(std::make_unique<Binding::Impl>(shared_core_as<Impl>(), batch, options));
 }
 
 }  // namespace tdaot

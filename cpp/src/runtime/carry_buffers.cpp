@@ -10,7 +10,7 @@ namespace tdaot::detail {
 
 void TensorBuffers::copy(size_t input, size_t output) {
   at::Tensor& state = inputs_[input];
-  if (outputs_ == nullptr) throw Error("internal: a reset's carry buffers copied an output");
+  if (outputs_ == nullptr) throw InternalError("a reset's carry buffers copied an output");
   const at::Tensor& next = (*outputs_)[output];
   // Same dtype and shape (the manifest's); a runner's output need not be contiguous.
   if (state.is_cpu() && next.is_cpu() && next.is_contiguous() && state.is_contiguous()) {
@@ -30,7 +30,7 @@ void TensorBuffers::fill(size_t input, bool one) {
 }
 
 void TensorBuffers::fill_rows(size_t input, bool one) {
-  if (mask_ == nullptr) throw Error("internal: carry buffers filled rows without a mask");
+  if (mask_ == nullptr) throw InternalError("carry buffers filled rows without a mask");
   fill_masked_rows(inputs_[input], *mask_, one);
 }
 

@@ -1,11 +1,13 @@
-// Internal: the safety envelope of a tdaot::Session. After each step it checks that every
-// floating input and output element is finite (else the step's outputs are replaced by the
-// previous step's and the step does not count: the caller keeps its state), and moves each
-// output with a contract max_delta at most that far per element from the previous step's
-// output. Row by row, the first step after creation or a reset is not rate limited.
+// Internal: the safety envelope of the full runtime's Session and Binding, over at::Tensor. The
+// rules live once, in core/run/buffer_envelope.h (the lite runtime runs the same code): after
+// each step every floating input and output element must be finite (else the outputs become
+// the previous step's and the caller keeps its state), and each output with a contract
+// max_delta moves at most that far per element (not on a row's first step after creation or a
+// reset).
 //
-// On CPU packages (contiguous tensors) the guard reads and writes the tensors' memory directly
-// and allocates nothing; elsewhere it goes through tensor operations.
+// This class only hands tensor memory to it: CPU contiguous tensors (every CPU package's, the
+// validator refuses other layouts) by pointer, allocating nothing; anything else (CUDA) through
+// host copies, the outputs written back after the guard.
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -13,8 +15,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/run/buffer_envelope.h"
+#include "tdaot/envelope.h"
 #include "tdaot/manifest.h"
-#include "tdaot/session.h"
 
 namespace tdaot::detail {
 
@@ -28,26 +31,23 @@ class Envelope {
   bool guard(const std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs);
   // Forgets the previous outputs of every row (they read as each output's rest value again).
   void reset();
-  // The same for the rows where the checked bool [batch] `mask` is true.
+  // The same for the rows where the checked bool [batch] `mask` (any device) is true.
   void reset(const at::Tensor& mask);
+  // The same for the rows where mask[row] is true (batch values, checked by the caller).
+  void reset(const std::vector<bool>& mask);
 
-  const Interventions& interventions() const noexcept { return counts_; }
+  const Interventions& interventions() const noexcept { return core_.interventions(); }
 
  private:
-  struct Output {
-    at::Tensor previous;            // CPU, contiguous, [batch, *shape]: what the last step gave
-    std::vector<double> rest;       // per element of a row: before the first step
-    std::vector<double> max_delta;  // per element of a row; empty: not rate limited
-  };
-
-  void forget_row(int64_t row);
-  // Clamps `work` (CPU contiguous) to previous +- max_delta on rows not fresh; true if any moved.
-  bool limit(const Output& output, at::Tensor& work) const;
-
+  BufferEnvelope core_;
   int64_t batch_;
-  std::vector<Output> outputs_;
-  std::vector<uint8_t> fresh_;  // per row: no step since creation or reset (not rate limited)
-  Interventions counts_;
+  // Reused by every guard() and reset(mask): the CPU path allocates nothing.
+  std::vector<const void*> input_data_;
+  std::vector<void*> output_data_;
+  std::vector<bool> rows_;
+  // Host copies of tensors off the CPU fast path (CUDA), made by the guard that needs them.
+  std::vector<at::Tensor> staged_inputs_;
+  std::vector<at::Tensor> staged_outputs_;
 };
 
 }  // namespace tdaot::detail

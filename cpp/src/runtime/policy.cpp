@@ -1,6 +1,6 @@
 // tdaot::Policy: package checks (package.h), host checks, then AOTInductor's runner behind input
 // validation.
-#include "tdaot/policy.h"
+#include "tdaot/torch/policy.h"
 
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
@@ -8,9 +8,10 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
-#include "core/package/digest.h"
+#include "core/manifest/manifest_internal.h"
 #include "runtime/torch_host.h"
 #include "runtime/ops.h"
 #include "runtime/policy_impl.h"
@@ -141,17 +142,12 @@ Policy::Impl::Impl(std::string package_path, const PolicyOptions& opts)
 
 // The package (and its bytes in memory) lives only until this constructor returns.
 Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& opts)
-    : path(package.path()),
+    : PolicyCore(package, opts),
       options(opts),
-      sha256(package.sha256()),
-      manifest_sha256(detail::sha256_hex(package.manifest_bytes())),
       metadata(package.metadata()),
-      manifest(package.manifest()),
       // Packages built for another host are refused before their library is even extracted.
       device((detail::check_host(manifest, path, detail::current_host()), model_device(manifest, options, path))),
-      validator(manifest, device),
-      // Kept loaded for swap_weights (the package was just verified with the same keys).
-      trusted_keys(detail::load_public_keys(options.trusted_keys, path)) {
+      validator(manifest, device) {
   if (options.intra_op_threads > 0) at::set_num_threads(options.intra_op_threads);
   detail::load_op_libraries(options.op_libraries);
   detail::check_custom_ops(manifest, path);
@@ -183,9 +179,7 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& opts)
     }
     models.push_back(std::move(model));
   }
-  const auto built_with = metadata.find(detail::kWeightsMetadataKey);
-  live_weights = std::make_unique<detail::LiveWeights>(
-      built_with == metadata.end() ? std::string() : built_with->second);
+  for (const Model& model : models) loaded_specs.push_back(model.spec);
   warm_up();
   // CPU kernels are all in the libraries, which stay mapped: the files are no longer needed, so
   // nothing is left behind even if the process is killed later. CUDA kernels load lazily.
@@ -208,17 +202,9 @@ void Policy::Impl::warm_up() const {
 }
 
 const Policy::Impl::Model& Policy::Impl::model_for(int64_t batch, const std::string& key) const {
-  // The narrowest range holding the batch, ties to the first listed (Manifest::model_for), among
-  // the loaded models: no allocation, a few comparisons.
-  const Model* best = nullptr;
-  for (const Model& model : models) {
-    const BatchRange& range = model.spec->batch;
-    if (!range.contains(batch)) continue;
-    if (best == nullptr || range.max - range.min < best->spec->batch.max - best->spec->batch.min) {
-      best = &model;
-    }
-  }
-  if (best != nullptr) return *best;
+  // Manifest::model_for's rule among the loaded models: no allocation, a few comparisons.
+  const size_t best = model_index(batch);
+  if (best != npos) return models[best];
   // Only with PolicyOptions::model_name: every batch of the range is served by some model.
   std::string loaded;
   for (const Model& model : models) loaded += (loaded.empty() ? "'" : ", '") + model.spec->name + "'";
@@ -285,6 +271,66 @@ std::vector<at::Tensor> Policy::Impl::execute(const Model& model,
   return execute_runner(model, inputs);
 }
 
+namespace {
+
+// Copies `from` into `to`: by memory when both are CPU contiguous of one dtype and size (a
+// binding's outputs, a runner's results), which skips the dispatcher's few microseconds per
+// tensor; else copy_. Throws ExecutionError via `fail` when the sizes differ.
+template <typename Fail>
+void copy_output(at::Tensor& to, const at::Tensor& from, const Fail& fail) {
+  if (!to.sizes().equals(from.sizes())) fail(to, from);
+  if (to.is_cpu() && from.is_cpu() && to.is_contiguous() && from.is_contiguous() &&
+      to.scalar_type() == from.scalar_type()) {
+    std::memcpy(to.mutable_data_ptr(), from.const_data_ptr(), from.nbytes());
+  } else {
+    to.copy_(from);
+  }
+}
+
+}  // namespace
+
+void Policy::Impl::execute_into(const Model& model, const std::vector<at::Tensor>& inputs,
+                                std::vector<at::Tensor>& outputs) const {
+  const auto fail = [&](const at::Tensor& to, const at::Tensor& from) {
+    const size_t i = static_cast<size_t>(&to - outputs.data());
+    throw ExecutionError(describe(model) + ": the compiled model returned output '" +
+                         manifest.outputs[i].key + "' of shape " + format_shape(from.sizes().vec()) +
+                         ", expected " + format_shape(to.sizes().vec()));
+  };
+  apply_intra_op_threads();
+  const int64_t batch = inputs.front().size(0);
+  const std::optional<int64_t>& rows = model.spec->chunk_rows;
+  if (model.instances || !rows || batch <= *rows) {
+    const std::vector<at::Tensor> results =
+        model.instances ? execute_arrayref(model, inputs) : execute_runner(model, inputs);
+    for (size_t i = 0; i < results.size(); ++i) copy_output(outputs[i], results[i], fail);
+    return;
+  }
+  // The slices execute() would run, each copied straight into its rows of `outputs`.
+  std::vector<at::Tensor> slice(inputs.size());
+  std::vector<at::Tensor> rows_of(outputs.size());
+  for (int64_t start = 0; start < batch;) {
+    const int64_t length = slice_length(model, batch, start, *rows);
+    for (size_t i = 0; i < inputs.size(); ++i) slice[i] = inputs[i].narrow(0, start, length);
+    const std::vector<at::Tensor> part = execute_runner(model, slice);
+    for (size_t i = 0; i < part.size(); ++i) {
+      rows_of[i] = outputs[i].narrow(0, start, length);
+      copy_output(rows_of[i], part[i], [&](const at::Tensor&, const at::Tensor& from) {
+        fail(outputs[i], from);
+      });
+    }
+    start += length;
+  }
+}
+
+int64_t Policy::Impl::slice_length(const Model& model, int64_t batch, int64_t start, int64_t rows) {
+  int64_t length = std::min(rows, batch - start);
+  // A remainder the model does not serve (below its smallest batch) joins this slice.
+  const int64_t rest = batch - start - length;
+  if (rest > 0 && rest < model.spec->batch.min) length += rest;
+  return length;
+}
+
 std::vector<at::Tensor> Policy::Impl::execute_slices(const Model& model,
                                                      const std::vector<at::Tensor>& inputs,
                                                      int64_t rows) const {
@@ -292,10 +338,7 @@ std::vector<at::Tensor> Policy::Impl::execute_slices(const Model& model,
   std::vector<at::Tensor> outputs;
   std::vector<at::Tensor> slice(inputs.size());
   for (int64_t start = 0; start < batch;) {
-    int64_t length = std::min(rows, batch - start);
-    // A remainder the model does not serve (below its smallest batch) joins this slice.
-    const int64_t rest = batch - start - length;
-    if (rest > 0 && rest < model.spec->batch.min) length += rest;
+    const int64_t length = slice_length(model, batch, start, rows);
     for (size_t i = 0; i < inputs.size(); ++i) slice[i] = inputs[i].narrow(0, start, length);
     const std::vector<at::Tensor> part = execute_runner(model, slice);
     if (outputs.empty()) {
@@ -373,32 +416,15 @@ std::vector<at::Tensor> zero_inputs(const Manifest& manifest, int64_t batch, c10
 }  // namespace detail
 
 Policy::Policy(const std::string& package_path, const PolicyOptions& options)
-    : impl_(std::make_shared<const Impl>(package_path, options)) {}
-
-Policy::~Policy() = default;
-Policy::Policy(Policy&&) noexcept = default;
-Policy& Policy::operator=(Policy&&) noexcept = default;
-
-const Policy::Impl& Policy::impl() const {
-  if (!impl_) throw InvalidArgumentError("this tdaot::Policy was moved from; use the Policy it was moved to");
-  return *impl_;
-}
-
-const Manifest& Policy::manifest() const { return impl().manifest; }
-
-const std::optional<Contract>& Policy::contract() const { return impl().manifest.contract; }
-
-const std::string& Policy::path() const { return impl().path; }
-
-const std::string& Policy::sha256() const { return impl().sha256; }
+    : PolicyBase(std::make_shared<const Impl>(package_path, options), "tdaot::Policy") {}
 
 TensorMap Policy::run(const TensorMap& inputs) const {
-  const Impl& self = impl();
+  const Impl& self = core_as<Impl>();
   return detail::keyed_outputs(self.manifest, self.execute(self.validator.order_keyed(inputs)));
 }
 
 std::vector<at::Tensor> Policy::run_positional(const std::vector<at::Tensor>& inputs) const {
-  const Impl& self = impl();
+  const Impl& self = core_as<Impl>();
   self.validator.check_positional(inputs);
   return self.execute(inputs);
 }

@@ -11,13 +11,14 @@
 #include "runtime/arrayref.h"
 #include "core/package/package.h"
 #include "core/package/signature.h"
-#include "tdaot/policy.h"
+#include "core/run/policy_core.h"
+#include "tdaot/torch/policy.h"
 #include "runtime/validation.h"
 #include "runtime/weights.h"
 
 namespace tdaot {
 
-struct Policy::Impl {
+struct Policy::Impl : detail::PolicyCore {
   // One loaded model of the package, run through one of two routes.
   struct Model {
     const ModelSpec* spec;  // in Impl::manifest
@@ -52,6 +53,14 @@ struct Policy::Impl {
   // call mapped, faulted in and unmapped them afresh (tdaot.builder.tuning).
   std::vector<at::Tensor> execute_slices(const Model& model, const std::vector<at::Tensor>& inputs,
                                          int64_t rows) const;
+  // A runner model's call on validated `inputs`, its outputs copied into `outputs` (the
+  // manifest's shapes at the inputs' batch, CPU contiguous or on the policy's device): what
+  // execute() runs, chunked the same way, for a Binding's buffers. Throws ExecutionError when
+  // the model returns another shape.
+  void execute_into(const Model& model, const std::vector<at::Tensor>& inputs,
+                    std::vector<at::Tensor>& outputs) const;
+  // The length of the slice at `start` of a call of `batch` rows chunked by `rows`.
+  static int64_t slice_length(const Model& model, int64_t batch, int64_t start, int64_t rows);
   // execute() on an arrayref model: the outputs are new contiguous tensors.
   std::vector<at::Tensor> execute_arrayref(const Model& model,
                                            const std::vector<at::Tensor>& inputs) const;
@@ -61,27 +70,22 @@ struct Policy::Impl {
   // "model 'b1' of package 'p'" (or "package 'p'" when the package has one model).
   std::string describe(const Model& model) const;
 
-  std::string path;
+  // PolicyCore's weight swap steps: the runners' constant buffers, the arrayref instances' sets.
+  std::vector<detail::SwapTarget> swap_targets() const override;
+  void apply_swap(const detail::WeightFile& file,
+                  const std::vector<std::map<std::string, detail::WeightTensor>>& per_model) const override;
+  void exchange_weights() const override;
+
   PolicyOptions options;
-  std::string sha256;  // of the package file
-  // Of its manifest bytes: the package's identity for weight files, unchanged by signing.
-  std::string manifest_sha256;
   detail::Metadata metadata;
-  Manifest manifest;
   // The device inputs must be on: cpu, or cuda with the index the model was loaded on.
   c10::Device device;
   detail::InputValidator validator;  // refers to `manifest`; Impl never moves (held by pointer)
   // The extracted files, while the runners need them (see PolicyOptions::temp_dir).
   std::optional<detail::Extraction> files;
-  std::vector<Model> models;  // the loaded models, in manifest order
-  // options.trusted_keys as loaded with the package: swap_weights checks weight files against
-  // these, whatever happens to the key files later.
-  std::vector<detail::PublicKey> trusted_keys;
-  // Which weights are live (Policy::swap_weights); behind a pointer, as Impl is shared const.
-  std::unique_ptr<detail::LiveWeights> live_weights;
-
-  // The loaded models as LiveWeights::swap and rollback take them.
-  std::vector<detail::LiveWeights::Target> weight_targets() const;
+  std::vector<Model> models;  // the loaded models, in manifest order (PolicyCore::loaded_specs')
+  // The loaded models as the swap steps take them.
+  std::vector<detail::SwapModel> swap_models() const;
 
  private:
   Impl(const detail::Package& package, const PolicyOptions& options);

@@ -8,28 +8,25 @@
 
 namespace tdaot {
 
-std::vector<detail::LiveWeights::Target> Policy::Impl::weight_targets() const {
-  std::vector<detail::LiveWeights::Target> targets;
+std::vector<detail::SwapModel> Policy::Impl::swap_models() const {
+  std::vector<detail::SwapModel> targets;
   for (const Model& model : models) {
     targets.push_back({model.spec->name, model.weights.get(), model.runner.get()});
   }
   return targets;
 }
 
-void Policy::swap_weights(const std::string& weights_path) const {
-  const Impl& self = impl();
-  const detail::WeightFile file = detail::read_swap_file(weights_path, self.trusted_keys);
-  std::vector<std::string> names;
-  for (const ModelSpec& model : self.manifest.models) names.push_back(model.name);
-  self.live_weights->swap(file, self.manifest_sha256, names, self.weight_targets(), self.device);
+std::vector<detail::SwapTarget> Policy::Impl::swap_targets() const {
+  return detail::swap_targets(swap_models());
 }
 
-void Policy::rollback_weights() const {
-  const Impl& self = impl();
-  self.live_weights->rollback(self.weight_targets(), self.path);
+void Policy::Impl::apply_swap(
+    const detail::WeightFile& file,
+    const std::vector<std::map<std::string, detail::WeightTensor>>& per_model) const {
+  detail::apply_swap(file, per_model, swap_models(), device);
 }
 
-std::string Policy::weights_sha256() const { return impl().live_weights->sha256(); }
+void Policy::Impl::exchange_weights() const { detail::exchange_weights(swap_models()); }
 
 std::string weights_signing_payload(const std::string& weights_path) {
   return detail::weights_signing_payload(detail::read_weight_file(weights_path));

@@ -1,6 +1,6 @@
 // tdaot::Session: the state slots of a recurrent policy's inputs, filled between steps, and the
 // safety envelope (envelope.h) around every step.
-#include "tdaot/session.h"
+#include "tdaot/torch/session.h"
 
 #include <ATen/Functions.h>
 
@@ -233,7 +233,7 @@ void fill_masked_rows(at::Tensor& tensor, const at::Tensor& mask, bool value) {
 }  // namespace detail
 
 Session::Session(const Policy& policy, int64_t batch)
-    : impl_(std::make_unique<Impl>((policy.impl(), policy.impl_), batch)) {}
+    : impl_(std::make_unique<Impl>(policy.shared_core_as<Policy::Impl>(), batch)) {}
 
 Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;

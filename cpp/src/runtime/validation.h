@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tdaot/manifest.h"
-#include "tdaot/types.h"
+#include "tdaot/torch/types.h"
 
 namespace tdaot::detail {
 

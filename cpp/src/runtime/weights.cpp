@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "tdaot/errors.h"
-#include "tdaot/types.h"
+#include "tdaot/torch/types.h"
 
 namespace tdaot::detail {
 namespace {
@@ -66,66 +66,57 @@ void ModelWeights::refresh(const ArrayrefLibrary& library, AOTInductorModelHandl
   seen = generation;
 }
 
-std::string LiveWeights::sha256() const {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  return ledger_.live();
+std::vector<SwapTarget> swap_targets(const std::vector<SwapModel>& models) {
+  std::vector<SwapTarget> targets;
+  for (const SwapModel& model : models) {
+    targets.push_back({model.name, &model.weights->table(), model.weights->unswappable()});
+  }
+  return targets;
 }
 
-void LiveWeights::swap(const WeightFile& file, const std::string& manifest_sha256,
-                       const std::vector<std::string>& package_models,
-                       const std::vector<Target>& targets, c10::Device device) {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<SwapTarget> checked;
-  for (const Target& target : targets) {
-    checked.push_back({target.name, &target.weights->table(), target.weights->unswappable()});
-  }
-  const auto per_model = check_swap(file, manifest_sha256, package_models, checked);
-  // Everything is checked: from here on, the inactive buffers are written.
-  ledger_.swapping();  // until the swap completes, the inactive buffers hold neither set
-  std::vector<std::shared_ptr<const ConstantSet>> sets(targets.size());
-  for (size_t i = 0; i < targets.size(); ++i) {
+void apply_swap(const WeightFile& file, const std::vector<std::map<std::string, WeightTensor>>& per_model,
+                const std::vector<SwapModel>& models, c10::Device device) {
+  // The inactive buffers are written first: until the swap completes they hold neither set.
+  std::vector<std::shared_ptr<const ConstantSet>> sets(models.size());
+  for (size_t i = 0; i < models.size(); ++i) {
     auto set = std::make_shared<ConstantSet>();
-    const ConstantTable& table = targets[i].weights->table();
+    const ConstantTable& table = models[i].weights->table();
     for (const auto& [name, tensor] : per_model[i]) {
       set->names.push_back(name);
       set->tensors.push_back(to_tensor(tensor, table.at(name), device));
     }
-    if (targets[i].runner != nullptr) {
+    if (models[i].runner != nullptr) {
       torch::inductor::TensorConstantMap map;
       for (size_t j = 0; j < set->names.size(); ++j) map[set->names[j]] = &set->tensors[j];
       try {
-        targets[i].runner->update_constant_buffer(map, /*use_inactive=*/true,
-                                                  /*validate_full_updates=*/true);
+        models[i].runner->update_constant_buffer(map, /*use_inactive=*/true,
+                                                 /*validate_full_updates=*/true);
       } catch (const std::exception& e) {
         throw WeightsError(file.path, "", "weight file '" + file.path +
                                               "' could not be loaded into model '" +
-                                              targets[i].name + "': " + e.what());
+                                              models[i].name + "': " + e.what());
       }
     } else {
       sets[i] = std::move(set);
     }
   }
-  for (size_t i = 0; i < targets.size(); ++i) {
-    if (targets[i].runner != nullptr) {
-      targets[i].runner->swap_constant_buffer();  // waits for the calls in flight
+  for (size_t i = 0; i < models.size(); ++i) {
+    if (models[i].runner != nullptr) {
+      models[i].runner->swap_constant_buffer();  // waits for the calls in flight
     } else {
-      targets[i].weights->sets().publish(std::move(sets[i]));
+      models[i].weights->sets().publish(std::move(sets[i]));
     }
   }
-  ledger_.swapped(file.weights_sha256);
 }
 
-void LiveWeights::rollback(const std::vector<Target>& targets, const std::string& package_path) {
-  const std::lock_guard<std::mutex> lock(mutex_);
-  ledger_.check_rollback(package_path);
-  for (const Target& target : targets) {
-    if (target.runner != nullptr) {
-      target.runner->swap_constant_buffer();
+void exchange_weights(const std::vector<SwapModel>& models) {
+  for (const SwapModel& model : models) {
+    if (model.runner != nullptr) {
+      model.runner->swap_constant_buffer();
     } else {
-      target.weights->sets().exchange();
+      model.weights->sets().exchange();
     }
   }
-  ledger_.rolled_back();
 }
 
 }  // namespace tdaot::detail

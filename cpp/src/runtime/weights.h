@@ -62,31 +62,20 @@ class ModelWeights {
   LiveSet<ConstantSet> sets_;
 };
 
-// The policy-wide part: which weights are live, serialised swaps and rollbacks. The file's checks
-// are the core's (weights_check.h), shared with the lite runtime.
-class LiveWeights {
- public:
-  explicit LiveWeights(std::string initial_sha256) : ledger_(std::move(initial_sha256)) {}
-  std::string sha256() const;
-
-  // The models of a package, as swap() and rollback() need them.
-  struct Target {
-    std::string name;
-    ModelWeights* weights;
-    torch::inductor::AOTIModelContainerRunner* runner;  // null for an arrayref model
-  };
-  // Checks `file` against every target (all before anything changes) and makes it live.
-  // `manifest_sha256` identifies the package: the sha256 of its manifest bytes, which signing
-  // the package leaves as they are (its file sha256 changes).
-  void swap(const WeightFile& file, const std::string& manifest_sha256,
-            const std::vector<std::string>& package_models, const std::vector<Target>& targets,
-            c10::Device device);
-  // Makes the previous weights live again (and the live ones previous).
-  void rollback(const std::vector<Target>& targets, const std::string& package_path);
-
- private:
-  mutable std::mutex mutex_;
-  WeightsLedger ledger_;
+// One loaded model of a package, as a swap reaches it. The policy-wide part (the lock, which
+// weights are live, the file's checks) is the core's (core/run/policy_core.h), shared with the
+// lite runtime; these are the full runtime's steps of it.
+struct SwapModel {
+  std::string name;
+  ModelWeights* weights;
+  torch::inductor::AOTIModelContainerRunner* runner;  // null for an arrayref model
 };
+std::vector<SwapTarget> swap_targets(const std::vector<SwapModel>& models);
+// Loads the checked constants beside the live ones (runners: their inactive buffers), then makes
+// them live (runners: swap_constant_buffer, which waits for the calls in flight).
+void apply_swap(const WeightFile& file, const std::vector<std::map<std::string, WeightTensor>>& per_model,
+                const std::vector<SwapModel>& models, c10::Device device);
+// Makes the previous weights live again (and the live ones previous).
+void exchange_weights(const std::vector<SwapModel>& models);
 
 }  // namespace tdaot::detail

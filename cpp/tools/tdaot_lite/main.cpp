@@ -305,7 +305,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*bench_cmd) return bench(path, batch, iters, warmup, as_json);
-    tdaot::lite::Options options;
+    tdaot::lite::PolicyOptions options;
     options.trusted_keys = keys;
     const tdaot::lite::Policy policy(path, options);
     if (!weights.empty()) policy.swap_weights(weights);

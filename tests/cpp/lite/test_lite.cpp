@@ -383,6 +383,16 @@ TEST(LiteErrors, ABatchNoLiteModelServesNamesTheServedSizes) {
 
 // ---- the envelope ----
 
+// The options struct is the full runtime's (tdaot/bind_options.h): its CUDA graph is refused.
+TEST(LiteEnvelope, ACudaGraphIsRefused) {
+  const lite::Policy policy(pkg("legged.pt2"));
+  lite::BindOptions options;
+  options.cuda_graph = true;
+  const auto error = catch_error<InvalidArgumentError>([&] { policy.bind(1, options); });
+  ASSERT_TRUE(error);
+  EXPECT_TRUE(Contains(error->what(), "the lite runtime runs CPU models only"));
+}
+
 TEST(LiteEnvelope, OffByDefault) {
   const lite::Policy policy(pkg("legged.pt2"));
   lite::Binding b = policy.bind(1);

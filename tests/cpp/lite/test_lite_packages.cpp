@@ -36,7 +36,7 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 
 template <typename E>
 void expect_refused(const std::string& path, const std::string& part,
-                    const lite::Options& options = {}) {
+                    const lite::PolicyOptions& options = {}) {
   SCOPED_TRACE(path);
   const auto error = catch_error<E>([&] { lite::Policy policy(path, options); });
   ASSERT_TRUE(error);
@@ -71,7 +71,7 @@ TEST(LitePackage, EveryHostileTamperedAndUnsignedPackageIsRefusedAsByTheFullRunt
   lite_test::TempDir dir;
   lite_test::TempDir extract;
   for (const test_packages::Refusal& refusal : test_packages::refusals(dir, extract.path())) {
-    lite::Options options;
+    lite::PolicyOptions options;
     static_cast<PackageOptions&>(options) = refusal.options;
     test_packages::expect_refused(refusal, [&] { lite::Policy policy(refusal.path, options); });
     EXPECT_TRUE(std::filesystem::is_empty(extract.path())) << refusal.name;
@@ -82,13 +82,13 @@ TEST(LitePackage, EveryHostileTamperedAndUnsignedPackageIsRefusedAsByTheFullRunt
 
 TEST(LitePackage, ThePinnedDigestInEitherCaseLoadsAnotherIsRefused) {
   const lite::Policy policy(pkg("tutorial.pt2"));
-  lite::Options pinned;
+  lite::PolicyOptions pinned;
   pinned.expected_sha256 = policy.sha256();
   EXPECT_EQ(lite::Policy(pkg("tutorial.pt2"), pinned).sha256(), policy.sha256());
   std::transform(pinned.expected_sha256.begin(), pinned.expected_sha256.end(),
                  pinned.expected_sha256.begin(), [](unsigned char c) { return std::toupper(c); });
   EXPECT_EQ(lite::Policy(pkg("tutorial.pt2"), pinned).sha256(), policy.sha256());
-  lite::Options other;
+  lite::PolicyOptions other;
   other.expected_sha256 = std::string(64, '0');
   expect_refused<IntegrityError>(pkg("tutorial.pt2"),
                                  "has sha256 " + policy.sha256() +
@@ -99,7 +99,7 @@ TEST(LitePackage, ThePinnedDigestInEitherCaseLoadsAnotherIsRefused) {
 // ---- signatures ----
 
 TEST(LitePackage, SignaturesAreCheckedWithTrustedKeys) {
-  lite::Options trusting;
+  lite::PolicyOptions trusting;
   trusting.trusted_keys = {pkg("keys/public.pem")};
   const lite::Policy signed_policy(pkg("tutorial_signed.pt2"), trusting);
   EXPECT_EQ(signed_policy.bind(1).model(), "b1");
@@ -107,11 +107,11 @@ TEST(LitePackage, SignaturesAreCheckedWithTrustedKeys) {
   EXPECT_EQ(lite::Policy(pkg("tutorial_signed.pt2")).sha256(), signed_policy.sha256());
   expect_refused<SignatureError>(pkg("tutorial.pt2"), "is not signed, but trusted keys are set",
                                  trusting);
-  lite::Options other;
+  lite::PolicyOptions other;
   other.trusted_keys = {pkg("other_keys/public.pem")};
   expect_refused<SignatureError>(pkg("tutorial_signed.pt2"),
                                  "is signed only by keys that are not trusted", other);
-  lite::Options garbage;
+  lite::PolicyOptions garbage;
   garbage.trusted_keys = {pkg("lite_expected.json")};
   expect_refused<SignatureError>(pkg("tutorial_signed.pt2"), "is not a PEM public key", garbage);
 }

@@ -121,7 +121,7 @@ TEST(LiteWeightSwap, RollbackWithoutASwapIsRefused) {
 }
 
 TEST(LiteWeightSignature, SignedWeightsSwapInAndEveryUnvouchedFileIsRefusedNamingIt) {
-  lite::Options options;
+  lite::PolicyOptions options;
   options.trusted_keys = {pkg("keys/public.pem")};
   const lite::Policy policy(pkg("tutorial_signed.pt2"), options);
   lite::Binding b = policy.bind(1);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "core/manifest/manifest_internal.h"
 #include "core/manifest/manifest_schema.h"
 #include "tdaot/errors.h"
 
@@ -47,16 +48,9 @@ std::optional<size_t> Manifest::output_index(const std::string& key) const {
 }
 
 const ModelSpec* Manifest::model_for(int64_t batch) const {
-  const ModelSpec* best = nullptr;
-  for (const auto& model : models) {
-    if (!model.batch.contains(batch)) continue;
-    // Compared as max - min: ranges are within int64 and min >= 1, so no overflow.
-    if (best == nullptr ||
-        model.batch.max - model.batch.min < best->batch.max - best->batch.min) {
-      best = &model;
-    }
-  }
-  return best;
+  const size_t best =
+      narrowest_model(models.size(), batch, [&](size_t i) -> const ModelSpec& { return models[i]; });
+  return best == models.size() ? nullptr : &models[best];
 }
 
 std::string Manifest::describe_models() const {

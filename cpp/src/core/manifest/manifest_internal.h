@@ -45,4 +45,22 @@ std::string format_shape(const std::vector<int64_t>& shape);
 // Formats a per-sample shape behind its batch dim as "[B, a, b]" for messages.
 std::string format_batched_shape(const std::vector<int64_t>& shape);
 
+// The one dispatch rule (Manifest::model_for, and both runtimes among their loaded models): of
+// the `count` models, `spec_at(i)` the i-th, the one whose range holds `batch` with the
+// narrowest range, ties to the first. Returns its index, or `count` when none holds `batch`.
+// No allocation: called on every run.
+template <typename SpecAt>
+size_t narrowest_model(size_t count, int64_t batch, const SpecAt& spec_at) {
+  size_t best = count;
+  for (size_t i = 0; i < count; ++i) {
+    const BatchRange& range = spec_at(i).batch;
+    if (!range.contains(batch)) continue;
+    // Compared as max - min: ranges are within int64 and min >= 1, so no overflow.
+    if (best == count || range.max - range.min < spec_at(best).batch.max - spec_at(best).batch.min) {
+      best = i;
+    }
+  }
+  return best;
+}
+
 }  // namespace tdaot

@@ -119,7 +119,7 @@ const ExtractedModel& Extraction::model(const std::string& name) const {
   for (const auto& model : models) {
     if (model.name == name) return model;
   }
-  throw Error("internal: model '" + name + "' was not extracted");
+  throw InternalError("model '" + name + "' was not extracted");
 }
 
 Package::Package(std::string path, const PackageOptions& options)

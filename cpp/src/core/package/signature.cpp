@@ -189,7 +189,7 @@ std::vector<PublicKey> load_public_keys(const std::vector<std::string>& keys,
 std::string verify_signatures(std::string_view message,
                               const std::optional<std::string>& signatures_json,
                               const std::vector<PublicKey>& trusted, const SignedFile& file) {
-  if (trusted.empty()) throw Error("internal: verify_signatures needs at least one trusted key");
+  if (trusted.empty()) throw InternalError("verify_signatures needs at least one trusted key");
   const std::string trusted_ids = "trusted key ids: " + key_ids(trusted);
   if (!signatures_json) {
     refuse(file, "is not signed, but trusted keys are set (" + trusted_ids +

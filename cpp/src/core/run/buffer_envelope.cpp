@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "tdaot/errors.h"
@@ -62,11 +63,57 @@ bool all_finite(const void* data, DType dtype, int64_t n) {
   }
 }
 
+// IEEE binary16, by hand: the core is torch-free, so c10::Half is not at hand.
+float from_f16(uint16_t half) {
+  const uint32_t sign = uint32_t{half & 0x8000u} << 16;
+  uint32_t exponent = (half >> 10) & 0x1Fu;
+  uint32_t mantissa = half & 0x3FFu;
+  uint32_t bits = sign;
+  if (exponent == 0x1F) {
+    bits |= 0x7F800000u | (mantissa << 13);  // infinity or NaN
+  } else if (exponent != 0) {
+    bits |= ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  } else if (mantissa != 0) {
+    // A subnormal: normalise, one exponent step down per shift.
+    exponent = 127 - 15 + 1;
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    bits |= (exponent << 23) | ((mantissa & 0x3FFu) << 13);
+  }
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+}
+
+uint16_t to_f16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  bits &= 0x7FFFFFFFu;
+  if (bits >= 0x47800000u) {  // 2^16 and up (values here are finite): infinity
+    return static_cast<uint16_t>(sign | 0x7C00u);
+  }
+  if (bits < 0x38800000u) {  // below 2^-14: a subnormal, in units of 2^-24, nearest even
+    float magnitude;
+    std::memcpy(&magnitude, &bits, sizeof magnitude);
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(magnitude * 16777216.0f)));
+  }
+  // Rebias the exponent (127 -> 15) and round the mantissa to 10 bits, nearest even; a carry
+  // into the exponent is right (up to infinity).
+  uint32_t half = (bits - 0x38000000u) >> 13;
+  const uint32_t dropped = bits & 0x1FFFu;
+  if (dropped > 0x1000u || (dropped == 0x1000u && (half & 1u) != 0)) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+
 double load(const void* data, DType dtype, int64_t i) {
   switch (dtype) {
     case DType::Float32: return static_cast<const float*>(data)[i];
     case DType::Float64: return static_cast<const double*>(data)[i];
     case DType::BFloat16: return from_bf16(static_cast<const uint16_t*>(data)[i]);
+    case DType::Float16: return from_f16(static_cast<const uint16_t*>(data)[i]);
     default: return 0.0;
   }
 }
@@ -77,6 +124,9 @@ void store(void* data, DType dtype, int64_t i, double value) {
     case DType::Float64: static_cast<double*>(data)[i] = value; break;
     case DType::BFloat16:
       static_cast<uint16_t*>(data)[i] = to_bf16(static_cast<float>(value));
+      break;
+    case DType::Float16:
+      static_cast<uint16_t*>(data)[i] = to_f16(static_cast<float>(value));
       break;
     default: break;
   }
@@ -101,11 +151,6 @@ BufferEnvelope::BufferEnvelope(const Manifest& manifest, int64_t batch)
     if (signal != nullptr && manifest.contract->outputs.count(spec.key) != 0) {
       for (size_t i = 0; i < output.rest.size(); ++i) output.rest[i] = signal->rest(i);
       if (signal->max_delta.present()) {
-        if (spec.dtype == DType::Float16) {
-          throw ContractError(spec.key, "output '" + spec.key +
-                                            "' has a max_delta but dtype float16, which the lite "
-                                            "runtime's envelope does not limit");
-        }
         for (size_t i = 0; i < output.rest.size(); ++i) {
           output.max_delta.push_back(signal->max_delta[i]);
         }
@@ -120,7 +165,7 @@ void BufferEnvelope::forget_row(int64_t row) {
   fresh_[static_cast<size_t>(row)] = 1;
   for (Buffer& output : outputs_) {
     void* data = output.previous.data();
-    if (!is_floating(output.dtype) || output.dtype == DType::Float16) {
+    if (!is_floating(output.dtype)) {
       const size_t bytes = static_cast<size_t>(output.row) * element_size(output.dtype);
       std::memset(output.previous.data() + static_cast<size_t>(row) * bytes, 0, bytes);
       continue;

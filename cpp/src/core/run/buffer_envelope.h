@@ -1,6 +1,7 @@
-// Internal: the safety envelope over raw contiguous CPU buffers, for the lite runtime's bound
-// run (tdaot::lite::BindOptions::envelope). The same rules as the full runtime's Session envelope
-// (runtime/envelope.h): after each run, every floating input and output element must be finite,
+// Internal: the safety envelope over raw contiguous CPU buffers: the one implementation of its
+// rules, for both runtimes (the lite binding calls it directly; the full runtime's Session and
+// Binding through runtime/envelope.h, which only stages CUDA tensors through host memory).
+// After each run, every floating input and output element must be finite,
 // else the outputs are replaced by the previous run's and the run does not count (the caller
 // does not carry its state); outputs with a contract max_delta move at most that far per element
 // from the previous run's, except on a row's first run after creation or a reset. Allocates
@@ -17,8 +18,6 @@ namespace tdaot::detail {
 
 class BufferEnvelope {
  public:
-  // Throws ContractError naming the output when an output with max_delta has a dtype the
-  // envelope cannot limit (float16).
   BufferEnvelope(const Manifest& manifest, int64_t batch);
 
   // Guards one run that read `inputs` and wrote `outputs` (manifest order, [batch, *shape]).

@@ -51,7 +51,7 @@ void HostBuffers::fill(size_t input, bool one) {
 }
 
 void HostBuffers::fill_rows(size_t input, bool one) {
-  if (rows_ == nullptr) throw Error("internal: carry buffers filled rows without a mask");
+  if (rows_ == nullptr) throw InternalError("carry buffers filled rows without a mask");
   const size_t width = input_bytes_[input] / static_cast<size_t>(batch_);
   char* data = static_cast<char*>(inputs_[input]);
   for (int64_t row = 0; row < batch_; ++row) {

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "tdaot/errors.h"
-#include "tdaot/terms.h"
+#include "tdaot/service/terms.h"
 
 namespace tdaot::terms {
 

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "tdaot/errors.h"
-#include "tdaot/terms.h"
+#include "tdaot/service/terms.h"
 
 namespace tdaot::terms {
 namespace {

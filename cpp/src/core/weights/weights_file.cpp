@@ -163,14 +163,14 @@ WeightTensor in_layout(const WeightTensor& tensor, const std::vector<int64_t>& s
   const size_t dims = tensor.shape.size();
   if (strides.empty()) return tensor;
   if (strides.size() != dims) {
-    throw Error("internal: " + std::to_string(strides.size()) + " strides for a tensor of " +
+    throw InternalError(std::to_string(strides.size()) + " strides for a tensor of " +
                 std::to_string(dims) + " dims");
   }
   int64_t count = 1;
   int64_t span = 1;  // elements from the first to one past the last
   bool contiguous = true;
   for (size_t d = dims; d-- > 0;) {
-    if (strides[d] < 0) throw Error("internal: a negative stride");
+    if (strides[d] < 0) throw InternalError("a negative stride");
     if (tensor.shape[d] != 1 && strides[d] != count) contiguous = false;
     if (tensor.shape[d] == 0) return tensor;
     span += (tensor.shape[d] - 1) * strides[d];

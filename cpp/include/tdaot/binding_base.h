@@ -1,0 +1,67 @@
+// tdaot::BindingBase: what a bound run is, whichever runtime bound it. tdaot::Binding (the full
+// runtime, tdaot/torch/binding.h: at::Tensor buffers) and tdaot::lite::Binding (tdaot/lite.h:
+// raw buffers) both derive from it, so the stepping calls are one API, written once. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tdaot/envelope.h"
+
+namespace tdaot {
+
+namespace detail {
+class BindingCore;  // the shared state behind both runtimes' Binding (src/core/run/binding_core.h)
+}  // namespace detail
+
+class BindingBase {
+ public:
+  // The number of rows.
+  int64_t batch() const;
+  // The name of the package's model that serves this batch size.
+  const std::string& model() const;
+
+  // Runs the model on the inputs and writes the outputs in place (for a recurrent package also
+  // the next state, and clears is_init); with BindOptions::envelope, guarded (a non-finite run
+  // leaves the previous outputs and the state in place). Throws ExecutionError when the model
+  // fails, InvalidArgumentError when another thread is using this binding or (full runtime) a
+  // tensor no longer has the memory it was bound with.
+  void run();
+
+  // Recurrent packages: zeroes the state of every row and marks it is_init for the next run;
+  // with the envelope, its previous outputs are forgotten too (the next run is not rate
+  // limited). Throws InvalidArgumentError when there is nothing to reset: a package that is not
+  // recurrent, bound without the envelope.
+  void reset();
+  // The same for the rows where `rows` (one bool per row) is true; throws ShapeError when it
+  // does not hold batch() values. Allocates nothing on the lite runtime.
+  void reset(const std::vector<bool>& rows);
+
+  // The envelope's interventions so far (BindOptions::envelope; zeros without it).
+  const Interventions& interventions() const;
+
+ protected:
+  // `type_name` ("tdaot::Binding") names the class in the message for a moved-from object.
+  BindingBase(std::unique_ptr<detail::BindingCore> core, const char* type_name);
+  ~BindingBase();
+  BindingBase(BindingBase&&) noexcept;
+  BindingBase& operator=(BindingBase&&) noexcept;
+  BindingBase(const BindingBase&) = delete;
+  BindingBase& operator=(const BindingBase&) = delete;
+
+  // The shared state; throws InvalidArgumentError on a moved-from object instead of crashing.
+  detail::BindingCore& core() const;
+  // The same as the runtime's own Impl (derived from BindingCore; instantiated where complete).
+  template <typename Impl>
+  Impl& core_as() const {
+    return static_cast<Impl&>(core());
+  }
+
+ private:
+  std::unique_ptr<detail::BindingCore> core_;
+  const char* type_name_;
+};
+
+}  // namespace tdaot

@@ -1,0 +1,74 @@
+// What both runtimes' Binding share (binding_core.h, tdaot/binding_base.h).
+#include "core/run/binding_core.h"
+
+#include <utility>
+
+#include "core/run/busy_guard.h"
+#include "tdaot/errors.h"
+
+namespace tdaot {
+namespace detail {
+
+BindingCore::BindingCore(const Manifest& manifest_, const std::string& package_path_,
+                         int64_t batch_, const char* concurrent_use)
+    : manifest(manifest_), package_path(package_path_), batch(batch_), concurrent_use_(concurrent_use) {}
+
+void BindingCore::require_resettable() const {
+  if (!manifest.recurrent && envelope_counts() == nullptr) {
+    throw InvalidArgumentError("package '" + package_path +
+                               "' is not recurrent (its manifest has no 'recurrent' section) and "
+                               "the binding has no envelope: a binding of it has no state to reset");
+  }
+}
+
+void BindingCore::run() {
+  BusyGuard guard(busy, concurrent_use_);
+  step();
+}
+
+void BindingCore::reset() {
+  require_resettable();
+  BusyGuard guard(busy, concurrent_use_);
+  reset_rows(nullptr);
+}
+
+void BindingCore::reset(const std::vector<bool>& rows) {
+  require_resettable();
+  BusyGuard guard(busy, concurrent_use_);
+  if (static_cast<int64_t>(rows.size()) != batch) {
+    throw ShapeError("", "the reset mask has " + std::to_string(rows.size()) +
+                             " values, but the binding has " + std::to_string(batch) +
+                             " rows (one bool per row)");
+  }
+  reset_rows(&rows);
+}
+
+const Interventions& BindingCore::interventions() const {
+  const Interventions* counts = envelope_counts();
+  return counts != nullptr ? *counts : none_;
+}
+
+}  // namespace detail
+
+BindingBase::BindingBase(std::unique_ptr<detail::BindingCore> core, const char* type_name)
+    : core_(std::move(core)), type_name_(type_name) {}
+BindingBase::~BindingBase() = default;
+BindingBase::BindingBase(BindingBase&&) noexcept = default;
+BindingBase& BindingBase::operator=(BindingBase&&) noexcept = default;
+
+detail::BindingCore& BindingBase::core() const {
+  if (!core_) {
+    throw InvalidArgumentError(std::string("this ") + type_name_ +
+                               " was moved from; use the Binding it was moved to");
+  }
+  return *core_;
+}
+
+int64_t BindingBase::batch() const { return core().batch; }
+const std::string& BindingBase::model() const { return core().model_name(); }
+void BindingBase::run() { core().run(); }
+void BindingBase::reset() { core().reset(); }
+void BindingBase::reset(const std::vector<bool>& rows) { core().reset(rows); }
+const Interventions& BindingBase::interventions() const { return core().interventions(); }
+
+}  // namespace tdaot

@@ -1,0 +1,57 @@
+// Internal: the state and the stepping rules both runtimes' Binding share
+// (tdaot/binding_base.h): one thread at a time (BusyGuard), what a reset needs, the reset mask's
+// size, the envelope's counts. Each runtime's Binding::Impl derives from it and supplies the
+// buffer-specific steps. Torch-free.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tdaot/binding_base.h"
+#include "tdaot/envelope.h"
+#include "tdaot/manifest.h"
+
+namespace tdaot::detail {
+
+class BindingCore {
+ public:
+  virtual ~BindingCore() = default;
+  BindingCore(const BindingCore&) = delete;
+  BindingCore& operator=(const BindingCore&) = delete;
+
+  // BindingBase's calls: each holds the busy guard while it runs.
+  void run();
+  void reset();
+  void reset(const std::vector<bool>& rows);
+  const Interventions& interventions() const;
+  virtual const std::string& model_name() const = 0;
+
+  const Manifest& manifest;
+  const std::string& package_path;
+  const int64_t batch;
+  std::atomic<bool> busy{false};
+
+ protected:
+  // `concurrent_use`: the message for a second thread using the binding (a string literal).
+  BindingCore(const Manifest& manifest, const std::string& package_path, int64_t batch,
+              const char* concurrent_use);
+  // Throws InvalidArgumentError unless a reset has something to forget: a recurrent package's
+  // state, or the envelope's previous outputs (as Session::reset).
+  void require_resettable() const;
+  const char* concurrent_use() const noexcept { return concurrent_use_; }
+
+  // The runtime's steps, called under the busy guard. step: the model on the bound inputs, the
+  // outputs written, the envelope's guard, the carry. reset_rows: the carry's reset of `rows`
+  // (null: every row) and the envelope's. envelope_counts: null without the envelope.
+  virtual void step() = 0;
+  virtual void reset_rows(const std::vector<bool>* rows) = 0;
+  virtual const Interventions* envelope_counts() const = 0;
+
+ private:
+  const char* concurrent_use_;
+  Interventions none_;
+};
+
+}  // namespace tdaot::detail

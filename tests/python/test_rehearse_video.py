@@ -145,8 +145,16 @@ def test_frames_sample_the_control_steps_at_the_frame_rate():
     assert video.frame_rows([], 30) == []
 
 
-def test_bad_video_options_exit_2(quadruped, tmp_path, capsys):
+def test_bad_video_options_exit_2(tmp_path, capsys):
+    """Refused before the package is read (so a path that is not there does here)."""
     code, _, err = _cli(
-        capsys, quadruped.path, "--mjcf", "x.xml", "--video", tmp_path / "a.mp4", "--video-size", "big"
+        capsys,
+        tmp_path / "absent.pt2",
+        "--mjcf",
+        "x.xml",
+        "--video",
+        tmp_path / "a.mp4",
+        "--video-size",
+        "big",
     )
     assert code == 2 and "--video-size: expected WIDTHxHEIGHT, got 'big'" in err

@@ -81,9 +81,22 @@ setup: $(VENV)/.tdaot-stamp
 
 # MuJoCo 4's C library and headers, from the mujoco-core wheel (its Python bindings too): CMake
 # finds them in the venv and builds tdaot-rehearse (and its tests) only where they are.
-REHEARSE_PY_DEPS := mujoco-core==4.0.0
+# `tdaot rehearse --video` renders offscreen with MuJoCo's Python renderer on Mesa (EGL, else
+# OSMesa: the Debian packages below) through PyOpenGL, and encodes MP4 with imageio-ffmpeg's
+# ffmpeg binary; `--plots` draws with matplotlib.
+REHEARSE_PY_DEPS := mujoco-core==4.0.0 PyOpenGL==3.1.10 imageio-ffmpeg==0.8.1 matplotlib==3.11.2
+REHEARSE_APT_DEPS := libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6
 
-$(VENV)/.rehearse-deps-stamp: $(VENV)/.deps-stamp
+build/.rehearse-apt-stamp: Makefile
+	@mkdir -p build
+	@if ! dpkg -s $(REHEARSE_APT_DEPS) >/dev/null 2>&1; then \
+		echo "installing Debian packages: $(REHEARSE_APT_DEPS)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $(REHEARSE_APT_DEPS); \
+	fi
+	@touch $@
+
+$(VENV)/.rehearse-deps-stamp: $(VENV)/.deps-stamp build/.rehearse-apt-stamp
 	$(PIP) install -q --disable-pip-version-check $(REHEARSE_PY_DEPS)
 	@touch $@
 
@@ -109,7 +122,8 @@ demo: $(BUILD)/build.ninja setup
 # The Unitree H1 walking policy of ../shared/robots/unitree_h1 (not in this repository) as a
 # torchrl module with a contract of observation terms and gains, built, then 60 s of simulated
 # walking in MuJoCo through tdaot-rehearse and the lite runtime, and the eager twin's parity
-# figures (tdaot rehearse --reference; examples/h1/README.md).
+# figures (tdaot rehearse --reference; examples/h1/README.md), rendered to dist/h1_walk.mp4 and
+# drawn in dist/h1_plots/ (--video, --plots: docs/rehearsal.md).
 H1_DIR ?= ../shared/robots/unitree_h1
 REHEARSE_ARGS ?= --seconds 60 --command 0.5,0,0
 rehearse: cpp
@@ -120,7 +134,8 @@ rehearse: cpp
 	else \
 		$(PY) examples/h1/build_h1.py --h1 $(H1_DIR) --output dist/h1_walk.pt2 && \
 		TDAOT_REHEARSE=$(BUILD)/tdaot-rehearse TDAOT_H1_DIR=$(H1_DIR) $(VENV)/bin/tdaot rehearse dist/h1_walk.pt2 \
-			--mjcf $(H1_DIR)/scene.xml --trajectory dist/h1_walk.csv --reference $(REHEARSE_ARGS); \
+			--mjcf $(H1_DIR)/scene.xml --trajectory dist/h1_walk.csv --reference $(REHEARSE_ARGS) \
+			--video dist/h1_walk.mp4 --plots dist/h1_plots; \
 	fi
 
 # Headers, libtdaot_runtime.a, tdaot-run and lib/cmake/tdaot for find_package(tdaot).

@@ -1,6 +1,7 @@
 // tdaot-rehearse's MuJoCo adapter (mujoco_robot.h): matching, reading the state, driving torques.
 #include "tdaot_rehearse/mujoco_robot.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "tdaot_rehearse/rehearsal.h"
@@ -136,6 +137,17 @@ const terms::RobotState& MujocoRobot::read(const std::array<double, 3>& command)
 void MujocoRobot::step(const double* tau) {
   for (size_t i = 0; i < joints_.size(); ++i) data_->ctrl[joints_[i].ctrl] = tau[i] / joints_[i].gear;
   mj_step(model_.get(), data_.get());
+}
+
+std::vector<int> MujocoRobot::other_qpos() const {
+  std::vector<bool> held(static_cast<size_t>(model_->nq), false);
+  if (base_qpos_ >= 0) std::fill(held.begin() + base_qpos_, held.begin() + base_qpos_ + 7, true);
+  for (const Joint& joint : joints_) held[static_cast<size_t>(joint.qpos)] = true;
+  std::vector<int> others;
+  for (int a = 0; a < model_->nq; ++a) {
+    if (!held[static_cast<size_t>(a)]) others.push_back(a);
+  }
+  return others;
 }
 
 std::string MujocoRobot::base_name() const {

@@ -39,6 +39,10 @@ class MujocoRobot {
   std::array<double, 3> base_position() const;
   std::array<double, 4> base_orientation() const;
   double joint_position(size_t i) const { return data_->qpos[joints_[i].qpos]; }
+  // The qpos addresses neither the free base joint nor a contract joint holds (passive joints),
+  // in address order (after match): with the base and joint positions, the whole qpos.
+  std::vector<int> other_qpos() const;
+  double qpos(int address) const { return data_->qpos[address]; }
   const std::string& path() const { return path_; }
 
  private:

@@ -147,7 +147,7 @@ Summary run(const Options& options, std::ostream& log) {
   const auto control_steps = static_cast<int64_t>(std::ceil(options.seconds / contract.control_dt - 1e-9));
   describe(log, options, *runner, robot, joints, observations, summary.decimation, contract.control_dt);
   std::optional<Trajectory> trajectory;
-  if (!options.trajectory.empty()) trajectory.emplace(options.trajectory, joints, observations);
+  if (!options.trajectory.empty()) trajectory.emplace(options.trajectory, joints, observations, robot);
 
   summary.floating_base = robot.floating_base();
   const std::array<double, 3> start = robot.base_position();

@@ -7,8 +7,8 @@
 namespace tdaot::rehearse {
 
 Trajectory::Trajectory(const std::string& path, const terms::JointOutput& joints,
-                       const terms::Observations& observations)
-    : path_(path) {
+                       const terms::Observations& observations, const MujocoRobot& robot)
+    : path_(path), others_(robot.other_qpos()) {
   file_.reset(std::fopen(path.c_str(), "w"));
   if (!file_) throw UsageError("cannot write the trajectory file '" + path + "'");
   std::string header = "time,base_x,base_y,base_z,base_qw,base_qx,base_qy,base_qz";
@@ -18,7 +18,9 @@ Trajectory::Trajectory(const std::string& path, const terms::JointOutput& joints
   }
   for (const std::string& joint : joints.names) header += ",raw." + joint;
   for (const std::string& joint : joints.names) header += ",target." + joint;
-  header += ",nonfinite,rate_limited\n";
+  header += ",nonfinite,rate_limited";
+  for (int address : others_) header += ",qpos." + std::to_string(address);
+  header += "\n";
   std::fputs(header.c_str(), file_.get());
 }
 
@@ -42,6 +44,7 @@ void Trajectory::write(double t, const MujocoRobot& robot, const terms::Observat
   for (double value : targets) put(value);
   put(static_cast<double>(seen.nonfinite));
   put(static_cast<double>(seen.rate_limited));
+  for (int address : others_) put(robot.qpos(address));
   row_.push_back('\n');
   if (std::fwrite(row_.data(), 1, row_.size(), file_.get()) != row_.size()) {
     throw Error("cannot write the trajectory '" + path_ + "'");

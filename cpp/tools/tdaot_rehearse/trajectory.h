@@ -15,7 +15,10 @@ namespace tdaot::rehearse {
 class Trajectory {
  public:
   // Opens `path` and writes the header. Throws UsageError when it cannot be written.
-  Trajectory(const std::string& path, const terms::JointOutput& joints, const terms::Observations& observations);
+  // Writes, after the interventions, a column qpos.<address> for each qpos coordinate the base
+  // and joint columns do not hold (`robot`'s other_qpos), so a row gives the whole qpos.
+  Trajectory(const std::string& path, const terms::JointOutput& joints, const terms::Observations& observations,
+             const MujocoRobot& robot);
   // One row: the state before the policy step at `t`, what the policy saw, its raw and mapped
   // action, and the interventions so far. Throws tdaot::Error when the write fails.
   void write(double t, const MujocoRobot& robot, const terms::Observations& observations,
@@ -27,6 +30,7 @@ class Trajectory {
   std::string path_;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> file_{nullptr, &std::fclose};
   std::vector<char> row_;
+  std::vector<int> others_;
 };
 
 }  // namespace tdaot::rehearse

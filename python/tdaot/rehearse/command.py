@@ -31,6 +31,17 @@ def add_parser(commands) -> None:
     r.add_argument("--reference", action="store_true", help="also run the eager policy and report parity")
     r.add_argument("--factory", help="FILE.py:FUNCTION returning (module, example): the eager policy")
     r.add_argument("--steps", type=int, default=1000, help="control steps of the eager loop of its own")
+    r.add_argument(
+        "--video",
+        help="render the run offscreen to this file: .mp4 (ffmpeg; a .gif when there is none) or .gif",
+    )
+    r.add_argument("--fps", type=float, default=30.0, help="video frames per simulated second (default 30)")
+    r.add_argument("--video-size", default="640x360", help="video WIDTHxHEIGHT in pixels (default 640x360)")
+    r.add_argument(
+        "--plots",
+        help="write PNG plots into this folder: base height, forward speed, joint targets against "
+        "positions, and with --reference tdaot against eager",
+    )
 
 
 def _command(text: str) -> tuple[float, float, float]:
@@ -64,6 +75,14 @@ def _training_mismatches(package: str, mjcf: str, manifest) -> list[str]:
     return armature_mismatches(manifest.contract.metadata, mjcf)
 
 
+def _size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise CliError(f"--video-size: expected WIDTHxHEIGHT, got {text!r}") from None
+    return width, height
+
+
 def run(args: argparse.Namespace) -> int:
     from tdaot.builder.factories import call_factory
     from tdaot.manifest import read_manifest
@@ -72,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from tdaot.rehearse.tool import read_trajectory
 
     command = _command(args.velocity_command)
+    size = _size(args.video_size)
     module = manifest = None
     if args.reference:  # the eager policy first: a rehearsal without it would be wasted
         manifest = read_manifest(args.package)
@@ -96,8 +116,25 @@ def run(args: argparse.Namespace) -> int:
         trajectory = args.trajectory or os.path.join(scratch, "trajectory.csv")
         done = rehearse(args.package, args.mjcf, trajectory, tool_args)
         print(done.stdout, end="")
+        rows = read_trajectory(trajectory) if module is not None or args.plots else None
+        figures = None
         if module is not None:
-            rows = read_trajectory(trajectory)
             figures = reference(module, manifest, args.mjcf, rows, command, args.keyframe, args.steps)
             print(figures.lines(), end="")
+        if args.plots:
+            from tdaot.rehearse.plots import write_plots
+
+            fall = float(args.fall_fraction) if args.fall_fraction is not None else 0.5
+            files = write_plots(
+                rows, args.plots, command=command, fall_fraction=fall, figures=figures,
+                floating=bool(done.summary.get("floating_base")), title=os.path.basename(args.package),
+            )  # fmt: skip
+            print(f"plots          {args.plots}: {', '.join(os.path.basename(f) for f in files)}")
+        if args.video:
+            from tdaot.rehearse.video import write_video
+
+            video = write_video(
+                args.mjcf, trajectory, args.video, fps=args.fps, size=size, keyframe=args.keyframe
+            )
+            print(video.line(), end="")
     return 0

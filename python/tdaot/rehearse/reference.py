@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,7 +25,11 @@ class Figures:
     """``along``: the largest joint-target difference along the C++ trajectory (``rows`` steps);
     ``closed_action``: the largest on the eager loop's own way; ``base``: the base position
     difference (m, largest coordinate) and ``joints`` the largest joint position difference after
-    ``steps`` control steps of the eager loop (``base`` is 0 for a fixed base)."""
+    ``steps`` control steps of the eager loop (``base`` is 0 for a fixed base). ``series``, for
+    plots: ``eager_targets`` (rows x joints, the eager policy along the C++ trajectory), ``along``
+    (per row, the largest joint-target difference), ``closed_base`` and ``closed_joints`` (per
+    control step of the eager loop, its largest base and joint position differences from the C++
+    loop at the start of that step)."""
 
     along: float
     rows: int
@@ -33,6 +37,7 @@ class Figures:
     joints: float
     closed_action: float
     steps: int
+    series: dict[str, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def lines(self) -> str:
         return (
@@ -44,15 +49,16 @@ class Figures:
         )
 
 
-def _along(policy: EagerPolicy, rows: Sequence[dict], joints: tuple[str, ...]) -> float:
+def _along(policy: EagerPolicy, rows: Sequence[dict], joints: tuple[str, ...]) -> np.ndarray:
+    """The eager policy's joint targets (rows x joints) fed the C++ loop's observations."""
     # Columns obs.<key>.<element>: the contract's keys say where a key with dots ends.
     keys = {key: [c for c in rows[0] if c.startswith(f"obs.{key}.")] for key in policy.contract.inputs}
     inputs = {key: columns for key, columns in keys.items() if columns}
-    worst = 0.0
+    targets = []
     for row in rows:
         _, target = policy({key: np.array([row[c] for c in columns]) for key, columns in inputs.items()})
-        worst = max(worst, float(np.abs(target - [row[f"target.{j}"] for j in joints]).max()))
-    return worst
+        targets.append(target)
+    return np.array(targets).reshape(len(rows), len(joints))
 
 
 def reference(
@@ -70,7 +76,8 @@ def reference(
     key = joint_output(contract)
     joints = tuple(contract.outputs[key].names)
     policy = EagerPolicy(module, manifest)
-    along = _along(policy, rows, joints)
+    eager_targets = _along(policy, rows, joints)
+    along = np.abs(eager_targets - [[row[f"target.{j}"] for j in joints] for row in rows]).max(axis=1)
 
     action = contract.outputs[key]
     kp = np.array([action.value("stiffness", i) for i in range(len(joints))], dtype=np.float64)
@@ -82,17 +89,25 @@ def reference(
     steps = min(steps, len(rows) - 1)
     raw = np.zeros(len(joints))
     worst = 0.0
-    for step in range(steps):
+    closed_base, closed_joints = np.zeros(steps + 1), np.zeros(steps + 1)
+    for step in range(steps + 1):
+        # The C++ loop's state at the start of control step `step`: after as many steps as the eager one.
+        if robot.base_qpos is not None:
+            closed_base[step] = np.abs(robot.base_position() - [rows[step][f"base_{a}"] for a in "xyz"]).max()
+        closed_joints[step] = np.abs(robot.joints()[0] - [rows[step][f"q.{j}"] for j in joints]).max()
+        if step == steps:
+            break
         raw, target = policy(observe(robot, command, raw))
         worst = max(worst, float(np.abs(target - [rows[step][f"target.{j}"] for j in joints]).max()))
         for _ in range(decimation):
             q, dq = robot.joints()
             robot.step(kp * (target - q) - kd * dq)
-    # The C++ loop's state at the start of control step `steps`: after as many steps as the eager one.
-    end = rows[steps]
-    base = 0.0
-    if robot.base_qpos is not None:
-        base = float(np.abs(robot.base_position() - [end[f"base_{a}"] for a in "xyz"]).max())
-    q, _ = robot.joints()
-    joint_diff = float(np.abs(q - [end[f"q.{j}"] for j in joints]).max())
-    return Figures(along, len(rows), base, joint_diff, worst, steps)
+    series = {
+        "eager_targets": eager_targets,
+        "along": along,
+        "closed_base": closed_base,
+        "closed_joints": closed_joints,
+    }
+    return Figures(
+        float(along.max()), len(rows), float(closed_base[-1]), float(closed_joints[-1]), worst, steps, series
+    )

@@ -11,7 +11,7 @@ from tensordict import TensorDict
 from tdaot import _C
 from tdaot.manifest import Manifest
 from tdaot.runtime.binding import NativeBinding
-from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, td_keys
+from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, naming_given_keys, td_keys
 from tdaot.runtime.session import NativeSession
 
 # tdaot::PolicyOptions' fields and defaults, from its C++ definition. Python writes an empty
@@ -71,7 +71,9 @@ class NativePolicy:
         """Runs the policy. A TensorDict may hold more keys than the manifest's inputs;
         only those are passed. A mapping or keyword tensors must match the inputs exactly
         (manifest keys such as ``"agents.observation"`` or tuples)."""
-        return as_tensordict(self._out_keys, self._policy.run(keyed_inputs(self._in_keys, inputs, tensors)))
+        with naming_given_keys(self._in_keys, inputs):
+            outputs = self._policy.run(keyed_inputs(self._in_keys, inputs, tensors))
+        return as_tensordict(self._out_keys, outputs)
 
     def run_positional(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The fast path: tensors in manifest input order, outputs in manifest output order."""

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from tdaot import _C
-from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, td_keys
+from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, naming_given_keys, td_keys
 
 if TYPE_CHECKING:
     from tdaot.runtime.policy import NativePolicy
@@ -65,9 +65,9 @@ class NativeSession:
 
     def step(self, inputs: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDict:
         """Runs one step; returns every output (the state outputs included) as a TensorDict."""
-        return as_tensordict(
-            self.policy._out_keys, self._session.step(keyed_inputs(self._in_keys, inputs, tensors))
-        )
+        with naming_given_keys(self._in_keys, inputs):
+            outputs = self._session.step(keyed_inputs(self._in_keys, inputs, tensors))
+        return as_tensordict(self.policy._out_keys, outputs)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Zeroes the state, marks is_init and forgets the previous outputs (the next step is not

@@ -19,6 +19,7 @@ namespace {
 using detail::DuplicateMemberCheck;
 using detail::json;
 using detail::kFields;
+using detail::kMaxSampleBytes;
 using detail::kTunings;
 using detail::lookup_dtype;
 using detail::manifest_prefix;
@@ -53,8 +54,19 @@ TensorSpec parse_spec(const Parser& p, const json& value, const std::string& fie
   spec.dtype = *parsed;
   const std::string shape_field = Parser::join(field, "shape");
   const json& shape = p.array(p.member(value, field, "shape"), shape_field);
+  // One sample's bytes, checked as they are counted: a shape whose product overflows, or whose
+  // sample is over kMaxSampleBytes, is refused here, before a runtime sizes a buffer from it.
+  uint64_t bytes = element_size(spec.dtype);
   for (size_t i = 0; i < shape.size(); ++i) {
-    spec.shape.push_back(p.integer(shape[i], Parser::index(shape_field, i), 0));
+    const int64_t size = p.integer(shape[i], Parser::index(shape_field, i), 0);
+    spec.shape.push_back(size);
+    if (size != 0 && bytes > kMaxSampleBytes / static_cast<uint64_t>(size)) {
+      p.fail(shape_field, "'" + spec.key + "' has shape " + format_batched_shape(spec.shape) +
+                              (i + 1 < shape.size() ? "..." : "") +
+                              ": one sample would exceed " + std::to_string(kMaxSampleBytes) +
+                              " bytes, the most a manifest may declare");
+    }
+    bytes *= static_cast<uint64_t>(size);
   }
   return spec;
 }

@@ -198,6 +198,18 @@ Package::Package(std::string path, const PackageOptions& options)
                                      "' carries another manifest than model '" + first +
                                      "' (or none); every model of a package carries the same");
     }
+    // The device the model was compiled for, as AOTInductor recorded it: both runtimes and
+    // verify refuse a manifest naming another (the full runtime would pick the wrong runner, the
+    // lite one would run a CUDA model's code on host memory).
+    const auto device_key = metadata.find("AOTI_DEVICE_KEY");
+    if (device_key == metadata.end() || device_key->second != manifest_.device) {
+      const std::string which = manifest_.models.size() > 1 ? " of model '" + model.name + "'" : "";
+      throw ManifestError(path_, "package '" + path_ + "': AOTInductor's metadata" + which +
+                                     " names device '" +
+                                     (device_key == metadata.end() ? std::string("<none>")
+                                                                   : device_key->second) +
+                                     "', but the manifest says '" + manifest_.device + "'");
+    }
     metadata_.emplace(model.name, std::move(metadata));
   }
   for (const std::string& model : archive_models_) {
@@ -228,6 +240,12 @@ std::optional<std::string> Package::signatures() const {
 }
 
 void Package::require_model_in_archive(const std::string& model) const {
+  if (archive_models_.count(model) != 0) {
+    // The model's folder is there, its metadata file is not: say exactly that.
+    fail("has model '" + model + "' (folder '" + prefix_ + "data/aotinductor/" + model +
+         "/') but not its metadata file (*wrapper_metadata.json, which carries the manifest); "
+         "the package is incomplete or was edited");
+  }
   std::string found;
   for (const auto& name : archive_models_) found += (found.empty() ? "" : ", ") + name;
   fail("is not a .pt2 package with an AOTInductor model '" + model +

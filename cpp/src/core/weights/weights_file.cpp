@@ -189,10 +189,10 @@ std::string digest_entries(const std::map<std::string, Entry>& entries, const st
 
 // Reads and checks `path` (read_weight_file) and, when `trusted` is not empty, its signature,
 // before any tensor is copied out of the file's bytes.
-WeightFile read_checked(const std::string& path, const std::vector<PublicKey>* trusted) {
+WeightFile check_bytes(const std::string& bytes, const std::string& path,
+                       const std::vector<PublicKey>* trusted) {
   WeightFile file;
   file.path = path;
-  const std::string bytes = read_all(path);
   uint64_t header_size = 0;
   if (bytes.size() < 8) {
     refuse_weights(path, "", "is too short to be a safetensors file (truncated?)");
@@ -284,6 +284,10 @@ WeightFile read_checked(const std::string& path, const std::vector<PublicKey>* t
   return file;
 }
 
+WeightFile read_checked(const std::string& path, const std::vector<PublicKey>* trusted) {
+  return check_bytes(read_all(path), path, trusted);
+}
+
 }  // namespace
 
 void refuse_weights(const std::string& path, const std::string& tensor,
@@ -372,5 +376,10 @@ WeightTensor in_layout(const WeightTensor& tensor, const std::vector<int64_t>& s
 }
 
 WeightFile read_weight_file(const std::string& path) { return read_checked(path, nullptr); }
+
+WeightFile read_weight_bytes(const std::string& bytes, const std::string& path,
+                             const std::vector<PublicKey>& trusted) {
+  return check_bytes(bytes, path, &trusted);
+}
 
 }  // namespace tdaot::detail

@@ -60,6 +60,11 @@ struct WeightFile {
 // WeightsError naming the file and the tensor at fault.
 WeightFile read_weight_file(const std::string& path);
 
+// read_weight_file's checks (and, when `trusted` is not empty, the signature) on `bytes`, as if
+// read from `path`: the entry point of the weight-file fuzz target (tests/fuzz).
+WeightFile read_weight_bytes(const std::string& bytes, const std::string& path,
+                             const std::vector<PublicKey>& trusted = {});
+
 // sha256 over the tensors in name order: for each, "<name>\n<dtype>\n<d0,d1,...>\n<nbytes>\n"
 // then its bytes (dtype as safetensors spells it: F32, I64, BOOL, ...).
 std::string canonical_digest(const std::map<std::string, WeightTensor>& tensors);

@@ -234,7 +234,9 @@ WeightFile check_bytes(const std::string& bytes, const std::string& path,
   }
   // No two entries share a byte: every byte is digested and copied at most once.
   std::vector<std::pair<const std::string*, const Entry*>> by_offset;
-  for (const auto& [name, entry] : entries) by_offset.emplace_back(&name, &entry);
+  for (const auto& [name, entry] : entries) {
+    if (entry.end > entry.begin) by_offset.emplace_back(&name, &entry);  // empty ones hold no byte
+  }
   std::sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) {
     return std::tie(a.second->begin, a.second->end) < std::tie(b.second->begin, b.second->end);
   });

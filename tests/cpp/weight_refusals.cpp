@@ -26,7 +26,9 @@ std::string safetensors(const nlohmann::json& header, size_t data_bytes) {
 }
 
 nlohmann::json entry(uint64_t begin, uint64_t end, int64_t count) {
-  return {{"dtype", "F32"}, {"shape", {count}}, {"data_offsets", {begin, end}}};
+  return {{"dtype", "F32"},
+          {"shape", nlohmann::json::array({count})},
+          {"data_offsets", nlohmann::json::array({begin, end})}};
 }
 
 }  // namespace
@@ -76,10 +78,14 @@ std::vector<Refusal> hostile_files(const fixtures::TempDir& dir, const std::stri
   if (::mkfifo(fifo.c_str(), 0600) != 0) throw std::runtime_error("mkfifo failed");
   const std::string overlapping = dir.file("overlapping.tdw");
   // Two entries over the same 8 bytes (64 of them over 16 MiB once cost 2 GiB before the digest).
-  fixtures::write_file(overlapping,
-                       safetensors({{"weights/a", entry(0, 8, 2)}, {"weights/b", entry(0, 8, 2)}}, 8));
+  nlohmann::json two = nlohmann::json::object();
+  two["weights/a"] = entry(0, 8, 2);
+  two["weights/b"] = entry(0, 8, 2);
+  fixtures::write_file(overlapping, safetensors(two, 8));
   const std::string outside = dir.file("outside.tdw");
-  fixtures::write_file(outside, safetensors({{"weights/a", entry(0, 16, 4)}}, 8));
+  nlohmann::json one = nlohmann::json::object();
+  one["weights/a"] = entry(0, 16, 4);
+  fixtures::write_file(outside, safetensors(one, 8));
   std::string constant;
   const std::string mixed = mixed_constants(dir, weights, &constant);
   return {{directory, "", "is a directory, not a weight file"},

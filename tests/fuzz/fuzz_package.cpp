@@ -18,19 +18,22 @@
 
 namespace {
 
+// The file each input is written to, in a folder of this process's own, removed at exit. Held
+// by a pointer that is never freed: the exit handler runs after static destructors would have.
 const std::string& scratch_file() {
-  static const std::string path = [] {
+  static const std::string* const path = [] {
     const char* tmp = std::getenv("TMPDIR");
     const std::filesystem::path dir = std::filesystem::path(tmp != nullptr ? tmp : "/tmp") /
                                       ("tdaot_fuzz_package." + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
+    auto* file = new std::string((dir / "fuzz.pt2").string());
     std::atexit([] {
       std::error_code ec;
-      std::filesystem::remove_all(std::filesystem::path(scratch_file()).parent_path(), ec);
+      std::filesystem::remove_all(std::filesystem::path(*path).parent_path(), ec);
     });
-    return (dir / "fuzz.pt2").string();
+    return file;
   }();
-  return path;
+  return *path;
 }
 
 }  // namespace

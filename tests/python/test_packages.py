@@ -468,7 +468,7 @@ def test_the_default_temp_dir_is_tmpdir_and_is_left_empty(package, tutorial, tmp
 def test_a_shape_of_2_62_is_a_manifest_error_naming_the_key(package, tmp_path, extract_dir):
     """Was a c10 'Storage size calculation overflowed' (SIGABRT in tdaot-run, a plain
     RuntimeError here) with the extraction folder left in TMPDIR."""
-    records = _records(package)
+    records = package
     manifest = _manifest(records)
     manifest["inputs"][0]["shape"] = [2**62]
     _set_manifest(records, manifest)
@@ -478,7 +478,7 @@ def test_a_shape_of_2_62_is_a_manifest_error_naming_the_key(package, tmp_path, e
 
 
 def test_a_cuda_device_key_under_a_cpu_manifest_is_refused_by_load_and_verify(package, tmp_path, extract_dir):
-    records = _records(package)
+    records = package
     for name in [n for n in records if n.endswith("wrapper_metadata.json")]:
         metadata = json.loads(records[name])
         metadata["AOTI_DEVICE_KEY"] = "cuda"

@@ -8,6 +8,7 @@
 #include "core/host/host.h"
 #include "core/package/digest.h"
 #include "core/package/package.h"
+#include "core/run/arrayref_dtypes.h"
 #include "core/weights/weights_file.h"
 #include "lite/policy_impl.h"
 #include "lite/shim/shim.h"
@@ -120,6 +121,7 @@ Policy::Impl::Impl(const std::string& package_path, const Options& options) : pa
                                    "' lacks the minimal arrayref entry point its manifest "
                                    "records for the lite runtime");
     }
+    detail::check_arrayref_dtypes(files.model(name).library, manifest, name, path);
     auto weights = std::make_unique<detail::LiteModelWeights>(*library);
     models.push_back(Model{spec, std::move(library), std::move(weights)});
   }

@@ -87,6 +87,7 @@ Policy::Impl::Impl(const std::string& package_path, const Options& options) : pa
   detail::HostInfo host;  // no torch, no CUDA: the version check gives way to the needs check
   host.cpu_features = detail::cpu_features();
   detail::check_host(manifest, path, host);
+  package.check_device_keys();
   std::vector<std::string> names;
   for (const ModelSpec& spec : manifest.models) {
     if (runs_lite(spec)) names.push_back(spec.name);

@@ -198,18 +198,6 @@ Package::Package(std::string path, const PackageOptions& options)
                                      "' carries another manifest than model '" + first +
                                      "' (or none); every model of a package carries the same");
     }
-    // The device the model was compiled for, as AOTInductor recorded it: both runtimes and
-    // verify refuse a manifest naming another (the full runtime would pick the wrong runner, the
-    // lite one would run a CUDA model's code on host memory).
-    const auto device_key = metadata.find("AOTI_DEVICE_KEY");
-    if (device_key == metadata.end() || device_key->second != manifest_.device) {
-      const std::string which = manifest_.models.size() > 1 ? " of model '" + model.name + "'" : "";
-      throw ManifestError(path_, "package '" + path_ + "': AOTInductor's metadata" + which +
-                                     " names device '" +
-                                     (device_key == metadata.end() ? std::string("<none>")
-                                                                   : device_key->second) +
-                                     "', but the manifest says '" + manifest_.device + "'");
-    }
     metadata_.emplace(model.name, std::move(metadata));
   }
   for (const std::string& model : archive_models_) {
@@ -237,6 +225,21 @@ std::optional<std::string> Package::signatures() const {
     return archive_->read(entry);
   }
   return std::nullopt;
+}
+
+void Package::check_device_keys() const {
+  for (const ModelSpec& model : manifest_.models) {
+    const Metadata& metadata = metadata_.at(model.name);
+    const auto device_key = metadata.find("AOTI_DEVICE_KEY");
+    if (device_key == metadata.end() || device_key->second != manifest_.device) {
+      const std::string which = manifest_.models.size() > 1 ? " of model '" + model.name + "'" : "";
+      throw ManifestError(path_, "package '" + path_ + "': AOTInductor's metadata" + which +
+                                     " names device '" +
+                                     (device_key == metadata.end() ? std::string("<none>")
+                                                                   : device_key->second) +
+                                     "', but the manifest says '" + manifest_.device + "'");
+    }
+  }
 }
 
 void Package::require_model_in_archive(const std::string& model) const {
@@ -384,6 +387,7 @@ std::string verify_package(const std::string& package_path, const std::string& e
   options.expected_sha256 = expected_sha256;
   options.trusted_keys = trusted_keys;
   const detail::Package package(package_path, options);
+  package.check_device_keys();
   package.verify_files();
   return package.sha256();
 }

@@ -44,7 +44,7 @@ help:
 	@echo "make soak   a million calls per package, RSS growth after warm-up under 1 MiB (~2 min)"
 	@echo "make test-torch TORCH=2.14.1  every test against another torch, in .venv-torch-2.14.1"
 	@echo "make test-asan  the C++ tests under AddressSanitizer + UBSan (build/asan, ~10 min)"
-	@echo "make fuzz   libFuzzer over manifest parsing and input validation (FUZZ_SECONDS=60)"
+	@echo "make fuzz   libFuzzer over manifests, input validation, inputs files, weight files, signatures, packages (FUZZ_SECONDS=60 each)"
 	@echo "make install PREFIX=DIR  install the C++ package (find_package(tdaot)) under DIR"
 	@echo "make images       the build image and the runtime images, lite and full (podman or docker, docker/images.sh)"
 	@echo "make test-images  a package the build image builds run in both runtime images (no libtorch in the lite one); make test in the build image"
@@ -321,13 +321,23 @@ $(FUZZ_BUILD)/build.ninja: $(VENV)/.deps-stamp build/.apt-stamp build/.fuzz-apt-
 		-DCMAKE_CXX_COMPILER=clang++ -DTDAOT_BUILD_TESTS=OFF -DTDAOT_BUILD_TOOLS=OFF \
 		-DTDAOT_FUZZ=ON -DTDAOT_SANITIZE=address,undefined
 
+# Every target runs FUZZ_SECONDS, one after the other: manifest (with the validator) over
+# corpus/, and inputs, weights, signature, package over seeds/<name>/ (tests/fuzz/README.md).
+FUZZ_TARGETS := inputs weights signature package
 fuzz: $(FUZZ_BUILD)/build.ninja
-	$(CMAKE) --build $(FUZZ_BUILD) -j $(JOBS) --target tdaot_fuzz_manifest
-	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
+	$(CMAKE) --build $(FUZZ_BUILD) -j $(JOBS) --target tdaot_fuzz_manifest $(addprefix tdaot_fuzz_,$(FUZZ_TARGETS))
+	@mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts $(addprefix $(FUZZ_BUILD)/corpus_,$(FUZZ_TARGETS))
 	$(SAN_ENV) $(FUZZ_BUILD)/tests/fuzz/tdaot_fuzz_manifest $(FUZZ_BUILD)/corpus tests/fuzz/corpus \
 		-dict=tests/fuzz/manifest.dict -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 		-artifact_prefix=$(abspath $(FUZZ_BUILD))/artifacts/ $(FUZZ_ARGS) \
 	|| { echo "fuzz: crash input in $(FUZZ_BUILD)/artifacts/; fix it, then add it to tests/fuzz/regressions/"; exit 1; }
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz: tdaot_fuzz_$$t for $(FUZZ_SECONDS) s"; \
+		$(SAN_ENV) $(FUZZ_BUILD)/tests/fuzz/tdaot_fuzz_$$t $(FUZZ_BUILD)/corpus_$$t tests/fuzz/seeds/$$t \
+			-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -rss_limit_mb=2048 -timeout=10 \
+			-artifact_prefix=$(abspath $(FUZZ_BUILD))/artifacts/$$t- $(FUZZ_ARGS) \
+		|| { echo "fuzz: crash input in $(FUZZ_BUILD)/artifacts/$$t-*; fix it, then add it to tests/fuzz/findings/$$t/"; exit 1; }; \
+	done
 
 # --- container images (docker/images.sh; docker/README.md) -------------------------------------
 # images: docker where `docker info` works, else podman (installed when missing); the public

@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/manifest/manifest_internal.h"
+#include "core/package/signature.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
 
@@ -182,6 +184,53 @@ std::vector<Refusal> refusals(const fixtures::TempDir& dir, const std::string& e
     add("malformed signatures #" + std::to_string(malformed), path, trusting,
         typeid(SignatureError), {part});
   }
+  // Issue 38: a signature in another algorithm is named as such, not as an untrusted key.
+  const std::string our_id = detail::load_public_keys({package_path("keys/public.pem")}, "")[0].id;
+  fixtures::edit_zip(signed_package, dir.file("rsa.pt2"), [&](const std::string& name,
+                                                             std::string& bytes) {
+    if (name != prefix + std::string(kSignatureEntry)) return false;
+    bytes = R"([{"key_id": ")" + our_id + R"(", "alg": "rsa", "signature": "AAAA"}])";
+    return true;
+  });
+  add("a signature in algorithm rsa", dir.file("rsa.pt2"), trusting, typeid(SignatureError),
+      {"signature #1 by key id " + our_id + " uses algorithm 'rsa', which is not supported",
+       "tdaot verifies 'ed25519' signatures only"});
+  // Every model's metadata edited alike (so the manifests agree): the manifest's first input
+  // 2^62 wide, then AOTInductor's device key 'cuda' for a 'cpu' manifest.
+  const auto edit_metadata = [&](const std::string& path,
+                                 const std::function<void(nlohmann::json&, nlohmann::json&)>& edit) {
+    fixtures::edit_zip(tutorial, path, [&](const std::string& name, std::string& bytes) {
+      if (!ends_with(name, "_metadata.json")) return false;
+      nlohmann::json metadata = nlohmann::json::parse(bytes);
+      nlohmann::json manifest =
+          nlohmann::json::parse(metadata.at(kManifestMetadataKey).get<std::string>());
+      edit(metadata, manifest);
+      metadata[kManifestMetadataKey] = manifest.dump();
+      bytes = metadata.dump();
+      return true;
+    });
+  };
+  edit_metadata(dir.file("huge_shape.pt2"), [](nlohmann::json&, nlohmann::json& manifest) {
+    manifest["inputs"][0]["shape"] = {int64_t{1} << 62};
+  });
+  add("an input shape of 2^62", dir.file("huge_shape.pt2"), plain, typeid(ManifestError),
+      {"inputs[0].shape", "has shape [B, 4611686018427387904]",
+       "one sample would exceed 1073741824 bytes"});
+  edit_metadata(dir.file("cuda_key.pt2"), [](nlohmann::json& metadata, nlohmann::json&) {
+    metadata["AOTI_DEVICE_KEY"] = "cuda";
+  });
+  add("AOTI_DEVICE_KEY cuda, manifest cpu", dir.file("cuda_key.pt2"), plain, typeid(ManifestError),
+      {"names device 'cuda', but the manifest says 'cpu'"});
+  // Model 'model' without its metadata file: said so, not "is not a .pt2 package".
+  fixtures::edit_zip(tutorial, dir.file("no_metadata.pt2"), [](const std::string&, std::string&) {
+    return false;
+  }, {}, [&](const std::string& name) {
+    return name.rfind(prefix + "data/aotinductor/model/", 0) == 0 &&
+           ends_with(name, "wrapper_metadata.json");
+  });
+  add("model 'model' without its metadata file", dir.file("no_metadata.pt2"), plain,
+      typeid(PackageError),
+      {"has model 'model' (folder '" + prefix + "data/aotinductor/model/') but not its metadata file"});
   std::string signed_library;
   tamper_b1(signed_package, dir.file("signed_tampered.pt2"), signed_library);
   add("signed, a model library changed", dir.file("signed_tampered.pt2"), trusting,

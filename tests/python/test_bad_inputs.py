@@ -443,3 +443,17 @@ def test_a_session_holds_a_nan_step_and_keeps_its_state(recurrent, recurrent_nat
         previous = {key: out[key].clone() for key in previous}
         hidden, is_init = expected["next", "hidden"], torch.zeros_like(is_init)
     assert session.interventions == {"nonfinite": 2, "rate_limited": 0}
+
+
+def test_a_misspelt_key_names_what_was_given_and_the_closest(tutorial_native):
+    """Issue 38/39: a misspelt key (keyword, mapping or a TensorDict's) is named beside the key it
+    most likely means, by the C++ validation and, for a TensorDict, by Python."""
+    observation = torch.zeros(2, 3)
+    hint = r"missing input key\(s\) 'observation' \(given: '{}'; did you mean 'observation' for '{}'\?\)"
+    with pytest.raises(tdaot.MissingKeyError, match=hint.format("obsevation", "obsevation")):
+        tutorial_native(obsevation=observation)
+    with pytest.raises(tdaot.MissingKeyError, match=hint.format("obs", "obs")):
+        tutorial_native(TensorDict({"obs": observation}, batch_size=[2]))
+    unrelated = r"missing input key\(s\) 'observation' \(given: 'zzz'\); expected keys: observation"
+    with pytest.raises(tdaot.MissingKeyError, match=unrelated):
+        tutorial_native(TensorDict({"zzz": observation}, batch_size=[2]))

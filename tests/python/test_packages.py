@@ -460,3 +460,28 @@ def test_the_default_temp_dir_is_tmpdir_and_is_left_empty(package, tutorial, tmp
     with pytest.raises(tdaot.PackageError, match="could not be loaded by AOTInductor"):
         tdaot.load(_write(tmp_path / "resealed.pt2", package))
     assert list(tmpdir.iterdir()) == []
+
+
+# --- issue 38: a manifest's shapes and device key, refused by the core for every reader ---------
+
+
+def test_a_shape_of_2_62_is_a_manifest_error_naming_the_key(package, tmp_path, extract_dir):
+    """Was a c10 'Storage size calculation overflowed' (SIGABRT in tdaot-run, a plain
+    RuntimeError here) with the extraction folder left in TMPDIR."""
+    records = package
+    manifest = _manifest(records)
+    manifest["inputs"][0]["shape"] = [2**62]
+    _set_manifest(records, manifest)
+    path = _write(tmp_path / "huge.pt2", records)
+    message = r"inputs\[0\]\.shape': 'observation' has shape \[B, 4611686018427387904\]: one sample"
+    _refused(path, extract_dir, tdaot.ManifestError, message)
+
+
+def test_a_cuda_device_key_under_a_cpu_manifest_is_refused_by_load_and_verify(package, tmp_path, extract_dir):
+    records = package
+    for name in [n for n in records if n.endswith("wrapper_metadata.json")]:
+        metadata = json.loads(records[name])
+        metadata["AOTI_DEVICE_KEY"] = "cuda"
+        records[name] = json.dumps(metadata).encode()
+    path = _write(tmp_path / "cuda_key.pt2", records)
+    _refused(path, extract_dir, tdaot.ManifestError, r"names device 'cuda', but the manifest says 'cpu'")

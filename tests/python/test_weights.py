@@ -278,6 +278,23 @@ def test_refused_files_leave_the_old_weights_serving(native, weight_file, tmp_pa
     assert "model/b1/" in str(pytest.raises(tdaot.WeightsError, native.swap_weights, nan).value)
 
 
+def test_a_path_that_is_not_a_regular_file_is_refused_before_reading(native, tmp_path):
+    """Issue 38: a directory, /dev/zero and a FIFO are refused by a WeightsError naming the path,
+    before a byte is read (a FIFO without a writer would block the read forever)."""
+    import os
+
+    fifo = tmp_path / "fifo.tdw"
+    os.mkfifo(fifo)
+    for path, message in [
+        (str(tmp_path), "is a directory, not a weight file"),
+        ("/dev/zero", "is not a regular file"),
+        (str(fifo), "is not a regular file"),
+    ]:
+        with pytest.raises(tdaot.WeightsError, match=message) as caught:
+            native.swap_weights(path)
+        assert caught.value.path == path and f"weight file '{path}'" in str(caught.value)
+
+
 def test_export_weights_names_the_first_structural_difference(tutorial, tmp_path):
     policy = copy.deepcopy(tutorial[0])
     backbone = policy[0].module

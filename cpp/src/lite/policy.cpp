@@ -7,6 +7,8 @@
 
 #include "core/host/host.h"
 #include "core/package/package.h"
+#include "core/run/arrayref_dtypes.h"
+#include "core/weights/weights_file.h"
 #include "lite/policy_impl.h"
 #include "lite/shim/shim.h"
 
@@ -79,6 +81,7 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& options)
   detail::HostInfo host;  // no torch, no CUDA: the version check gives way to the needs check
   host.cpu_features = detail::cpu_features();
   detail::check_host(manifest, path, host);
+  package.check_device_keys();
   std::vector<std::string> names;
   for (const ModelSpec& spec : manifest.models) {
     if (runs_lite(spec)) names.push_back(spec.name);
@@ -113,6 +116,7 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& options)
                                    "' lacks the minimal arrayref entry point its manifest "
                                    "records for the lite runtime");
     }
+    detail::check_arrayref_dtypes(files.model(name).library, manifest, name, path);
     auto weights = std::make_unique<detail::LiteModelWeights>(*library);
     models.push_back(Model{spec, std::move(library), std::move(weights)});
   }

@@ -88,7 +88,7 @@ void LiteModelWeights::read_table() {
                           {tensor.strides, tensor.strides + tensor.ndim},
                           tensor.data(),
                           container};
-    table_[name] = ConstantInfo{constant.dtype, constant.sizes, constant.strides};
+    table_[name] = ConstantInfo{constant.dtype, constant.sizes, constant.strides, fqn};
     built->push_back(std::move(constant));
   }
   sets_.hold(std::move(built));  // what every instance already holds: no generation change

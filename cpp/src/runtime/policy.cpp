@@ -12,6 +12,8 @@
 #include <utility>
 
 #include "core/manifest/manifest_internal.h"
+#include "core/error_text.h"
+#include "core/package/digest.h"
 #include "runtime/torch_host.h"
 #include "runtime/ops.h"
 #include "runtime/policy_impl.h"
@@ -26,10 +28,10 @@ namespace {
 // e.what() without the C++ backtrace c10::Error appends, for one-line messages.
 std::string exception_text(const std::exception& e) {
   const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::string text = c10_error ? c10_error->what_without_backtrace() : e.what();
-  // AOTI messages often end in newlines, which would split one-line error reports.
-  text.erase(text.find_last_not_of(" \n\r\t") + 1);
-  return text;
+  // TDAOT_BACKTRACE=1 keeps the frames (core/error_text.h); AOTI messages end in newlines.
+  return detail::without_backtrace(c10_error && !detail::backtraces_wanted()
+                                       ? c10_error->what_without_backtrace()
+                                       : e.what());
 }
 
 void check_options(const PolicyOptions& options) {

@@ -100,7 +100,7 @@ TensorMap Session::Impl::split(const TensorMap& inputs, Carried& carried) const 
       continue;
     }
     const auto& pairs = carry.state();
-    const auto state = std::find_if(pairs.begin(), pairs.end(), [&](const detail::Carry::Pair& pair) {
+    const auto state = std::find_if(pairs.begin(), pairs.end(), [&, &key = key](const detail::Carry::Pair& pair) {
       return manifest.inputs[pair.input].key == key;
     });
     if (state != pairs.end()) {

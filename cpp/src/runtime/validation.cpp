@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/key_hints.h"
 #include "core/manifest/manifest_internal.h"
 #include "tdaot/errors.h"
 
@@ -54,15 +55,20 @@ bool shape_matches(const TensorSpec& spec, const at::Tensor& tensor) {
 }
 
 [[noreturn]] void throw_missing(const std::vector<TensorSpec>& specs, const TensorMap& inputs) {
-  std::string missing;
-  std::string first;
+  std::vector<std::string> missing;
   for (const auto& spec : specs) {
-    if (inputs.count(spec.key) != 0) continue;
-    if (first.empty()) first = spec.key;
-    missing += (missing.empty() ? "" : ", ") + quoted(spec.key);
+    if (inputs.count(spec.key) == 0) missing.push_back(spec.key);
   }
-  throw MissingKeyError(first,
-                        "missing input key(s) " + missing + "; expected keys: " + key_list(specs));
+  // The keys given that the package does not list: what a misspelt key was given as.
+  std::vector<std::string> given;
+  for (const auto& entry : inputs) {
+    const std::string& key = entry.first;
+    const bool known =
+        std::any_of(specs.begin(), specs.end(), [&](const TensorSpec& s) { return s.key == key; });
+    if (!known) given.push_back(key);
+  }
+  throw MissingKeyError(missing.front(),
+                        missing_keys_text(missing, given) + "; expected keys: " + key_list(specs));
 }
 
 [[noreturn]] void throw_unknown(const std::vector<TensorSpec>& specs, const TensorMap& inputs) {

@@ -38,7 +38,7 @@ ModelWeights::ModelWeights(const torch::inductor::AOTIModelContainerRunner& runn
       return;
     }
     table_[name] = ConstantInfo{static_cast<DType>(value->second.scalar_type()),
-                                value->second.sizes().vec(), value->second.strides().vec()};
+                                value->second.sizes().vec(), value->second.strides().vec(), fqn};
   }
 }
 

@@ -8,6 +8,7 @@
 //                                                     of them (a rollout: a step may hold
 //                                                     "__reset__": true or one bool per row,
 //                                                     applied before it); missing inputs are zeros
+//                  [--sha256 H]                       H: the package file's pinned sha256
 //                  [--weights W] [--public-key K]...  W (tdaot.export_weights) swapped in first,
 //                                                     as lite::Policy::swap_weights checks it;
 //                                                     K: trusted keys (package and weights)
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "common/alloc_window.h"
+#include "core/inputs_json.h"
 #include "core/manifest/manifest_internal.h"
 #include "tdaot/lite.h"
 #include "tdaot/stats.h"
@@ -40,24 +42,16 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Flattens nested lists into `flat` in row-major order, checking them against `shape`.
-void flatten(const json& value, const std::vector<int64_t>& shape, size_t dim,
-             const std::string& key, std::vector<double>& flat) {
-  if (dim == shape.size()) {
-    if (!value.is_number() && !value.is_boolean()) {
-      throw InputError(key, "input '" + key + "': expected a number, got " + value.dump());
-    }
-    flat.push_back(value.is_boolean() ? (value.get<bool>() ? 1.0 : 0.0) : value.get<double>());
-    return;
-  }
-  if (!value.is_array() || static_cast<int64_t>(value.size()) != shape[dim]) {
+// The nested lists of input `key` (from the inputs file `origin`) as row-major values, checked
+// against `shape` (the shared reader, core/inputs_json.h, refuses ragged lists and non-numbers).
+std::vector<double> flatten(const json& value, const std::vector<int64_t>& shape,
+                            const std::string& key, const std::string& origin) {
+  detail::NestedValues nested = detail::nested_values(value, key, origin);
+  if (nested.shape != shape) {
     throw ShapeError(key, "input '" + key + "' must be nested lists of shape " +
-                              format_shape(shape) + " (dim " + std::to_string(dim) + " has " +
-                              (value.is_array() ? std::to_string(value.size()) + " entries"
-                                                : std::string("no list")) +
-                              ")");
+                              format_shape(shape) + ", got " + format_shape(nested.shape));
   }
-  for (const json& item : value) flatten(item, shape, dim + 1, key, flat);
+  return std::move(nested.values);
 }
 
 template <typename T>
@@ -83,10 +77,9 @@ float from_bfloat16(uint16_t half) {
   return f;
 }
 
-void write_input(lite::Binding& b, const TensorSpec& spec, const json& value) {
-  const std::vector<int64_t> shape = b.input_shape(spec.key);
-  std::vector<double> flat;
-  flatten(value, shape, 0, spec.key, flat);
+void write_input(lite::Binding& b, const TensorSpec& spec, const json& value,
+                 const std::string& origin) {
+  const std::vector<double> flat = flatten(value, b.input_shape(spec.key), spec.key, origin);
   void* data = b.input_data(spec.key, spec.dtype);
   switch (spec.dtype) {
     case DType::Float32: store<float>(data, flat); break;
@@ -151,7 +144,7 @@ bool is_state(const Manifest& m, const std::string& key) {
 
 // One step: the reset it asks for, its inputs (zeros where absent; carried state where a
 // recurrent package's state is absent), the run, its outputs.
-json step(lite::Binding& b, const Manifest& m, const json& inputs) {
+json step(lite::Binding& b, const Manifest& m, const json& inputs, const std::string& origin) {
   if (!inputs.is_object()) throw InputError("", "a step's inputs must be a JSON object of key -> nested lists");
   for (const auto& [key, value] : inputs.items()) {
     if (key == "__reset__") continue;
@@ -162,16 +155,17 @@ json step(lite::Binding& b, const Manifest& m, const json& inputs) {
     }
   }
   if (auto reset = inputs.find("__reset__"); reset != inputs.end()) {
-    if (reset->is_boolean()) {
-      if (reset->get<bool>()) b.reset();
-    } else {
-      b.reset(reset->get<std::vector<bool>>());
+    const detail::ResetRequest request = detail::reset_request(*reset, origin);
+    if (request.per_row) {
+      b.reset(request.rows);
+    } else if (request.all) {
+      b.reset();
     }
   }
   for (const TensorSpec& spec : m.inputs) {
     auto value = inputs.find(spec.key);
     if (value != inputs.end()) {
-      write_input(b, spec, *value);
+      write_input(b, spec, *value, origin);
     } else if (!is_state(m, spec.key) && (!m.recurrent || spec.key != m.recurrent->is_init)) {
       std::memset(b.input_data(spec.key, spec.dtype), 0,
                   static_cast<size_t>(numel(b.input_shape(spec.key))) * element_size(spec.dtype));
@@ -185,19 +179,7 @@ json step(lite::Binding& b, const Manifest& m, const json& inputs) {
 
 json read_json(const std::string& where) {
   if (where.empty()) return json::object();
-  std::string text;
-  if (where == "-") {
-    text.assign(std::istreambuf_iterator<char>(std::cin), {});
-  } else {
-    std::ifstream in(where);
-    if (!in) throw Error("cannot read the inputs file '" + where + "'");
-    text.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error("the inputs in '" + where + "' are not JSON: " + e.what());
-  }
+  return detail::parse_inputs_json(detail::read_inputs_text(where), where);
 }
 
 int inspect(const std::string& path) {
@@ -274,6 +256,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("package", path)->required();
   run_cmd->add_option("--batch", batch, "rows")->required();
   run_cmd->add_option("--inputs", inputs, "JSON file ('-': stdin); absent: zeros");
+  run_cmd->add_option("--sha256", sha256,
+                      "the expected sha256 of the package file: any other file is refused "
+                      "before it is loaded");
   run_cmd->add_option("--weights", weights, "a weight file (tdaot.export_weights) to swap in first");
   run_cmd->add_option("--public-key", keys,
                       "a trusted public key (PEM file) for the package and the weight file; "
@@ -307,16 +292,17 @@ int main(int argc, char** argv) {
     if (*bench_cmd) return bench(path, batch, iters, warmup, as_json);
     tdaot::lite::PolicyOptions options;
     options.trusted_keys = keys;
+    options.expected_sha256 = sha256;
     const tdaot::lite::Policy policy(path, options);
     if (!weights.empty()) policy.swap_weights(weights);
     tdaot::lite::Binding b = policy.bind(batch);
     const nlohmann::json given = read_json(inputs);
     if (given.is_array()) {
       nlohmann::json out = nlohmann::json::array();
-      for (const auto& s : given) out.push_back(step(b, policy.manifest(), s));
+      for (const auto& s : given) out.push_back(step(b, policy.manifest(), s, inputs));
       std::cout << out.dump() << "\n";
     } else {
-      std::cout << step(b, policy.manifest(), given).dump() << "\n";
+      std::cout << step(b, policy.manifest(), given, inputs).dump() << "\n";
     }
     if (!maps.empty()) {
       std::ifstream self("/proc/self/maps");
@@ -326,6 +312,10 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const tdaot::Error& e) {
     std::cerr << "tdaot-lite: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    // Not a tdaot error (a bug: each input should be refused as one): still one line, exit 1.
+    std::cerr << "tdaot-lite: internal error: " << e.what() << "\n";
     return 1;
   }
 }

@@ -56,5 +56,9 @@ int main(int argc, char** argv) {
   } catch (const tdaot::Error& e) {
     std::cerr << "tdaot-run: " << e.what() << "\n";
     return kTdaotError;
+  } catch (const std::exception& e) {
+    // Not a tdaot error (a bug: each input should be refused as one): still one line, exit 1.
+    std::cerr << "tdaot-run: internal error: " << e.what() << "\n";
+    return kTdaotError;
   }
 }

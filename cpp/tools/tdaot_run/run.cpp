@@ -8,12 +8,12 @@
 #include <ATen/Functions.h>
 
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "common.h"
+#include "core/inputs_json.h"
 
 namespace tdaot::tool {
 namespace {
@@ -29,70 +29,23 @@ struct RunOptions {
   LoadFlags load;
 };
 
-[[noreturn]] void inputs_file_error(const std::string& path, const std::string& problem) {
-  throw Error("inputs file '" + path + "': " + problem);
-}
-
-// The shape of a nested JSON array, read along its first elements; `fill` checks the rest.
-std::vector<int64_t> nested_shape(const json& value) {
-  std::vector<int64_t> shape;
-  for (const json* level = &value; level->is_array(); level = &level->front()) {
-    shape.push_back(static_cast<int64_t>(level->size()));
-    if (level->empty()) break;
-  }
-  return shape;
-}
-
-// Appends the scalars of `value` (at `where`, `depth` dims down) to `flat`, refusing ragged
-// arrays and non-numbers.
-void fill(const json& value, const std::vector<int64_t>& shape, size_t depth,
-          const std::string& where, const std::string& path, std::vector<double>& flat) {
-  if (depth == shape.size()) {
-    if (value.is_boolean()) {
-      flat.push_back(value.get<bool>() ? 1.0 : 0.0);
-    } else if (value.is_number()) {
-      flat.push_back(value.get<double>());
-    } else {
-      inputs_file_error(path, where + " is " + value.dump() + ", expected a number or a bool");
-    }
-    return;
-  }
-  if (!value.is_array() || static_cast<int64_t>(value.size()) != shape[depth]) {
-    inputs_file_error(path, where + " is " +
-                                (value.is_array() ? "an array of " + std::to_string(value.size())
-                                                  : value.dump()) +
-                                ", expected an array of " + std::to_string(shape[depth]) +
-                                " (the array is not rectangular)");
-  }
-  for (size_t i = 0; i < value.size(); ++i) {
-    fill(value[i], shape, depth + 1, where + "[" + std::to_string(i) + "]", path, flat);
-  }
-}
-
-// Inputs keyed by manifest key from a JSON inputs file (see the header comment). Keys the
-// manifest lacks are kept (as float32) so that Policy::run reports them like any unknown key.
+// Inputs keyed by manifest key from a JSON inputs file (see the header comment), read by the
+// tools' shared reader (core/inputs_json.h, which refuses malformed, too deep or out-of-range
+// JSON naming the file). Keys the manifest lacks are kept (as float32) so that Policy::run
+// reports them like any unknown key.
 TensorMap read_inputs_file(const std::string& path, const Manifest& manifest) {
-  std::ifstream file(path);
-  if (!file) inputs_file_error(path, "cannot be read");
-  json root;
-  try {
-    root = json::parse(file);
-  } catch (const json::parse_error& e) {
-    inputs_file_error(path, std::string("invalid JSON: ") + e.what());
-  }
+  const json root = detail::parse_inputs_json(detail::read_inputs_text(path), path);
   if (!root.is_object()) {
-    inputs_file_error(path,
-                      std::string("expected a JSON object of arrays, got ") + root.type_name());
+    throw detail::InputsFileError("inputs file '" + path +
+                                  "': expected a JSON object of arrays, got " + root.type_name());
   }
   TensorMap inputs;
   for (const auto& [key, value] : root.items()) {
-    const std::vector<int64_t> shape = nested_shape(value);
-    std::vector<double> flat;
-    fill(value, shape, 0, "'" + key + "'", path, flat);
+    const detail::NestedValues nested = detail::nested_values(value, key, path);
     const auto index = manifest.input_index(key);
     const auto dtype = index ? tdaot::to_scalar_type(manifest.inputs[*index].dtype) : at::kFloat;
-    const at::Tensor values = at::tensor(flat, at::TensorOptions().dtype(at::kDouble));
-    inputs.emplace(key, values.view(shape).to(dtype).to(at::Device(manifest.device)));
+    const at::Tensor values = at::tensor(nested.values, at::TensorOptions().dtype(at::kDouble));
+    inputs.emplace(key, values.view(nested.shape).to(dtype).to(at::Device(manifest.device)));
   }
   return inputs;
 }

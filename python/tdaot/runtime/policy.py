@@ -15,7 +15,7 @@ from tdaot import _C
 from tdaot.errors import InvalidArgumentError
 from tdaot.manifest import Manifest
 from tdaot.runtime.binding import Binding
-from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, td_keys
+from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, naming_given_keys, td_keys
 from tdaot.runtime.session import Session
 
 # tdaot::PolicyOptions' fields and defaults, from its C++ definition. Python writes an empty
@@ -81,13 +81,17 @@ class Policy(TensorDictModuleBase):
         keys such as ``"agents.observation"`` or tuples), which must match the inputs exactly:
         returns a new TensorDict of the outputs."""
         if not isinstance(tensordict, TensorDictBase):
-            return as_tensordict(self._out, self._policy.run(keyed_inputs(self._in, tensordict, tensors)))
-        inputs = keyed_inputs(self._in, tensordict, tensors)
+            with naming_given_keys(self._in, tensordict):
+                outputs = self._policy.run(keyed_inputs(self._in, tensordict, tensors))
+            return as_tensordict(self._out, outputs)
+        with naming_given_keys(self._in, tensordict):
+            inputs = keyed_inputs(self._in, tensordict, tensors)
         lead = self._batch_dims(inputs)
         if lead is not None:  # no batch dim, or several: run on one
             rows = math.prod(lead)
             inputs = {name: value.reshape(rows, *value.shape[len(lead) :]) for name, value in inputs.items()}
-        outputs = self._policy.run(inputs)
+        with naming_given_keys(self._in, tensordict):
+            outputs = self._policy.run(inputs)
         for name, key in self._out:
             value = outputs[name]
             tensordict.set(key, value if lead is None else value.reshape(*lead, *value.shape[1:]))

@@ -12,7 +12,7 @@ from tensordict import TensorDict
 from tdaot import _C
 from tdaot.manifest import Manifest
 from tdaot.runtime.binding import BoundTensors
-from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, td_keys
+from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, naming_given_keys, td_keys
 
 
 class Session:
@@ -71,7 +71,9 @@ class Session:
 
     def step(self, inputs: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDict:
         """Runs one step; returns every output (the state outputs included) as a TensorDict."""
-        return as_tensordict(self._out_keys, self._session.step(keyed_inputs(self._in_keys, inputs, tensors)))
+        with naming_given_keys(self._in_keys, inputs):
+            outputs = self._session.step(keyed_inputs(self._in_keys, inputs, tensors))
+        return as_tensordict(self._out_keys, outputs)
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Zeroes the state, marks is_init and forgets the previous outputs (the next step is not

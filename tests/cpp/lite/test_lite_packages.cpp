@@ -78,6 +78,34 @@ TEST(LitePackage, EveryHostileTamperedAndUnsignedPackageIsRefusedAsByTheFullRunt
   }
 }
 
+// Issue 38: a manifest declaring float16 or float64 for a float32 model ran on reinterpreted
+// bytes; the model's own record of its dtypes (its wrapper source) now refuses it, as the full
+// runtime's runner does at warm-up. Nothing is left in the extraction directory.
+TEST(LitePackage, AManifestDtypeOtherThanTheModelsIsRefused) {
+  lite_test::TempDir dir;
+  lite_test::TempDir extract;
+  for (const std::string dtype : {"float16", "float64"}) {
+    const std::string path = dir.file(dtype + ".pt2");
+    lite_test::edit_zip(pkg("tutorial.pt2"), path, [&](const std::string& name, std::string& bytes) {
+      if (!ends_with(name, "wrapper_metadata.json")) return false;
+      json metadata = json::parse(bytes);
+      json manifest = json::parse(metadata.at(kManifestMetadataKey).get<std::string>());
+      manifest["inputs"][0]["dtype"] = dtype;
+      metadata[kManifestMetadataKey] = manifest.dump();
+      bytes = metadata.dump();
+      return true;
+    });
+    lite::Options options;
+    options.temp_dir = extract.path();
+    expect_refused<ManifestError>(path,
+                                  "model 'b1' was compiled for input 'observation' of dtype "
+                                  "float32 (its wrapper source's ArrayRefTensor types), but the "
+                                  "manifest says " + dtype,
+                                  options);
+    EXPECT_TRUE(std::filesystem::is_empty(extract.path()));
+  }
+}
+
 // ---- integrity: the pin and the file digests ----
 
 TEST(LitePackage, ThePinnedDigestInEitherCaseLoadsAnotherIsRefused) {

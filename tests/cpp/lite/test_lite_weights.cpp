@@ -199,7 +199,7 @@ TEST(WeightSwapCheck, EveryMismatchWithAModelsConstantsIsNamed) {
   const detail::WeightFile file = detail::read_weight_file(weights());
   detail::ConstantTable table;
   for (const auto& [key, tensor] : file.tensors) {
-    if (key.rfind("model/b1/", 0) == 0) table[key.substr(9)] = {tensor.dtype, tensor.shape, {}};
+    if (key.rfind("model/b1/", 0) == 0) table[key.substr(9)] = {tensor.dtype, tensor.shape, {}, {}};
   }
   ASSERT_FALSE(table.empty());
   const std::string first = table.begin()->first;
@@ -210,7 +210,7 @@ TEST(WeightSwapCheck, EveryMismatchWithAModelsConstantsIsNamed) {
   };
   EXPECT_NO_THROW(check(table, "", models));
   detail::ConstantTable needs_more = table;
-  needs_more["constant99"] = {DType::Float32, {2}, {}};
+  needs_more["constant99"] = {DType::Float32, {2}, {}, {}};
   detail::ConstantTable other_dtype = table;
   other_dtype[first].dtype = DType::Float64;
   detail::ConstantTable fewer = table;

@@ -332,7 +332,7 @@ std::map<std::string, Signal> parse_signals(const Parser& p, const json& contrac
   for (const auto& [key, value] : p.object(*it, path).items()) {
     const std::string field = Parser::join(path, key.c_str());
     const auto spec = std::find_if(specs.begin(), specs.end(),
-                                   [&](const TensorSpec& s) { return s.key == key; });
+                                   [&key = key](const TensorSpec& s) { return s.key == key; });
     if (spec == specs.end()) p.fail(field, "'" + key + "' is not one of the manifest's " + name);
     signals.emplace(key, parse_signal(p, value, field, *spec, outputs));
   }

@@ -19,6 +19,7 @@ namespace {
 using detail::DuplicateMemberCheck;
 using detail::json;
 using detail::kFields;
+using detail::kMaxSampleBytes;
 using detail::kTunings;
 using detail::lookup_dtype;
 using detail::manifest_prefix;
@@ -55,6 +56,20 @@ TensorSpec parse_spec(const Parser& p, const json& value, const std::string& fie
   const json& shape = p.array(p.member(value, field, "shape"), shape_field);
   for (size_t i = 0; i < shape.size(); ++i) {
     spec.shape.push_back(p.integer(shape[i], Parser::index(shape_field, i), 0));
+  }
+  // One sample's bytes, checked as they are counted: a shape whose product overflows, or whose
+  // sample is over kMaxSampleBytes, is refused here, before a runtime sizes a buffer from it.
+  uint64_t bytes = element_size(spec.dtype);
+  for (const int64_t size : spec.shape) {
+    if (size != 0 && bytes > kMaxSampleBytes / static_cast<uint64_t>(size)) {
+      bool empty = false;
+      for (const int64_t other : spec.shape) empty = empty || other == 0;
+      if (empty) break;  // zero elements, whatever the other sizes
+      p.fail(shape_field, "'" + spec.key + "' has shape " + format_batched_shape(spec.shape) +
+                              ": one sample would exceed " + std::to_string(kMaxSampleBytes) +
+                              " bytes, the most a manifest may declare");
+    }
+    bytes *= static_cast<uint64_t>(size);
   }
   return spec;
 }

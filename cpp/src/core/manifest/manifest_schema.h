@@ -22,6 +22,10 @@ namespace tdaot::detail {
 
 using nlohmann::json;
 
+// The most bytes one sample of one input or output may take (its per-sample shape times its
+// dtype's size): 1 GiB, far over any policy's, far under what a size computation overflows at.
+inline constexpr uint64_t kMaxSampleBytes = uint64_t{1} << 30;
+
 inline constexpr std::array<std::pair<std::string_view, DType>, 10> kDtypes{{
     {"float32", DType::Float32},
     {"float64", DType::Float64},

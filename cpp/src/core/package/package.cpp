@@ -227,7 +227,28 @@ std::optional<std::string> Package::signatures() const {
   return std::nullopt;
 }
 
+void Package::check_device_keys() const {
+  for (const ModelSpec& model : manifest_.models) {
+    const Metadata& metadata = metadata_.at(model.name);
+    const auto device_key = metadata.find("AOTI_DEVICE_KEY");
+    if (device_key == metadata.end() || device_key->second != manifest_.device) {
+      const std::string which = manifest_.models.size() > 1 ? " of model '" + model.name + "'" : "";
+      throw ManifestError(path_, "package '" + path_ + "': AOTInductor's metadata" + which +
+                                     " names device '" +
+                                     (device_key == metadata.end() ? std::string("<none>")
+                                                                   : device_key->second) +
+                                     "', but the manifest says '" + manifest_.device + "'");
+    }
+  }
+}
+
 void Package::require_model_in_archive(const std::string& model) const {
+  if (archive_models_.count(model) != 0) {
+    // The model's folder is there, its metadata file is not: say exactly that.
+    fail("has model '" + model + "' (folder '" + prefix_ + "data/aotinductor/" + model +
+         "/') but not its metadata file (*wrapper_metadata.json, which carries the manifest); "
+         "the package is incomplete or was edited");
+  }
   std::string found;
   for (const auto& name : archive_models_) found += (found.empty() ? "" : ", ") + name;
   fail("is not a .pt2 package with an AOTInductor model '" + model +
@@ -366,6 +387,7 @@ std::string verify_package(const std::string& package_path, const std::string& e
   options.expected_sha256 = expected_sha256;
   options.trusted_keys = trusted_keys;
   const detail::Package package(package_path, options);
+  package.check_device_keys();
   package.verify_files();
   return package.sha256();
 }

@@ -99,6 +99,11 @@ class Package {
 
   // Throws PackageError unless the manifest lists a model `name`, listing the ones it has.
   void require_model(const std::string& name) const;
+  // Each model's AOTI_DEVICE_KEY (the device AOTInductor compiled it for) equals the manifest's
+  // device, else ManifestError naming both. Called after the host check (so a CUDA package on a
+  // host without CUDA says that first): by verify_package, the lite runtime, and the full
+  // runtime's own check at load.
+  void check_device_keys() const;
 
  private:
   // Checks every file's digest; with a destination, writes its models' files into it.

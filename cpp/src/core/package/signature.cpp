@@ -203,6 +203,7 @@ std::string verify_signatures(std::string_view message,
   }
   if (!signatures.is_array()) refuse(file, "has malformed signatures (expected a JSON list)");
   std::vector<std::string> untrusted;
+  std::vector<std::string> unsupported;
   const PublicKey* mismatched = nullptr;
   for (size_t i = 0; i < signatures.size(); ++i) {
     const std::string number = "#" + std::to_string(i + 1);
@@ -219,8 +220,14 @@ std::string verify_signatures(std::string_view message,
     for (const PublicKey& candidate : trusted) {
       if (candidate.id == id) key = &candidate;
     }
-    if (key == nullptr || alg != kSignatureAlgorithm) {
-      untrusted.push_back(alg == kSignatureAlgorithm ? id : id + " (" + alg + ")");
+    if (alg != kSignatureAlgorithm) {
+      // Not "untrusted": the key may well be trusted; its algorithm is what tdaot cannot check.
+      unsupported.push_back("signature " + number + " by key id " + id + " uses algorithm '" +
+                            alg + "'");
+      continue;
+    }
+    if (key == nullptr) {
+      untrusted.push_back(id);
       continue;
     }
     const std::optional<std::string> signature =
@@ -237,6 +244,13 @@ std::string verify_signatures(std::string_view message,
     refuse(file, "has a signature by trusted key " + mismatched->id + " (" + mismatched->origin +
                      ") that does not match its " + file.content + ": the " + file.content +
                      " was changed after it was signed; refusing it");
+  }
+  if (!unsupported.empty()) {
+    std::string which;
+    for (const std::string& text : unsupported) which += (which.empty() ? "" : "; ") + text;
+    refuse(file, "has no signature tdaot can verify: " + which + ", which is not supported (tdaot verifies '" +
+                     std::string(kSignatureAlgorithm) + "' signatures only; " + trusted_ids +
+                     (untrusted.empty() ? "" : "; untrusted key ids also present") + ")");
   }
   if (untrusted.empty()) refuse(file, "carries an empty signature list (" + trusted_ids + ")");
   std::string ids;

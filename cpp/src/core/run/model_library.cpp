@@ -8,6 +8,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/error_text.h"
 #include "core/manifest/manifest_internal.h"
 #include "tdaot/errors.h"
 
@@ -45,7 +46,7 @@ std::string ModelLibrary::error_text() const {
       *message == '\0') {
     return "no message";
   }
-  return message;
+  return without_backtrace(message);
 }
 
 ModelInstance::ModelInstance(const ModelLibrary& library) : library_(library) {

@@ -2,6 +2,7 @@
 #include "core/weights/weights_check.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "core/manifest/manifest_internal.h"
@@ -64,6 +65,21 @@ void check_model(const WeightFile& file, const SwapTarget& target,
       refuse_weights(file.path, prefix + name,
                      "has shape " + format_shape(tensor.shape) + ", but model '" + target.name +
                          "' takes " + format_shape(constant.shape));
+    }
+    // The constant lifted from a weight the file also holds: the same bytes, else the weights
+    // digest (what the policy reports once swapped) would not describe what the model runs.
+    if (constant.fqn.empty()) continue;
+    const auto weight = file.tensors.find("weights/" + constant.fqn);
+    if (weight == file.tensors.end() || weight->second.dtype != tensor.dtype ||
+        weight->second.shape != tensor.shape) {
+      continue;
+    }
+    if (weight->second.nbytes != tensor.nbytes ||
+        std::memcmp(weight->second.data.get(), tensor.data.get(), tensor.nbytes) != 0) {
+      refuse_weights(file.path, prefix + name,
+                     "differs from 'weights/" + constant.fqn +
+                         "', the weight it is lifted from: the file's weights digest would not "
+                         "cover what model '" + target.name + "' runs (edited or mixed file?)");
     }
   }
   for (const auto& [name, tensor] : constants) {

@@ -24,6 +24,11 @@ struct ConstantInfo {
   DType dtype = DType::Float32;
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;
+  // The original name (AOTInductor's "original FQN": the parameter or buffer it was lifted
+  // from), or empty. A swap requires the file's model/<m>/<constant> to hold the same bytes as
+  // its weights/<fqn> when the file has one, so that the weights digest a policy reports covers
+  // the constants the model runs.
+  std::string fqn;
 };
 // A model's constants by AOTInductor's internal name.
 using ConstantTable = std::map<std::string, ConstantInfo>;

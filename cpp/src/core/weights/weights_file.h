@@ -29,6 +29,8 @@
 namespace tdaot::detail {
 
 inline constexpr const char* kWeightsFormat = "tdaot-weights/1";
+// The largest weight file read (its bytes are held in memory while read and checked).
+inline constexpr uint64_t kMaxWeightFileBytes = uint64_t{16} << 30;
 // The metadata entry holding the file's signatures (signature.h's JSON list, as a string).
 inline constexpr const char* kWeightsSignaturesKey = "tdaot.signatures";
 
@@ -51,10 +53,17 @@ struct WeightFile {
   std::map<std::string, WeightTensor> tensors;   // by full name
 };
 
-// Reads and checks `path`: safetensors structure (header, byte ranges inside the file),
-// tdaot's metadata, both digests, every value finite. Throws WeightsError naming the file and
-// the tensor at fault.
+// Reads and checks `path`: a regular file of at most kMaxWeightFileBytes (a directory, device or
+// FIFO is refused before a byte is read); safetensors structure (header, byte ranges inside the
+// file, no two entries sharing a byte), tdaot's metadata, both digests, every value finite,
+// all on the file's bytes before any tensor is copied out (memory: about twice the file). Throws
+// WeightsError naming the file and the tensor at fault.
 WeightFile read_weight_file(const std::string& path);
+
+// read_weight_file's checks (and, when `trusted` is not empty, the signature) on `bytes`, as if
+// read from `path`: the entry point of the weight-file fuzz target (tests/fuzz).
+WeightFile read_weight_bytes(const std::string& bytes, const std::string& path,
+                             const std::vector<PublicKey>& trusted = {});
 
 // sha256 over the tensors in name order: for each, "<name>\n<dtype>\n<d0,d1,...>\n<nbytes>\n"
 // then its bytes (dtype as safetensors spells it: F32, I64, BOOL, ...).
@@ -70,9 +79,9 @@ std::string weights_signing_payload(const WeightFile& file);
 // here: read_weight_file refuses it by its digest (WeightsError).
 std::string verify_weights_signature(const WeightFile& file, const std::vector<PublicKey>& trusted);
 
-// What a swap reads first: read_weight_file, then, when `trusted` is not empty,
-// verify_weights_signature, before anything about the file is compared with a package (an
-// unvouched file gets no further than its own digests).
+// What a swap reads first: read_weight_file's checks, then, when `trusted` is not empty,
+// verify_weights_signature, before any tensor is materialised and before anything about the
+// file is compared with a package (an unvouched file gets no further than its own digests).
 WeightFile read_swap_file(const std::string& path, const std::vector<PublicKey>& trusted);
 
 // `tensor` (contiguous, as a weight file holds every tensor) with each element moved to where

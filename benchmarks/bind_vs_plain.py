@@ -45,12 +45,15 @@ def main() -> None:
     timed(bound, args.calls)
     results: dict[str, list[float]] = {"plain": [], "bound": []}
     for turn in range(args.rounds):
-        order = (("plain", plain), ("bound", bound)) if turn % 2 == 0 else (("bound", bound), ("plain", plain))
+        order = (
+            (("plain", plain), ("bound", bound)) if turn % 2 == 0 else (("bound", bound), ("plain", plain))
+        )
         for name, call in order:
             results[name] += timed(call, args.calls)
     p50 = {name: statistics.median(s) for name, s in results.items()}
     p90 = {name: statistics.quantiles(s, n=10)[-1] for name, s in results.items()}
-    print(f"batch {args.batch} model {binding.model} ({'allocation-free' if binding.allocation_free else 'runner'})")
+    path = "allocation-free" if binding.allocation_free else "runner"
+    print(f"batch {args.batch} model {binding.model} ({path})")
     for name in results:
         print(f"  {name:6s} p50 {p50[name]:8.2f} us   p90 {p90[name]:8.2f} us")
     print(f"  bound/plain p50 ratio {p50['bound'] / p50['plain']:.3f}")

@@ -121,7 +121,8 @@ def test_only_the_torch_folder_reaches_torch():
     free = [
         str(path.relative_to(headers))
         for path in sources(headers / "tdaot")
-        if path.parent.name != "torch" and not (path.parent.name == "tdaot" and path.name in FORWARDING_TO_TORCH)
+        if path.parent.name != "torch"
+        and not (path.parent.name == "tdaot" and path.name in FORWARDING_TO_TORCH)
     ]
     assert "tdaot/lite.h" in free and "tdaot/service/terms.h" in free
     bad = [

@@ -15,7 +15,6 @@ Where the tool is found (:func:`find_tool`): the ``TDAOT_LITE`` environment vari
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tdaot.errors import TdaotError
+from tdaot.tools import package_dirs
 
 ENV = "TDAOT_LITE"
 TOOL = "tdaot-lite"
@@ -69,7 +69,7 @@ def find_tool() -> str:
         if not (os.path.isfile(given) and os.access(given, os.X_OK)):
             raise FileNotFoundError(f"{ENV}={given!r} is not an executable file")
         return given
-    for candidate in [*(Path(d) / PACKAGED for d in _package_dirs()), shutil.which(TOOL), CHECKOUT]:
+    for candidate in [*(Path(d) / PACKAGED for d in package_dirs()), shutil.which(TOOL), CHECKOUT]:
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return os.fspath(candidate)
     raise FileNotFoundError(
@@ -78,18 +78,6 @@ def find_tool() -> str:
         "(pip install builds it), or build it from a source checkout (make build, or "
         f"ninja -C build/cpp {TOOL}), or point {ENV} at it"
     )
-
-
-def _package_dirs() -> list[str]:
-    """The tdaot package's directories: its sources, and where its compiled module was installed
-    (an editable install keeps the two apart)."""
-    import tdaot
-
-    dirs = list(getattr(tdaot, "__path__", []))
-    spec = importlib.util.find_spec("tdaot._C")
-    if spec is not None and spec.origin:
-        dirs.append(os.path.dirname(spec.origin))
-    return list(dict.fromkeys(dirs))
 
 
 def mapped_files(maps: str) -> list[str]:

@@ -95,7 +95,7 @@ TEST(LitePackage, AManifestDtypeOtherThanTheModelsIsRefused) {
       bytes = metadata.dump();
       return true;
     });
-    lite::Options options;
+    lite::PolicyOptions options;
     options.temp_dir = extract.path();
     expect_refused<ManifestError>(path,
                                   "model 'b1' was compiled for input 'observation' of dtype "

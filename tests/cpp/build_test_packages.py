@@ -269,7 +269,7 @@ def write_lite_expected(out: Path) -> int:
                     s.key: flat(result.get(k))
                     for s, (_, k) in zip(manifest.outputs, td_keys(manifest.output_keys))
                 }
-                record["interventions"] = runner.interventions
+                record["interventions"] = dict(runner.interventions)
             else:
                 for key, value in inputs.items():
                     runner.inputs[key].copy_(value)

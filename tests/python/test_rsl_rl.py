@@ -379,6 +379,20 @@ def test_old_checkpoints_match_a_written_out_forward(tmp_path, kind):
     assert worst <= TOL, f"{kind}: {worst}"
 
 
+def test_a_2_0_normalizer_without_its_count(tmp_path):
+    """rsl_rl 2.0.x's EmpiricalNormalization keeps ``count`` as a plain attribute, so its
+    obs_norm_state_dict holds only _mean, _var and _std."""
+    checkpoint, config = _old_checkpoint("2.x-lstm", torch.Generator().manual_seed(5))
+    torch.save(checkpoint, tmp_path / "model_100.pt")
+    with_count, _ = from_rsl_rl(tmp_path / "model_100.pt", agent=config)
+    del checkpoint["obs_norm_state_dict"]["count"]
+    torch.save(checkpoint, tmp_path / "model_100.pt")
+    without, example = from_rsl_rl(tmp_path / "model_100.pt", agent=config)
+    assert without.normalize
+    example["policy"] = torch.randn(1, 6)
+    torch.testing.assert_close(without(example.clone())["action"], with_count(example.clone())["action"])
+
+
 # --- refusals -----------------------------------------------------------------------------
 
 

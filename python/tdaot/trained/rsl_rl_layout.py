@@ -243,7 +243,8 @@ def _mlp(params: dict[str, torch.Tensor], prefix: str, where: str):
 def _normalizer(buffers: dict[str, torch.Tensor], prefix: str, where: str) -> Normalizer | None:
     if not buffers:
         return None
-    if set(buffers) != set(_NORMALIZER_BUFFERS):
+    # rsl_rl 2.0.x keeps the sample count as a plain attribute: its state dict has no "count".
+    if set(buffers) not in (set(_NORMALIZER_BUFFERS), set(_NORMALIZER_BUFFERS) - {"count"}):
         _refuse(
             f"{where}: observation normalizer keys {_names(prefix + k for k in buffers)}; expected "
             f"{_names(prefix + k for k in _NORMALIZER_BUFFERS)} (rsl_rl's EmpiricalNormalization)"

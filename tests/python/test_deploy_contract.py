@@ -368,6 +368,16 @@ def test_joint_names_from_an_mjcf_with_mujoco_and_from_its_xml(tmp_path, monkeyp
             r"'observations\.joint_pos_rel\.params\.asset_cfg': .* is a parameter "
             r"tdaot's 'joint_pos_rel' does not take",
         ),
+        (  # deploy code forked from unitree_rl_lab's: several ONNX inputs, a group of terms each
+            "observations:\n  base_ang_vel:",
+            "observations:\n  obs:\n    base_ang_vel: {scale: [1.0, 1.0, 1.0]}\n  base_ang_vel:",
+            r"'observations\.obs' is a group of observation terms \(one per ONNX input\)",
+        ),
+        (
+            "observations:\n",
+            "observations:\n  scale_first: true\n",
+            r"'observations\.scale_first' is true: each frame scaled, then clipped",
+        ),
     ],
 )
 def test_deploy_yaml_refusals_name_the_field(tmp_path, old, new, message):
@@ -432,7 +442,7 @@ def test_the_shape_unitree_rl_lab_exports(tmp_path):
     text = text.replace(
         "joint_ids: !!python/object/apply:builtins.slice [null, null, null]\nobs", "joint_ids: null\nobs"
     )
-    text = text.replace("observations:\n", "observations:\n  use_gym_history: false\n")
+    text = text.replace("observations:\n", "observations:\n  use_gym_history: false\n  scale_first: false\n")
     for clip in ("[-10.0, 10.0]", "[-0.5, 0.8]", "[-.inf, .inf]"):
         text = text.replace(f"clip: {clip}", "clip: null")
     contract = tdaot.Contract.from_deploy(write(tmp_path, text), joint_names=ROBOT)

@@ -263,6 +263,18 @@ def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, outpu
         if name == "use_gym_history":
             continue
         where = f"observations.{name}"
+        if name == "scale_first":  # deploy code forked from unitree_rl_lab's: scale before clip
+            if cfg:
+                raise ContractError(
+                    f"{path}: field {where!r} is true: each frame scaled, then clipped; tdaot reads "
+                    "Isaac Lab's order (clipped, then scaled) only"
+                )
+            continue
+        if isinstance(cfg, Mapping) and name not in TERM_ALIASES and any(k in TERM_ALIASES for k in cfg):
+            raise ContractError(
+                f"{path}: field {where!r} is a group of observation terms (one per ONNX input); "
+                "tdaot reads a deploy.yaml whose 'observations' are the terms of one input"
+            )
         if not isinstance(cfg, Mapping):
             raise ContractError(f"{path}: field {where!r}: expected a mapping, got {cfg!r}")
         term = _term_name(path, name, where)

@@ -468,22 +468,29 @@ critic:
 
 
 def test_an_isaac_lab_agent_yaml_with_missing_fields_reads_them_as_unset(tmp_path):
-    """``obs_groups: {}`` is rsl_rl 3.x's fallback to the "policy" group and
-    ``actor_obs_normalization: {}`` leaves the runner's empirical_normalization in charge."""
+    """``obs_groups: {}`` is rsl_rl 3.x's fallback to the "policy" group. A policy flag dumped as
+    ``actor_obs_normalization: {}`` reached rsl_rl 3.x as ``{}`` (not None), so the runner's
+    ``empirical_normalization`` did not apply and the actor has no normalizer; Isaac Lab's own
+    migration instead sets the policy flag and dumps ``empirical_normalization: {}``."""
     checkpoint, config = _mlp_3x(torch.Generator().manual_seed(7))
-    torch.save(checkpoint, tmp_path / "model_100.pt")
     (tmp_path / "params").mkdir()
-    (tmp_path / "params" / "agent.yaml").write_text(ISAAC_LAB_3X_AGENT_YAML)
+    agent = tmp_path / "params" / "agent.yaml"
+    migrated = ISAAC_LAB_3X_AGENT_YAML.replace("empirical_normalization: true", "empirical_normalization: {}")
+    agent.write_text(migrated.replace("actor_obs_normalization: {}", "actor_obs_normalization: true"))
+    torch.save(checkpoint, tmp_path / "model_100.pt")
     policy, example = from_rsl_rl(tmp_path)
     assert policy.in_keys == ["policy"] and policy.normalize and policy.clip_actions is None
     reference, _ = from_rsl_rl(tmp_path / "model_100.pt", agent=config)
     x = TensorDict({"policy": torch.randn(4, 6)}, batch_size=[4])
     torch.testing.assert_close(policy(x.clone())["action"], reference(x.clone())["action"])
     without = {k: v for k, v in checkpoint["model_state_dict"].items() if "obs_normalizer" not in k}
-    off = ISAAC_LAB_3X_AGENT_YAML.replace("empirical_normalization: true", "empirical_normalization: false")
-    (tmp_path / "params" / "agent.yaml").write_text(off)
     torch.save({**checkpoint, "model_state_dict": without}, tmp_path / "model_100.pt")
-    assert not from_rsl_rl(tmp_path)[0].normalize
+    for empirical in ("true", "false"):
+        text = ISAAC_LAB_3X_AGENT_YAML.replace(
+            "empirical_normalization: true", f"empirical_normalization: {empirical}"
+        )
+        agent.write_text(text)
+        assert not from_rsl_rl(tmp_path)[0].normalize
 
 
 def test_clip_actions_of_the_runner_config_clamps_the_action(tmp_path):

@@ -451,8 +451,9 @@ def _read_old(checkpoint: Mapping[str, Any], config: Mapping[str, Any]) -> Actor
         _check_normalization_flag(
             model, "policy", "actor_obs_normalization", normalizer, "actor_obs_normalizer."
         )
-        # 3.x reads the deprecated runner-level flag only where the policy's own is unset.
-        unset = _get(model, "actor_obs_normalization") is None
+        # 3.x reads the deprecated runner-level flag only where the policy's own is None: a
+        # policy flag dumped as {} (MISSING) reached rsl_rl as {} and turned normalization off.
+        unset = model.get("actor_obs_normalization") is None
         if unset and _get(config, "empirical_normalization") and normalizer is None:
             _refuse(
                 "agent config empirical_normalization is true but the checkpoint has neither "

@@ -368,6 +368,16 @@ def test_joint_names_from_an_mjcf_with_mujoco_and_from_its_xml(tmp_path, monkeyp
             r"'observations\.joint_pos_rel\.params\.asset_cfg': .* is a parameter "
             r"tdaot's 'joint_pos_rel' does not take",
         ),
+        (  # deploy code forked from unitree_rl_lab's: several ONNX inputs, a group of terms each
+            "observations:\n  base_ang_vel:",
+            "observations:\n  obs:\n    base_ang_vel: {scale: [1.0, 1.0, 1.0]}\n  base_ang_vel:",
+            r"'observations\.obs' is a group of observation terms \(one per ONNX input\)",
+        ),
+        (
+            "observations:\n",
+            "observations:\n  scale_first: true\n",
+            r"'observations\.scale_first' is true: each frame scaled, then clipped",
+        ),
     ],
 )
 def test_deploy_yaml_refusals_name_the_field(tmp_path, old, new, message):
@@ -393,6 +403,54 @@ def test_deploy_yaml_joint_names_refusals(tmp_path):
         tdaot.Contract.from_deploy(path, mjcf=write(tmp_path, "<mujoco/>", "sensor.xml"))
     with pytest.raises(tdaot.ContractError, match="expected a mapping of deployment fields, got list"):
         tdaot.Contract.from_deploy(write(tmp_path, "[1, 2]\n", "list.yaml"), joint_names=ROBOT)
+
+
+def test_a_reserved_slot_in_the_robots_joint_order(tmp_path):
+    """unitree_rl_lab's H1 motor order has an unnamed slot (index 9 of its joint_sdk_names is
+    ""): its deploy.yaml has a stiffness/damping entry there (0) and no joint_ids_map entry
+    points at it. The slot is given as an empty name, here as at the command line (a,,b)."""
+    robot = [ROBOT[0], ROBOT[1], "", ROBOT[2], ROBOT[3]]
+    text = (
+        DEPLOY.replace("joint_ids_map: [0, 2, 1, 3]", "joint_ids_map: [0, 3, 1, 4]")
+        .replace("stiffness: [100.0, 150.0, 101.0, 151.0]", "stiffness: [100.0, 150.0, 0.0, 101.0, 151.0]")
+        .replace("damping: [2.0, 4.0, 2.5, 4.5]", "damping: [2.0, 4.0, 0.0, 2.5, 4.5]")
+    )
+    contract = tdaot.Contract.from_deploy(write(tmp_path, text), joint_names=robot)
+    action = contract.outputs["action"]
+    assert action.names == POLICY
+    assert action.stiffness == (100.0, 101.0, 150.0, 151.0) and action.damping == (2.0, 2.5, 4.0, 4.5)
+    with pytest.raises(tdaot.ContractError, match=r"entry 1 is index 2, a reserved \(unnamed\) slot"):
+        tdaot.Contract.from_deploy(
+            write(tmp_path, text.replace("[0, 3, 1, 4]", "[0, 2, 1, 4]")), joint_names=robot
+        )
+    with pytest.raises(
+        tdaot.ContractError, match=r"expected joint names \(an empty one for a reserved slot\)"
+    ):
+        tdaot.Contract.from_deploy(write(tmp_path, text), joint_names=["", ""])
+    from tdaot.trained.run import RslRlRun
+
+    assert RslRlRun("run", joint_names=tuple(robot)).joint_names == tuple(robot)
+
+
+def test_the_shape_unitree_rl_lab_exports(tmp_path):
+    """Its export_deploy_cfg: every clip null, the command's ``heading: null``, the action's
+    ``joint_ids`` a slice or null, and (in deploy code that reads it) ``use_gym_history: false``
+    among the terms."""
+    text = DEPLOY.replace(
+        "    clip: [[-1.0, 1.0], [-1.1, 1.1], [-0.5, 2.0], [-0.6, 2.1]]\n", "    clip: null\n"
+    )
+    text = text.replace(
+        "joint_ids: !!python/object/apply:builtins.slice [null, null, null]\nobs", "joint_ids: null\nobs"
+    )
+    text = text.replace("observations:\n", "observations:\n  use_gym_history: false\n  scale_first: false\n")
+    for clip in ("[-10.0, 10.0]", "[-0.5, 0.8]", "[-.inf, .inf]"):
+        text = text.replace(f"clip: {clip}", "clip: null")
+    contract = tdaot.Contract.from_deploy(write(tmp_path, text), joint_names=ROBOT)
+    action = contract.outputs["action"]
+    assert action.low is None and action.high is None
+    terms = contract.inputs["policy"].terms
+    assert [t.name for t in terms][0] == "base_ang_vel" and len(terms) == 6
+    assert all(t.low is None for t in terms if t.name != "velocity_commands")
 
 
 def test_joint_pos_rel_about_a_default_pose_other_than_the_action_offset(tmp_path):

@@ -379,7 +379,144 @@ def test_old_checkpoints_match_a_written_out_forward(tmp_path, kind):
     assert worst <= TOL, f"{kind}: {worst}"
 
 
+def test_a_2_0_normalizer_without_its_count(tmp_path):
+    """rsl_rl 2.0.x's EmpiricalNormalization keeps ``count`` as a plain attribute, so its
+    obs_norm_state_dict holds only _mean, _var and _std."""
+    checkpoint, config = _old_checkpoint("2.x-lstm", torch.Generator().manual_seed(5))
+    torch.save(checkpoint, tmp_path / "model_100.pt")
+    with_count, _ = from_rsl_rl(tmp_path / "model_100.pt", agent=config)
+    del checkpoint["obs_norm_state_dict"]["count"]
+    torch.save(checkpoint, tmp_path / "model_100.pt")
+    without, example = from_rsl_rl(tmp_path / "model_100.pt", agent=config)
+    assert without.normalize
+    example["policy"] = torch.randn(1, 6)
+    torch.testing.assert_close(without(example.clone())["action"], with_count(example.clone())["action"])
+
+
 # --- refusals -----------------------------------------------------------------------------
+
+
+# Isaac Lab's dump_yaml writes a config field left at dataclasses.MISSING as {} (class_to_dict of the
+# sentinel): a unitree_rl_lab velocity run (rsl_rl 3.x, no obs_groups, no actor_obs_normalization
+# set) leaves an agent.yaml of this shape.
+ISAAC_LAB_3X_AGENT_YAML = """\
+seed: 42
+device: cuda:0
+num_steps_per_env: 24
+max_iterations: 50000
+empirical_normalization: true
+obs_groups: {}
+clip_actions: null
+save_interval: 100
+experiment_name: unitree_g1_29dof_velocity
+class_name: OnPolicyRunner
+policy:
+  class_name: ActorCritic
+  init_noise_std: 1.0
+  noise_std_type: log
+  actor_obs_normalization: {}
+  critic_obs_normalization: {}
+  actor_hidden_dims:
+  - 16
+  - 8
+  critic_hidden_dims:
+  - 16
+  - 8
+  activation: tanh
+algorithm:
+  class_name: PPO
+  symmetry_cfg: null
+  rnd_cfg: null
+"""
+
+# mjlab's agent.yaml for an rsl_rl 5.x run (tuples as Python tags, clip_actions set).
+MJLAB_5X_AGENT_YAML = """\
+seed: 42
+obs_groups:
+  actor: !!python/tuple
+  - actor
+  critic: !!python/tuple
+  - critic
+clip_actions: 0.5
+class_name: OnPolicyRunner
+actor:
+  hidden_dims: !!python/tuple
+  - 16
+  - 8
+  activation: elu
+  obs_normalization: true
+  cnn_cfg: null
+  distribution_cfg:
+    class_name: GaussianDistribution
+    init_std: 0.25
+    std_range: !!python/tuple
+    - 0.05
+    - 0.5
+    std_type: scalar
+  rnn_type: null
+  rnn_hidden_dim: 256
+  rnn_num_layers: 1
+  class_name: MLPModel
+critic:
+  hidden_dims: !!python/tuple
+  - 16
+  activation: elu
+  obs_normalization: true
+  distribution_cfg: null
+  class_name: MLPModel
+"""
+
+
+def test_an_isaac_lab_agent_yaml_with_missing_fields_reads_them_as_unset(tmp_path):
+    """``obs_groups: {}`` is rsl_rl 3.x's fallback to the "policy" group. A policy flag dumped as
+    ``actor_obs_normalization: {}`` reached rsl_rl 3.x as ``{}`` (not None), so the runner's
+    ``empirical_normalization`` did not apply and the actor has no normalizer; Isaac Lab's own
+    migration instead sets the policy flag and dumps ``empirical_normalization: {}``."""
+    checkpoint, config = _mlp_3x(torch.Generator().manual_seed(7))
+    (tmp_path / "params").mkdir()
+    agent = tmp_path / "params" / "agent.yaml"
+    migrated = ISAAC_LAB_3X_AGENT_YAML.replace("empirical_normalization: true", "empirical_normalization: {}")
+    agent.write_text(migrated.replace("actor_obs_normalization: {}", "actor_obs_normalization: true"))
+    torch.save(checkpoint, tmp_path / "model_100.pt")
+    policy, example = from_rsl_rl(tmp_path)
+    assert policy.in_keys == ["policy"] and policy.normalize and policy.clip_actions is None
+    reference, _ = from_rsl_rl(tmp_path / "model_100.pt", agent=config)
+    x = TensorDict({"policy": torch.randn(4, 6)}, batch_size=[4])
+    torch.testing.assert_close(policy(x.clone())["action"], reference(x.clone())["action"])
+    without = {k: v for k, v in checkpoint["model_state_dict"].items() if "obs_normalizer" not in k}
+    torch.save({**checkpoint, "model_state_dict": without}, tmp_path / "model_100.pt")
+    for empirical in ("true", "false"):
+        text = ISAAC_LAB_3X_AGENT_YAML.replace(
+            "empirical_normalization: true", f"empirical_normalization: {empirical}"
+        )
+        agent.write_text(text)
+        assert not from_rsl_rl(tmp_path)[0].normalize
+
+
+def test_clip_actions_of_the_runner_config_clamps_the_action(tmp_path):
+    """Isaac Lab's and mjlab's RslRlVecEnvWrapper clamp the actor's action to
+    [-clip_actions, clip_actions]: the policy as trained is the clamped mean."""
+    generator = torch.Generator().manual_seed(3)
+    actor = _mlp_entries("mlp", generator, [6, 16, 8, ACTIONS])
+    actor |= _normalizer_entries("obs_normalizer.", generator, 6)
+    actor["distribution.std_param"] = torch.full((ACTIONS,), 0.25)
+    checkpoint = {"actor_state_dict": actor, "critic_state_dict": {}, "iter": 5, "infos": None}
+    torch.save(checkpoint, tmp_path / "model_5.pt")
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "agent.yaml").write_text(MJLAB_5X_AGENT_YAML)
+    policy, example = from_rsl_rl(tmp_path)
+    assert policy.in_keys == ["actor"] and policy.clip_actions == 0.5
+    assert "actions clipped to +-0.5" in policy.extra_repr()
+    config = yaml.safe_load(MJLAB_5X_AGENT_YAML.replace("!!python/tuple", ""))
+    unclipped, _ = from_rsl_rl(tmp_path / "model_5.pt", agent={**config, "clip_actions": None})
+    x = TensorDict({"actor": torch.randn(64, 6) * 4}, batch_size=[64])
+    raw = unclipped(x.clone())["action"]
+    assert raw.abs().max() > 0.5
+    torch.testing.assert_close(policy(x.clone())["action"], raw.clamp(-0.5, 0.5))
+    negative = MJLAB_5X_AGENT_YAML.replace("clip_actions: 0.5", "clip_actions: -1")
+    (tmp_path / "params" / "agent.yaml").write_text(negative)
+    with pytest.raises(tdaot.InvalidArgumentError, match=r"clip_actions -1: expected a number > 0"):
+        from_rsl_rl(tmp_path)
 
 
 def _refusal(tmp_path, checkpoint, config, match, **kwargs):

@@ -72,8 +72,12 @@ def contract_from_deploy(
     if joint_names is not None and mjcf is not None:
         raise ContractError(f"{path}: give joint_names or mjcf (the robot's joint order), not both")
     robot = list(joint_names) if joint_names is not None else None
-    if robot is not None and not all(isinstance(n, str) and n for n in robot):
-        raise ContractError(f"{path}: joint_names: expected non-empty strings, got {robot!r}")
+    # An empty name is a reserved slot of the SDK's motor order (unitree_rl_lab's H1 has one at
+    # index 9): it holds a stiffness/damping entry but no joint_ids_map entry may point at it.
+    if robot is not None and (not all(isinstance(n, str) for n in robot) or not any(robot)):
+        raise ContractError(
+            f"{path}: joint_names: expected joint names (an empty one for a reserved slot), got {robot!r}"
+        )
     if mjcf is not None:
         robot = mjcf_joint_names(mjcf)
     env_path = _env_yaml(path, env_yaml)
@@ -187,6 +191,12 @@ def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, outpu
     twice = next((i for k, i in enumerate(ids) if i in ids[:k]), None)
     if twice is not None:
         raise ContractError(f"{path}: field 'joint_ids_map': index {twice} appears twice")
+    reserved = next((k for k, i in enumerate(ids) if not robot[i]), None)
+    if reserved is not None:
+        raise ContractError(
+            f"{path}: field 'joint_ids_map': entry {reserved} is index {ids[reserved]}, a reserved "
+            "(unnamed) slot of joint_names"
+        )
     joints = tuple(robot[i] for i in ids)  # joint_pos[i] = motor[joint_ids_map[i]]
     n = len(joints)
 
@@ -253,6 +263,18 @@ def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, outpu
         if name == "use_gym_history":
             continue
         where = f"observations.{name}"
+        if name == "scale_first":  # deploy code forked from unitree_rl_lab's: scale before clip
+            if cfg:
+                raise ContractError(
+                    f"{path}: field {where!r} is true: each frame scaled, then clipped; tdaot reads "
+                    "Isaac Lab's order (clipped, then scaled) only"
+                )
+            continue
+        if isinstance(cfg, Mapping) and name not in TERM_ALIASES and any(k in TERM_ALIASES for k in cfg):
+            raise ContractError(
+                f"{path}: field {where!r} is a group of observation terms (one per ONNX input); "
+                "tdaot reads a deploy.yaml whose 'observations' are the terms of one input"
+            )
         if not isinstance(cfg, Mapping):
             raise ContractError(f"{path}: field {where!r}: expected a mapping, got {cfg!r}")
         term = _term_name(path, name, where)

@@ -2,7 +2,9 @@
 
 rsl_rl's actor concatenates the observation groups its config names, normalises them, runs the
 MLP (after a GRU or LSTM for recurrent models) and, at inference, returns the mean of its action
-distribution. :class:`RslRlPolicy` is that computation rebuilt from the checkpoint's tensors, as
+distribution, which Isaac Lab's and mjlab's environment wrappers clamp to the runner config's
+``clip_actions`` (when set) before the environment sees it: the policy here clamps it too.
+:class:`RslRlPolicy` is that computation rebuilt from the checkpoint's tensors, as
 a ``TensorDictModuleBase`` (rsl_rl itself uses ``tensordict.TensorDict`` but not tensordict.nn).
 A recurrent actor carries its state as tdaot's recurrent policies do (torchrl's convention):
 ``recurrent_state`` (GRU) or ``recurrent_state_h`` / ``recurrent_state_c`` (LSTM), each
@@ -73,6 +75,7 @@ class RslRlPolicy(TensorDictModuleBase):
         self.beta_scale = layout.beta_range[1] - layout.beta_range[0]
         self.beta_offset = layout.beta_range[0]
         self.normalize = layout.normalizer is not None
+        self.clip_actions = layout.clip_actions
         if layout.normalizer is not None:
             self.register_buffer("obs_mean", layout.normalizer.mean.detach().clone())
             self.register_buffer("obs_std", layout.normalizer.std.detach().clone())
@@ -115,7 +118,10 @@ class RslRlPolicy(TensorDictModuleBase):
             for key, state in zip(self.state_keys, carried):
                 tensordict.set(("next", key), state.transpose(0, 1))
         out = self.mlp(x)
-        tensordict.set(ACTION_KEY, self._mean(out))
+        action = self._mean(out)
+        if self.clip_actions is not None:  # the env wrapper's clamp, as the policy was trained
+            action = action.clamp(-self.clip_actions, self.clip_actions)
+        tensordict.set(ACTION_KEY, action)
         return tensordict
 
     def _mean(self, out: torch.Tensor) -> torch.Tensor:
@@ -146,6 +152,7 @@ class RslRlPolicy(TensorDictModuleBase):
         return (
             f"rsl_rl {self.layout_generation} {self.model_class}, groups {list(self.obs_groups)}, "
             f"normalizer {'on' if self.normalize else 'off'}, head {self.head}"
+            + (f", actions clipped to +-{self.clip_actions:g}" if self.clip_actions is not None else "")
         )
 
 

@@ -75,6 +75,9 @@ class ActorLayout:
     recurrent: Recurrent | None
     head: str = "identity"
     beta_range: tuple[float, float] = (-1.0, 1.0)
+    # The runner config's clip_actions: Isaac Lab's and mjlab's RslRlVecEnvWrapper clamp every
+    # action the actor gives to [-clip_actions, clip_actions] before the environment sees it.
+    clip_actions: float | None = None
 
 
 def _refuse(message: str) -> None:
@@ -143,11 +146,26 @@ def _activation(model: Mapping[str, Any], section: str) -> str:
     return activation.lower()
 
 
+def _unset(value: Any) -> bool:
+    """A config entry that says nothing: absent, null, or ``{}``, which is how Isaac Lab's
+    ``dump_yaml`` writes a field left at ``dataclasses.MISSING`` (``class_to_dict`` turns the
+    sentinel into an empty dict), e.g. ``obs_groups: {}`` or ``actor_obs_normalization: {}``."""
+    return value is None or (isinstance(value, Mapping) and not value)
+
+
+def _get(section: Mapping[str, Any], key: str) -> Any:
+    """``section[key]``, None where the entry is unset (:func:`_unset`)."""
+    value = section.get(key)
+    return None if _unset(value) else value
+
+
 def _obs_groups(config: Mapping[str, Any], obs_set: str, generation: str) -> tuple[str, ...]:
-    groups = config.get("obs_groups")
-    if groups is None and generation == "2.x-3.x":
-        # rsl_rl 2.x has no groups (Isaac Lab's "policy" group is the actor's observation), and
-        # 3.x's fallback for a missing set gives "policy" too.
+    groups = _get(config, "obs_groups")
+    if groups is None or (generation == "2.x-3.x" and isinstance(groups, Mapping) and obs_set not in groups):
+        # rsl_rl 2.x has no groups (Isaac Lab's "policy" group is the actor's observation); 3.x
+        # falls back to the "policy" group for a missing "policy" set, and 4.x-5.x to it for a
+        # missing "actor" set when the environment has no "actor" group (Isaac Lab's envs have
+        # "policy"). Isaac Lab's agent.yaml carries ``obs_groups: {}`` where a task sets none.
         return ("policy",)
     if not isinstance(groups, Mapping) or obs_set not in groups:
         found = _names(groups) if isinstance(groups, Mapping) else repr(groups)
@@ -225,7 +243,8 @@ def _mlp(params: dict[str, torch.Tensor], prefix: str, where: str):
 def _normalizer(buffers: dict[str, torch.Tensor], prefix: str, where: str) -> Normalizer | None:
     if not buffers:
         return None
-    if set(buffers) != set(_NORMALIZER_BUFFERS):
+    # rsl_rl 2.0.x keeps the sample count as a plain attribute: its state dict has no "count".
+    if set(buffers) not in (set(_NORMALIZER_BUFFERS), set(_NORMALIZER_BUFFERS) - {"count"}):
         _refuse(
             f"{where}: observation normalizer keys {_names(prefix + k for k in buffers)}; expected "
             f"{_names(prefix + k for k in _NORMALIZER_BUFFERS)} (rsl_rl's EmpiricalNormalization)"
@@ -279,10 +298,11 @@ def _recurrent(params: dict[str, torch.Tensor], prefix: str, where: str) -> Recu
 
 def _check_rnn_config(recurrent: Recurrent, model: Mapping[str, Any], section: str) -> None:
     """The config's rnn settings, where given, must be what the weights are."""
+    hidden = _get(model, "rnn_hidden_dim")
     given = {
-        "rnn_type": model.get("rnn_type"),
-        "rnn_hidden_dim": model.get("rnn_hidden_dim", model.get("rnn_hidden_size")),
-        "rnn_num_layers": model.get("rnn_num_layers"),
+        "rnn_type": _get(model, "rnn_type"),
+        "rnn_hidden_dim": hidden if hidden is not None else _get(model, "rnn_hidden_size"),
+        "rnn_num_layers": _get(model, "rnn_num_layers"),
     }
     found = {
         "rnn_type": recurrent.kind,
@@ -304,7 +324,7 @@ def _head(
 ) -> tuple[str, int, tuple[float, float]]:
     """How the mean is read from the MLP's output: (head, number of actions, beta range)."""
     head, beta_range = "identity", (-1.0, 1.0)
-    distribution = model.get("distribution_cfg")
+    distribution = _get(model, "distribution_cfg")
     if isinstance(distribution, Mapping):
         name = _short_class(distribution.get("class_name"), f"agent config {section}.distribution_cfg")
         known = ("GaussianDistribution", "HeteroscedasticGaussianDistribution", "BetaDistribution")
@@ -329,7 +349,7 @@ def _head(
             beta_range = (float(bounds[0]), float(bounds[1]))
     elif distribution is not None:
         _refuse(f"agent config {section}.distribution_cfg is {distribution!r}, not a mapping")
-    elif model.get("state_dependent_std"):  # 3.x ActorCritic, 4.x MLPModel
+    elif _get(model, "state_dependent_std"):  # 3.x ActorCritic, 4.x MLPModel
         head = "mean_half"
     if head == "identity":
         actions = out_features
@@ -349,7 +369,7 @@ def _head(
 
 
 def _check_normalization_flag(model, section, key, normalizer, prefix) -> None:
-    flag = model.get(key)
+    flag = _get(model, key)
     if flag is not None and bool(flag) != (normalizer is not None):
         has = "has" if normalizer is not None else "has no"
         _refuse(f"agent config {section}.{key} is {flag!r} but the checkpoint {has} {prefix}* entries")
@@ -422,7 +442,7 @@ def _read_old(checkpoint: Mapping[str, Any], config: Mapping[str, Any]) -> Actor
     if recurrent is not None:
         _check_rnn_config(recurrent, model, "policy")
     if "obs_norm_state_dict" in checkpoint:
-        flag = config.get("empirical_normalization")
+        flag = _get(config, "empirical_normalization")
         if flag is not None and not flag:
             _refuse(
                 "agent config empirical_normalization is false but the checkpoint has obs_norm_state_dict"
@@ -431,9 +451,10 @@ def _read_old(checkpoint: Mapping[str, Any], config: Mapping[str, Any]) -> Actor
         _check_normalization_flag(
             model, "policy", "actor_obs_normalization", normalizer, "actor_obs_normalizer."
         )
-        # 3.x reads the deprecated runner-level flag only where the policy's own is unset.
+        # 3.x reads the deprecated runner-level flag only where the policy's own is None: a
+        # policy flag dumped as {} (MISSING) reached rsl_rl as {} and turned normalization off.
         unset = model.get("actor_obs_normalization") is None
-        if unset and config.get("empirical_normalization") and normalizer is None:
+        if unset and _get(config, "empirical_normalization") and normalizer is None:
             _refuse(
                 "agent config empirical_normalization is true but the checkpoint has neither "
                 "obs_norm_state_dict (2.x) nor actor_obs_normalizer.* (3.x)"
@@ -456,6 +477,12 @@ def _layout(generation, name, config, section, model, normalizer, recurrent, lay
             f"{obs_dim} observations"
         )
     head, actions, beta_range = _head(model, section, layers[-1][0].shape[0], std, generation)
+    clip = _get(config, "clip_actions")
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not clip > 0):
+        _refuse(
+            f"agent config clip_actions {clip!r}: expected a number > 0 (the environment wrapper clamps "
+            "actions to [-clip_actions, clip_actions]) or null"
+        )
     return ActorLayout(
         generation=generation,
         model_class=name,
@@ -468,6 +495,7 @@ def _layout(generation, name, config, section, model, normalizer, recurrent, lay
         recurrent=recurrent,
         head=head,
         beta_range=beta_range,
+        clip_actions=None if clip is None else float(clip),
     )
 
 

@@ -33,9 +33,12 @@ class RslRlRun:
         if self.mjcf is not None and self.joint_names is not None:
             raise InvalidArgumentError("give the robot's joint order once: mjcf or joint_names, not both")
         if self.joint_names is not None and (
-            not self.joint_names or not all(isinstance(n, str) and n for n in self.joint_names)
+            not all(isinstance(n, str) for n in self.joint_names) or not any(self.joint_names)
         ):
-            raise InvalidArgumentError(f"joint_names {self.joint_names!r}: expected non-empty joint names")
+            # An empty name is a reserved slot of the robot's motor order (Unitree H1's index 9).
+            raise InvalidArgumentError(
+                f"joint_names {self.joint_names!r}: expected joint names (an empty one for a reserved slot)"
+            )
 
     def deploy_file(self) -> str | None:
         """The deployment file this build reads, or None."""

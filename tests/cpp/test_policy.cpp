@@ -330,7 +330,9 @@ TEST_F(PolicyTest, KeyedTypoIsReportedAsMissing) {
       [&] {
         tutorial().run({{"obs", at::randn({2, 3})}});
       },
-      "observation", {"missing input key(s) 'observation'; expected keys: observation"});
+      "observation",
+      {"missing input key(s) 'observation' (given: 'obs'; did you mean 'observation' for 'obs'?); "
+       "expected keys: observation"});
 }
 
 // A static package is not among the fixtures, so its message is checked on the validator.

@@ -29,7 +29,7 @@ import yaml
 from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
-from tdaot.trained.deploy import mjcf_joint_names
+from tdaot.trained.mjcf import mjcf_joint_names
 
 LEG = ("hip_yaw", "hip_roll", "hip_pitch", "knee", "ankle")
 # The H1's facts (its h1.yaml), in the SDK order (left leg, then right leg).

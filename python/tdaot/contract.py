@@ -57,10 +57,9 @@ from tdaot.contract_terms import (
     Values,
     _check_term,
     _plain,
-    _short,
     _term_elements,
     _term_from_dict,
-    _term_line,
+    describe_contract,
 )
 from tdaot.errors import ContractError, KeyNameError
 
@@ -294,32 +293,7 @@ class Contract:
 
     def describe(self) -> list[str]:
         """The contract as indented lines (tdaot inspect)."""
-        lines = [f"  control_dt        {self.control_dt:g} s ({1 / self.control_dt:g} Hz)"]
-        for section in ("inputs", "outputs"):
-            for key, signal in getattr(self, section).items():
-                if signal.terms:
-                    lines.append(
-                        f"  {section[:-1]:<6} {key} [{len(signal.names)}]: {len(signal.terms)} terms"
-                    )
-                    lines += [_term_line(term) for term in signal.terms]
-                    continue
-                shown = ", ".join(signal.names[:6]) + (", ..." if len(signal.names) > 6 else "")
-                lines.append(f"  {section[:-1]:<6} {key} [{len(signal.names)}]: {shown}")
-                parts = [
-                    f"{name} {_short(getattr(signal, name))}"
-                    for name in _VALUE_FIELDS
-                    if getattr(signal, name) is not None
-                ]
-                lines.append("    " + ", ".join(parts))
-                gains = [
-                    f"{n} {_short(getattr(signal, n))}"
-                    for n in _GAIN_FIELDS
-                    if getattr(signal, n) is not None
-                ]
-                if gains:
-                    lines.append("    gains " + ", ".join(gains))
-        lines += [f"  {name}: {value}" for name, value in self.metadata.items()]
-        return lines
+        return describe_contract(self, _VALUE_FIELDS, _GAIN_FIELDS)
 
 
 def _manifest_key(key: Any, where: str) -> str:

@@ -201,3 +201,31 @@ def _check_term(where: str, key: str, index: int, term: Any, outputs: Mapping[st
         if low is not None and high is not None and low > high:
             fail("low", f"low {low} > high {high} for {element!r}")
     return term._sized(len(elements))
+
+
+def describe_contract(
+    contract: Any, value_fields: tuple[str, ...], gain_fields: tuple[str, ...]
+) -> list[str]:
+    """A tdaot.Contract as indented lines (Contract.describe, tdaot inspect)."""
+    lines = [f"  control_dt        {contract.control_dt:g} s ({1 / contract.control_dt:g} Hz)"]
+    for section in ("inputs", "outputs"):
+        for key, signal in getattr(contract, section).items():
+            if signal.terms:
+                lines.append(f"  {section[:-1]:<6} {key} [{len(signal.names)}]: {len(signal.terms)} terms")
+                lines += [_term_line(term) for term in signal.terms]
+                continue
+            shown = ", ".join(signal.names[:6]) + (", ..." if len(signal.names) > 6 else "")
+            lines.append(f"  {section[:-1]:<6} {key} [{len(signal.names)}]: {shown}")
+            parts = [
+                f"{name} {_short(getattr(signal, name))}"
+                for name in value_fields
+                if getattr(signal, name) is not None
+            ]
+            lines.append("    " + ", ".join(parts))
+            gains = [
+                f"{n} {_short(getattr(signal, n))}" for n in gain_fields if getattr(signal, n) is not None
+            ]
+            if gains:
+                lines.append("    gains " + ", ".join(gains))
+    lines += [f"  {name}: {value}" for name, value in contract.metadata.items()]
+    return lines

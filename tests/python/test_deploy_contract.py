@@ -14,12 +14,12 @@ import pytest
 import torch
 
 import tdaot
-from tdaot.trained.deploy import mjcf_joint_names
 from tdaot.trained.isaac_env import (
     ARMATURE_KEY,
     armature_mismatches,
     training_joint_properties,
 )
+from tdaot.trained.mjcf import mjcf_joint_names
 
 # A G1/H1-like subset: the robot's (SDK's, the MJCF's) order is side by side, the policy's
 # (Isaac Lab's) joint by joint: joint_pos[i] = motor[joint_ids_map[i]].

@@ -30,6 +30,10 @@ NOT_RUN = {
     "test_contract.py builds the legged package's contract and checks load, order and clipping",
     ("docs/install.md", 0): "a test function for a user's pytest with the tdaot plugin's fixtures; "
     "test_pytest_plugin.py runs such a test in a pytester session",
+    ("docs/from-training.md", 0): "reads a trained run directory and its robot's MJCF; "
+    "test_deploy_contract.py builds such a run with rsl_rl and reads it the same way",
+    ("docs/python-api.md", 1): "reads a trained rsl_rl run directory; "
+    "test_rsl_rl.py writes runs with rsl_rl's own runner and reads them the same way",
 }
 
 

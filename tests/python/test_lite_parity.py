@@ -269,7 +269,7 @@ def test_the_tool_is_found_from_the_environment_then_the_package_then_path_then_
     packaged.parent.mkdir(parents=True)
     packaged.write_bytes(fake.read_bytes())
     packaged.chmod(0o755)
-    monkeypatch.setattr(lite, "_package_dirs", lambda: [str(tmp_path / "pkg")])
+    monkeypatch.setattr(lite, "package_dirs", lambda: [str(tmp_path / "pkg")])
     assert lite.find_tool() == str(packaged)
     packaged.unlink()
     monkeypatch.setenv("PATH", str(fake.parent))

@@ -170,7 +170,7 @@ def test_the_wheel_in_a_fresh_venv_builds_and_runs_every_tool_by_name(tmp_path):
 
     done = run(bin_dir / "python", "-c", "import tdaot; print(tdaot.__file__)")
     assert done.stdout.startswith(str(site)), done.stdout  # the wheel's tdaot, not the checkout's
-    run(bin_dir / "tdaot", "build", "mypolicy.py:policy", "-o", "p.pt2", "--tuning", "throughput")
+    run(bin_dir / "tdaot", "build", "mypolicy.py:policy", "-o", "p.pt2")
     # The factory is recorded with its absolute path: it resolves from any folder.
     recorded = json.loads(run(bin_dir / "tdaot-run", "inspect", "p.pt2", "--json").stdout)["source"]
     assert recorded["factory"] == f"{project / 'mypolicy.py'}:policy"

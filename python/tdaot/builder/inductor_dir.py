@@ -31,6 +31,7 @@ import stat
 import warnings
 from collections.abc import Iterator
 
+from tdaot._torch_compat_paths import inductor_cache_at, inductor_cache_dir, torch_at
 from tdaot.errors import ReproducibilityWarning
 
 # Not tempfile.gettempdir(): TMPDIR differs between users and CI runners.
@@ -59,11 +60,9 @@ def private_dir(path: str) -> str | None:
 def build_cache_dir(key: str, root: str = BUILD_CACHE_DIR) -> Iterator[str]:
     """Inductor's cache at ``root``/``key`` (a model's cache key) for the duration (see the
     module's docstring); yields the directory the compile used."""
-    from torch._inductor.runtime.cache_dir_utils import cache_dir, temporary_cache_dir
-
     refusal = private_dir(root) if hasattr(os, "getuid") else "this platform has no file owners"
     if refusal is not None:
-        own = cache_dir()
+        own = inductor_cache_dir()
         warnings.warn(
             f"tdaot compiles in {root!r} so that a package's bytes do not depend on the cache path, "
             f"but {refusal}; compiling in inductor's cache {own!r} instead, whose path the package's "
@@ -79,7 +78,7 @@ def build_cache_dir(key: str, root: str = BUILD_CACHE_DIR) -> Iterator[str]:
         try:
             shutil.rmtree(folder, ignore_errors=True)  # a crashed build's leftovers
             os.mkdir(folder, 0o700)
-            with temporary_cache_dir(folder), _torch_at(_torch_link(root)):
+            with inductor_cache_at(folder), torch_at(_torch_link(root)):
                 yield folder
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -101,21 +100,3 @@ def _torch_link(root: str) -> str:
     os.symlink(target, staging)
     os.replace(staging, link)  # another venv of the same torch may point it at its own copy
     return link
-
-
-@contextlib.contextmanager
-def _torch_at(path: str) -> Iterator[None]:
-    """Inductor's compile commands name torch at ``path`` for the duration."""
-    from torch._inductor import cpp_builder
-    from torch.utils import cpp_extension
-
-    saved = (cpp_extension._TORCH_PATH, cpp_extension.TORCH_LIB_PATH, cpp_builder._TORCH_PATH)
-    saved_script = cpp_builder._LINKER_SCRIPT
-    cpp_extension._TORCH_PATH, cpp_extension.TORCH_LIB_PATH = path, os.path.join(path, "lib")
-    cpp_builder._TORCH_PATH = path
-    cpp_builder._LINKER_SCRIPT = os.path.join(path, "_inductor", "script.ld")
-    try:
-        yield
-    finally:
-        cpp_extension._TORCH_PATH, cpp_extension.TORCH_LIB_PATH, cpp_builder._TORCH_PATH = saved
-        cpp_builder._LINKER_SCRIPT = saved_script

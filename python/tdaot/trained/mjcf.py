@@ -1,0 +1,54 @@
+"""An MJCF's actuated joints, in actuator order: the robot's joint (SDK) order a deploy.yaml's
+``joint_ids_map`` indexes (Contract.from_deploy's ``mjcf``, tdaot build --mjcf)."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+from tdaot.errors import ContractError
+
+
+def mjcf_joint_names(mjcf: str | os.PathLike) -> list[str]:
+    """The joints an MJCF's actuators drive, in actuator order (the robot's SDK order for
+    Unitree's models): with MuJoCo's Python bindings when present, else from the XML (its
+    ``<include>`` files followed)."""
+    path = Path(mjcf)
+    if not path.is_file():
+        raise ContractError(f"mjcf {str(path)!r}: no such file")
+    try:
+        import mujoco
+    except ImportError:
+        mujoco = None
+    if mujoco is not None:
+        try:
+            model = mujoco.MjModel.from_xml_path(os.fspath(path))
+        except ValueError as err:
+            raise ContractError(f"mjcf {str(path)!r}: MuJoCo cannot load it: {err}") from None
+        names = []
+        for a in range(model.nu):
+            if model.actuator_trntype[a] != mujoco.mjtTrn.mjTRN_JOINT:
+                continue
+            names.append(model.joint(int(model.actuator_trnid[a, 0])).name)
+    else:
+        names = [a.get("joint") for a in _mjcf_actuators(path) if a.get("joint")]
+    if not names:
+        raise ContractError(f"mjcf {str(path)!r}: has no actuator that drives a joint")
+    return names
+
+
+def _mjcf_actuators(path: Path, seen: frozenset[Path] = frozenset()) -> list[ElementTree.Element]:
+    if path.resolve() in seen:
+        raise ContractError(f"mjcf {str(path)!r}: includes itself")
+    try:
+        root = ElementTree.parse(path).getroot()
+    except (OSError, ElementTree.ParseError) as err:
+        raise ContractError(f"mjcf {str(path)!r}: cannot read it: {err}") from None
+    found: list[ElementTree.Element] = []
+    for element in root.iter():
+        if element.tag == "include" and element.get("file"):
+            found += _mjcf_actuators(path.parent / element.get("file"), seen | {path.resolve()})
+        elif element.tag == "actuator":
+            found += list(element)
+    return found

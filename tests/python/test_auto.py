@@ -483,7 +483,10 @@ def test_compile_package_makes_a_one_model_package(tmp_path):
     options = BuildOptions(tuning="throughput")
     exported = export_policy(policy, example, options)
     path = compile_package(
-        exported.program, _manifest(exported, options, None), str(tmp_path / "one.pt2"), options
+        exported.program,
+        _manifest(exported, options, tdaot.Source(module_class=type(policy).__name__, factory=None)),
+        str(tmp_path / "one.pt2"),
+        options,
     )
     manifest = tdaot.read_manifest(path)
     assert _models(manifest) == [("model", 1, 1 << 20, "throughput")] and manifest.files

@@ -9,7 +9,6 @@ tuple in out-key order out.
 from __future__ import annotations
 
 import contextlib
-import logging
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -383,20 +382,12 @@ def tracing_noise_silenced() -> Iterator[None]:
     """torch's warnings about its own code that tdaot's trace runs, dropped for the duration:
     torch 2.13's pytree deprecation that its export and packaging code trips
     (``isinstance(treespec, LeafSpec)``), and the attribute check on the RNN modules' flat weights.
-    The user's own warnings, and torch's about anything else, pass. torch's structured-trace
-    logger (``torch.__trace``, empty DEBUG records unless TORCH_TRACE is set, which gives it its
-    own handler) stops propagating to the root logger, where pytest's log capture printed them."""
-    trace_log = logging.getLogger("torch.__trace")
-    propagate = trace_log.propagate
+    The user's own warnings, and torch's about anything else, pass."""
     with warnings.catch_warnings():
         treespec = r"`isinstance\(treespec, LeafSpec\)`"
         warnings.filterwarnings("ignore", message=treespec, category=FutureWarning)
         warnings.filterwarnings("ignore", message=_RNN_FLAT_WEIGHTS, category=UserWarning)
-        trace_log.propagate = False
-        try:
-            yield
-        finally:
-            trace_log.propagate = propagate
+        yield
 
 
 def _export_with_fallback(wrapper, tensors, batch_range: BatchRange):

@@ -322,7 +322,8 @@ $(FUZZ_BUILD)/build.ninja: $(VENV)/.deps-stamp build/.apt-stamp build/.fuzz-apt-
 		-DTDAOT_FUZZ=ON -DTDAOT_SANITIZE=address,undefined
 
 # Every target runs FUZZ_SECONDS, one after the other: manifest (with the validator) over
-# corpus/, and inputs, weights, signature, package over seeds/<name>/ (tests/fuzz/README.md).
+# corpus/, and inputs, weights, signature over seeds/<name>/, package over the seeds its CMake
+# configure writes (tests/fuzz/make_package_seeds.py; tests/fuzz/README.md).
 FUZZ_TARGETS := inputs weights signature package
 fuzz: $(FUZZ_BUILD)/build.ninja
 	$(CMAKE) --build $(FUZZ_BUILD) -j $(JOBS) --target tdaot_fuzz_manifest $(addprefix tdaot_fuzz_,$(FUZZ_TARGETS))
@@ -333,7 +334,8 @@ fuzz: $(FUZZ_BUILD)/build.ninja
 	|| { echo "fuzz: crash input in $(FUZZ_BUILD)/artifacts/; fix it, then add it to tests/fuzz/regressions/"; exit 1; }
 	@for t in $(FUZZ_TARGETS); do \
 		echo "fuzz: tdaot_fuzz_$$t for $(FUZZ_SECONDS) s"; \
-		$(SAN_ENV) $(FUZZ_BUILD)/tests/fuzz/tdaot_fuzz_$$t $(FUZZ_BUILD)/corpus_$$t tests/fuzz/seeds/$$t \
+		seeds=tests/fuzz/seeds/$$t; [ -d $$seeds ] || seeds=$(FUZZ_BUILD)/tests/fuzz/seeds/$$t; \
+		$(SAN_ENV) $(FUZZ_BUILD)/tests/fuzz/tdaot_fuzz_$$t $(FUZZ_BUILD)/corpus_$$t $$seeds \
 			-max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -rss_limit_mb=2048 -timeout=10 \
 			-artifact_prefix=$(abspath $(FUZZ_BUILD))/artifacts/$$t- $(FUZZ_ARGS) \
 		|| { echo "fuzz: crash input in $(FUZZ_BUILD)/artifacts/$$t-*; fix it, then add it to tests/fuzz/findings/$$t/"; exit 1; }; \

@@ -1,6 +1,6 @@
 """One process, one call each: ONNX Runtime, the raw AOTInductor loader and tdaot, called in turn.
 
-    .venv/bin/python benchmarks/alternate.py [--policies mlp,conv] [--batches 64,256,4096]
+    .venv/bin/python benchmarks/alternate.py [--policies mlp,conv] [--batches 1,64,256,4096]
                                              [--seconds 8] [--json OUT]
 
 Separate processes disagree here by more than the ratios the benchmark decides: in one
@@ -10,9 +10,11 @@ own part of a VM's drifting speed. Here every runtime is in
 one process and the calls alternate one at a time (in a fresh random order every turn), so
 drift and placement fall on all of them alike. A second, separate load of the tdaot package
 (``tdaot (copy)``) is the control: its ratio to the first is this run's spread between two
-identical models. Every call is a Python call (ONNX Runtime's ``InferenceSession.run``, the
-loader's ``aoti_load_package`` callable, tdaot's ``run_positional``), so batch 1, where the
-bindings' own overhead is most of the call, belongs to the C++ rows of `make bench`, not here.
+identical models; ``tdaot bound`` is a binding of the batch on the same Policy
+(``bind(batch).run()``), which must never be slower than the plain call. Every call is a Python
+call (ONNX Runtime's ``InferenceSession.run``, the loader's ``aoti_load_package`` callable,
+tdaot's ``run_positional``), so at batch 1, where the bindings' own overhead is most of the call,
+the runtimes are compared by the C++ rows of `make bench`; batch 1 is here for bound / tdaot.
 
 Needs the artifacts of a `make bench` build (build/bench/artifacts/<policy>/). `make bench`
 runs it as one of its stages (run.py); its rows are the results' ``alternation``.
@@ -60,11 +62,17 @@ def calls_for(loaded: dict[str, object], tensors: list) -> dict[str, Callable[[]
     from common import onnx_call
 
     loader, native, copy = loaded["aoti"], loaded["tdaot"], loaded["tdaot (copy)"]
+    # The control loop's way (issue 37): a binding of this batch on the same Policy, its buffers
+    # holding the same inputs; it must never be slower than the plain call beside it.
+    binding = native.bind(batch=tensors[0].shape[0])
+    for spec, tensor in zip(native.manifest.inputs, tensors):
+        binding.inputs[spec.key].copy_(tensor)
     return {
         "onnxruntime": onnx_call(loaded["onnxruntime"], tensors),
         "aoti": lambda: loader(*tensors),
         "tdaot": lambda: native.run_positional(*tensors),
         "tdaot (copy)": lambda: copy.run_positional(*tensors),
+        "tdaot bound": binding.run,
     }
 
 
@@ -120,13 +128,15 @@ def measure(artifacts: Path, policies: list[str], batches: list[int], seconds: f
                 "tdaot/onnxruntime": ratios(samples, "tdaot", "onnxruntime"),
                 "tdaot/aoti": ratios(samples, "tdaot", "aoti"),
                 "copy/tdaot": ratios(samples, "tdaot (copy)", "tdaot"),
+                "bound/tdaot": ratios(samples, "tdaot bound", "tdaot"),
             }
             rows.append(row)
             print(
                 f"{policy} batch {batch}: "
                 + ", ".join(f"{name} {us:.1f} µs" for name, us in row["p50_us"].items())
                 + f"; tdaot/ORT {row['tdaot/onnxruntime']['p50']:.2f},"
-                f" tdaot/AOTI {row['tdaot/aoti']['p50']:.2f}, copy {row['copy/tdaot']['p50']:.2f}",
+                f" tdaot/AOTI {row['tdaot/aoti']['p50']:.2f}, copy {row['copy/tdaot']['p50']:.2f},"
+                f" bound {row['bound/tdaot']['p50']:.2f}",
                 flush=True,
             )
     return rows
@@ -148,18 +158,21 @@ def table(rows: list[dict]) -> list[str]:
         "ONNX Runtime, the raw AOTI loader and tdaot (loaded twice: the copy is the control) in one "
         "process, called in turn one call at a time, so the VM's drift and each process's memory "
         f"placement fall on all alike. Ratios of p50, and in parentheses their range over {SEGMENTS} "
-        "consecutive parts of the run; copy / tdaot is the spread between two identical models.",
+        "consecutive parts of the run; copy / tdaot is the spread between two identical models; "
+        "bound / tdaot is `bind(batch).run()` against the plain call of the same Policy.",
         "",
         "| policy | batch | calls | ONNX Runtime | AOTI loader | tdaot | tdaot / ONNX Runtime "
-        "| tdaot / AOTI | copy / tdaot |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| tdaot / AOTI | copy / tdaot | bound / tdaot |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         p50 = row["p50_us"]
         times = " | ".join(fmt_time_us(p50[name]) for name in ("onnxruntime", "aoti", "tdaot"))
+        bound = cell(row["bound/tdaot"]) if "bound/tdaot" in row else "–"  # runs before issue 37
         lines.append(
             f"| {row['policy']} | {row['batch']} | {row['calls']} | {times} "
-            f"| {cell(row['tdaot/onnxruntime'])} | {cell(row['tdaot/aoti'])} | {cell(row['copy/tdaot'])} |"
+            f"| {cell(row['tdaot/onnxruntime'])} | {cell(row['tdaot/aoti'])} | {cell(row['copy/tdaot'])} "
+            f"| {bound} |"
         )
     return lines + [""]
 
@@ -170,7 +183,7 @@ def main() -> int:
     )
     parser.add_argument("--artifacts", default=str(HERE.parent / "build/bench/artifacts"))
     parser.add_argument("--policies", default="tutorial,mlp,conv,lstm")
-    parser.add_argument("--batches", default="64,256,4096")
+    parser.add_argument("--batches", default="1,64,256,4096")
     parser.add_argument("--seconds", type=float, default=8.0, help="per policy and batch")
     parser.add_argument("--cpu", type=int, default=os.cpu_count() - 1, help="-1: no pinning")
     parser.add_argument("--json", help="write the rows here too")

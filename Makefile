@@ -20,16 +20,15 @@ PY_DEPS := torch==2.13.0 rsl-rl-lib==5.5.1 tensordict==0.14.3 torchrl==0.14.1 "p
 APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev libzip-dev zipcmp zipmerge ziptool libssl-dev \
 	libsleef-dev ccache
 
-# ccache: the wheel's build (build/<wheel tag>, `setup`) and the C++ build (build/cpp, `cpp`) compile
-# the core, runtime and lite sources with the same flags, so each second compile is a cache hit
-# (~200 s of CPU on a fresh clone). The cache lives outside the checkout (CCACHE_DIR when set,
-# else ~/.cache/tdaot/ccache), so a new clone on a machine that built tdaot before compiles only
-# what changed (ccache keys on the preprocessed source and the flags: a hit is the same object);
-# `make clean` keeps it. Paths are taken relative to the checkout, where both build folders sit
-# at the same depth, and both builds name the compiler alike (CXX, make's g++ unless set), which
-# ccache hashes.
+# ccache: the wheel's build (build/<wheel tag>, `setup`), the C++ build (build/cpp, `cpp`) and the
+# suite's plain wheel build (test_native_install, in a temporary folder) compile the core,
+# runtime and lite sources with the same flags and the same absolute paths, so all but the first
+# compile of each are cache hits (ccache keys on the source and the command line; the working
+# folder is left out of the key). The cache lives outside the checkout (CCACHE_DIR when set, else
+# ~/.cache/tdaot/ccache), so a rebuilt clone in the same place recompiles only what changed;
+# `make clean` keeps it. No CCACHE_BASEDIR: relative paths would differ between build folders of
+# different depths (the temporary one), and no object would be shared with it.
 export CCACHE_DIR ?= $(HOME)/.cache/tdaot/ccache
-export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 export CXX
 LAUNCHER := ccache

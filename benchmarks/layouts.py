@@ -39,7 +39,6 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from tensordict.nn import TensorDictModule  # noqa: E402
-from torch import nn  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -49,7 +48,6 @@ import tdaot  # noqa: E402
 from alternate import alternate  # noqa: E402
 from policies import ImpalaCNN, NatureCNN, _PixelEncoder  # noqa: E402
 from tdaot.builder import pipeline, rewrites, tuning  # noqa: E402
-
 
 NETS = {
     "bench": (_PixelEncoder, (3, 64, 64)),

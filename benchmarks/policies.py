@@ -168,6 +168,16 @@ POLICIES = {
     "impala": impala_actor,
 }
 
+# The batch sizes make bench times; the pixel networks at 1 and 64 only (their 4096 would hold
+# gigabytes of activations per call).
+BATCHES = (1, 64, 256, 4096)
+PIXEL_BATCHES = {"nature": (1, 64), "impala": (1, 64)}
+
+
+def timed_batches(policy: str) -> tuple[int, ...]:
+    return PIXEL_BATCHES.get(policy, BATCHES)
+
+
 DESCRIPTIONS = {
     "tutorial": "tensordict export tutorial: obs [3] -> 64 -> Normal(loc, scale) [2], deterministic",
     "mlp": "MLP actor: obs [48] -> 256 -> 256 -> action [12], ELU",

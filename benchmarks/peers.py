@@ -127,12 +127,14 @@ def max_abs_error(bind, cases: list[dict]) -> float:
     return worst
 
 
-def build_all(program, specs: list[dict], batches: list[int], out: Path, cases: list[dict]) -> dict:
-    """Every peer's artifact, its parity against eager on ``cases``, or the error that stopped it;
-    written to out/peers.json and returned."""
+def build_all(
+    program, specs: list[dict], batches: list[int], out: Path, cases: list[dict], only: tuple = PEERS
+) -> dict:
+    """Every peer's artifact (of ``only``), its parity against eager on ``cases``, or the error that
+    stopped it; written to out/peers.json and returned."""
     sys.path.insert(0, str(HERE))
     status: dict[str, dict] = {}
-    for name in PEERS:
+    for name in only:
         try:
             if name == "openvino":
                 status[name] = build_openvino(program, out)

@@ -1,6 +1,6 @@
-// The JSON line protocol of bench_server.cpp and lite_server.cpp for the peers' servers
-// (openvino_server.cpp, executorch_server.cpp): a server is a `Peer` with load(request) and
-// call(batch) -> void (inputs bound once per batch); everything else is here, once.
+// The JSON line protocol of bench_server.cpp for the bound servers (lite_server.cpp and the peers'
+// openvino_server.cpp, executorch_server.cpp): a server is a `Peer` with load(request) -> the
+// batch sizes it serves, and call(batch) (inputs bound once per batch); the rest is here, once.
 //   {"cmd": "load", "path": P, "inputs": [{"dtype", "shape"}...], "batches": [B...]}
 //                                     -> seconds, "batch_sizes" (what this peer serves)
 //   {"cmd": "first", "batch": B} / {"cmd": "run", ...} / {"cmd": "allocs", ...} / {"cmd": "memory"}

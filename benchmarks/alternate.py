@@ -152,7 +152,7 @@ def measure(artifacts: Path, policies: list[str], batches: list[int], seconds: f
                 f"{policy} batch {batch}: "
                 + ", ".join(f"{name} {us:.1f} µs" for name, us in row["p50_us"].items())
                 + "; "
-                + ", ".join(f"tdaot/{o} {row[f'tdaot/{o}']['p50']:.2f}" for o in PEERS_AND_AOTI if o in row)
+                + ", ".join(f"{key} {row[key]['p50']:.2f}" for key in row if key.startswith("tdaot/"))
                 + f", copy {row['copy/tdaot']['p50']:.2f}",
                 flush=True,
             )

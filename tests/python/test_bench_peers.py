@@ -31,7 +31,7 @@ def _tiny(tmp_path: Path):
     batch = torch.export.Dim("batch", min=1, max=64)
     program = torch.export.export(net, (torch.randn(2, 4),), dynamic_shapes=({0: batch},))
     cases = []
-    for rows in (1, 2):
+    for rows in (1,):
         inputs = [torch.randn(rows, 4)]
         with torch.no_grad():
             cases.append({"inputs": inputs, "outputs": [net(*inputs)]})
@@ -42,7 +42,7 @@ def _tiny(tmp_path: Path):
 def test_peer_matches_eager(tmp_path, peer):
     pytest.importorskip(peer, reason=f"{peer} is installed by `make bench` only")
     program, cases = _tiny(tmp_path)
-    status = peers.build_all(program, SPECS, [1, 2], tmp_path, cases, only=(peer,))
+    status = peers.build_all(program, SPECS, [1], tmp_path, cases, only=(peer,))
     assert "error" not in status[peer], status[peer]
     assert status[peer]["max_abs_error"] < 1e-5
     assert json.loads((tmp_path / "peers.json").read_text())[peer] == status[peer]

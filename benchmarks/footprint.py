@@ -182,8 +182,8 @@ def measure(
             row("ort-c", "ONNX Runtime, C library (libonnxruntime.so)", disk=disk(c_libs[:1]))
         py_libs = sorted(p for p in capi.iterdir() if p.suffix == ".so" and "libonnxruntime.so" not in p.name)
         row("ort-py", "ONNX Runtime, Python (capi .so files; numpy not counted)", disk=disk(py_libs))
-    row("python", "Python + numpy alone (the ORT rows' baseline)")
     peer_commands = peer_rows(artifacts, peer_servers or {}, row)
+    row("python", "Python + numpy alone (the ORT rows' baseline)")
 
     # --- maxrss after 1000 steps and start to first output ---------------------------------------
     commands: dict[str, dict[str, list[str]]] = {}

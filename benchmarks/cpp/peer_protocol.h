@@ -1,6 +1,7 @@
-// The JSON line protocol of bench_server.cpp for the bound servers (lite_server.cpp and the peers'
+// The JSON line protocol of the bench servers (bench_server.cpp, lite_server.cpp and the peers'
 // openvino_server.cpp, executorch_server.cpp): a server is a `Peer` with load(request) -> the
-// batch sizes it serves, and call(batch) (inputs bound once per batch); the rest is here, once.
+// batch sizes it serves (null: all), and call(batch) (inputs made once per batch); the loop,
+// timing and allocation counts are here, once.
 //   {"cmd": "load", "path": P, "inputs": [{"dtype", "shape"}...], "batches": [B...]}
 //                                     -> seconds, "batch_sizes" (what this peer serves)
 //   {"cmd": "first", "batch": B} / {"cmd": "run", ...} / {"cmd": "allocs", ...} / {"cmd": "memory"}
@@ -124,9 +125,11 @@ json handle(Peer& peer, bool& loaded, const json& request) {
   if (cmd == "memory") return memory();
   if (cmd == "load") {
     const auto t0 = Clock::now();
-    json served = peer.load(request);
+    json served = peer.load(request);  // null: every batch
     loaded = true;
-    return {{"ok", true}, {"seconds", seconds_since(t0)}, {"batch_sizes", served}};
+    json answer = {{"ok", true}, {"seconds", seconds_since(t0)}};
+    if (!served.is_null()) answer["batch_sizes"] = served;
+    return answer;
   }
   if (!loaded) throw std::runtime_error("no model loaded");
   const int64_t batch = request.at("batch");

@@ -5,7 +5,9 @@ weights, timing export and compile cold (empty inductor cache) and cached, then 
 process per (runtime, policy): a Python worker (benchmarks/worker.py), the C++ server
 (benchmarks/cpp/bench_server.cpp) or, for the lite runtime (tdaot::lite, no libtorch), its own
 server linked only to it (benchmarks/cpp/lite_server.cpp), timed at the batch sizes the
-package's lite models serve (batch 1 for tdaot.build's default). Each process loads its model
+package's lite models serve (batch 1 for tdaot.build's default), or for OpenVINO and ExecuTorch
+their C++ servers (benchmarks/cpp/openvino_server.cpp, executorch_server.cpp, on the files
+benchmarks/peers.py made and checked), timed at batch 1. Each process loads its model
 (load time), makes a first call (first-call time) and is checked against the eager policy's
 outputs. Then the timing rounds: every round visits every policy and batch size, and at each
 one runs a chunk of calls in every runtime, in an order rotated from round to round, so drift
@@ -17,9 +19,10 @@ is the control: the same package in a second C++ server process (identical model
 processes measured 0.71-1.30x of each other in one run on the development VM). After the
 rounds: the cross-checks through the command-line tools (tdaot-run bench; tdaot-run bench
 --bind beside tdaot-lite bench); the one-process stage at batches of 64 and up (ONNX Runtime,
-the raw AOTI loader and tdaot called in turn in one process, benchmarks/alternate.py), which
-decides ratios that close; and the footprint table of the lite runtime, the full runtime and
-ONNX Runtime for the mlp package (benchmarks/footprint.py).
+OpenVINO, ExecuTorch, the raw AOTI loader and tdaot called in turn in one process,
+benchmarks/alternate.py), which decides ratios that close; and the footprint table of the lite
+runtime, the full runtime, ONNX Runtime, OpenVINO and ExecuTorch for the mlp package
+(benchmarks/footprint.py). The pixel networks are timed at batch 1 and 64 only.
 
     .venv/bin/python benchmarks/run.py --server build/bench/cpp/tdaot-bench-server [--rounds 5]
 

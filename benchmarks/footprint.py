@@ -229,7 +229,10 @@ def measure(
 
     def show(command: list[str]) -> str:
         here = str(Path(__file__).resolve())
-        names = {package: "PKG", str(onnx_model): "policy.onnx", here: "footprint.py"}
+        # The peers' commands: their model files by name, their input specs (JSON) as INPUTS.
+        names = {c: Path(c).name for c in command if c.startswith(str(artifacts))}
+        names.update({c: "INPUTS" for c in command if c.startswith("[{")})
+        names.update({package: "PKG", str(onnx_model): "policy.onnx", here: "footprint.py"})
         return " ".join(Path(c).name if i == 0 else names.get(c, c) for i, c in enumerate(command))
 
     have_maxrss = maxrss_tool is not None and maxrss_tool.is_file()

@@ -196,11 +196,12 @@ BENCH_PY_DEPS := torch==2.13.0 onnxruntime==1.31.1 onnx==1.23.2 onnxscript==0.7.
 BENCH_BUILD := build/bench/cpp
 BENCH_ARGS ?=
 
-$(VENV)/.bench-deps-stamp: $(VENV)/.deps-stamp
+# A new stamp name when BENCH_PY_DEPS grows, so venvs set up before it install the new pins.
+$(VENV)/.bench-deps-peers-stamp: $(VENV)/.deps-stamp
 	$(PIP) install -q --disable-pip-version-check $(BENCH_PY_DEPS)
 	@touch $@
 
-bench: cpp $(VENV)/.bench-deps-stamp
+bench: cpp $(VENV)/.bench-deps-peers-stamp
 	$(CMAKE) -S benchmarks/cpp -B $(BENCH_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA)) \
 		-DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=Release \
 		-DTorch_DIR=$$($(PY) -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch \

@@ -22,10 +22,13 @@ APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev libzip-dev zipcmp zipme
 
 # ccache: the wheel's build (build/<wheel tag>, `setup`) and the C++ build (build/cpp, `cpp`) compile
 # the core, runtime and lite sources with the same flags, so each second compile is a cache hit
-# (~200 s of CPU on a fresh clone). Its cache is build/ccache (`make clean` empties it); paths are
-# taken relative to the checkout, where both build folders sit at the same depth, and both builds
-# name the compiler alike (CXX, make's g++ unless set), which ccache hashes.
-export CCACHE_DIR := $(abspath build/ccache)
+# (~200 s of CPU on a fresh clone). The cache lives outside the checkout (CCACHE_DIR when set,
+# else ~/.cache/tdaot/ccache), so a new clone on a machine that built tdaot before compiles only
+# what changed (ccache keys on the preprocessed source and the flags: a hit is the same object);
+# `make clean` keeps it. Paths are taken relative to the checkout, where both build folders sit
+# at the same depth, and both builds name the compiler alike (CXX, make's g++ unless set), which
+# ccache hashes.
+export CCACHE_DIR ?= $(HOME)/.cache/tdaot/ccache
 export CCACHE_BASEDIR := $(CURDIR)
 export CCACHE_NOHASHDIR := 1
 export CXX

@@ -1,6 +1,6 @@
 """One process, one call each: ONNX Runtime, the raw AOTInductor loader and tdaot, called in turn.
 
-    .venv/bin/python benchmarks/alternate.py [--policies mlp,conv] [--batches 64,256,4096]
+    .venv/bin/python benchmarks/alternate.py [--policies mlp,conv] [--batches 1,64,256,4096]
                                              [--seconds 8] [--json OUT]
 
 Separate processes disagree here by more than the ratios the benchmark decides: in one
@@ -10,9 +10,11 @@ own part of a VM's drifting speed. Here every runtime is in
 one process and the calls alternate one at a time (in a fresh random order every turn), so
 drift and placement fall on all of them alike. A second, separate load of the tdaot package
 (``tdaot (copy)``) is the control: its ratio to the first is this run's spread between two
-identical models. Every call is a Python call (ONNX Runtime's ``InferenceSession.run``, the
-loader's ``aoti_load_package`` callable, tdaot's ``run_positional``), so batch 1, where the
-bindings' own overhead is most of the call, belongs to the C++ rows of `make bench`, not here.
+identical models; ``tdaot bound`` is a binding of the batch on the same Policy
+(``bind(batch).run()``), which must never be slower than the plain call. Every call is a Python
+call (ONNX Runtime's ``InferenceSession.run``, the loader's ``aoti_load_package`` callable,
+tdaot's ``run_positional``), so at batch 1, where the bindings' own overhead is most of the call,
+the runtimes are compared by the C++ rows of `make bench`; batch 1 is here for bound / tdaot.
 
 Needs the artifacts of a `make bench` build (build/bench/artifacts/<policy>/). `make bench`
 runs it as one of its stages (run.py); its rows are the results' ``alternation``.
@@ -72,11 +74,17 @@ def calls_for(loaded: dict[str, object], tensors: list) -> dict[str, Callable[[]
     from common import onnx_call
 
     loader, native, copy = loaded["aoti"], loaded["tdaot"], loaded["tdaot (copy)"]
+    # The control loop's way (issue 37): a binding of this batch on the same Policy, its buffers
+    # holding the same inputs; it must never be slower than the plain call beside it.
+    binding = native.bind(batch=tensors[0].shape[0])
+    for spec, tensor in zip(native.manifest.inputs, tensors):
+        binding.inputs[spec.key].copy_(tensor)
     calls = {
         "onnxruntime": onnx_call(loaded["onnxruntime"], tensors),
         "aoti": lambda: loader(*tensors),
         "tdaot": lambda: native.run_positional(*tensors),
         "tdaot (copy)": lambda: copy.run_positional(*tensors),
+        "tdaot bound": binding.run,
     }
     for name in peers.PEERS:
         if callable(loaded[name]):  # else the reason it is not timed (a string)
@@ -138,6 +146,7 @@ def measure(artifacts: Path, policies: list[str], batches: list[int], seconds: f
                 "calls": len(samples["tdaot"]),
                 "p50_us": {name: statistics.median(ns) / 1e3 for name, ns in samples.items()},
                 "copy/tdaot": ratios(samples, "tdaot (copy)", "tdaot"),
+                "bound/tdaot": ratios(samples, "tdaot bound", "tdaot"),
                 "not_timed": {
                     name: loaded[name] if isinstance(loaded[name], str) else f"no program at batch {batch}"
                     for name in PEER_NAMES
@@ -153,7 +162,7 @@ def measure(artifacts: Path, policies: list[str], batches: list[int], seconds: f
                 + ", ".join(f"{name} {us:.1f} µs" for name, us in row["p50_us"].items())
                 + "; "
                 + ", ".join(f"{key} {row[key]['p50']:.2f}" for key in row if key.startswith("tdaot/"))
-                + f", copy {row['copy/tdaot']['p50']:.2f}",
+                + f", copy {row['copy/tdaot']['p50']:.2f}, bound {row['bound/tdaot']['p50']:.2f}",
                 flush=True,
             )
     return rows
@@ -176,11 +185,13 @@ def table(rows: list[dict]) -> list[str]:
         "copy is the control) in one process, called in turn one call at a time, so the VM's drift and "
         "each process's memory placement fall on all alike. Ratios of p50, and in parentheses their range "
         f"over {SEGMENTS} consecutive parts of the run; copy / tdaot is the spread between two identical "
-        "models. A peer not timed says why below the table.",
+        "models; bound / tdaot is `bind(batch).run()` against the plain call of the same Policy. A peer "
+        "not timed says why below the table.",
         "",
         "| policy | batch | calls | ONNX Runtime | OpenVINO | ExecuTorch | AOTI loader | tdaot "
-        "| tdaot / ONNX Runtime | tdaot / OpenVINO | tdaot / ExecuTorch | tdaot / AOTI | copy / tdaot |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| tdaot / ONNX Runtime | tdaot / OpenVINO | tdaot / ExecuTorch | tdaot / AOTI | copy / tdaot "
+        "| bound / tdaot |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     notes = []
     for row in rows:
@@ -190,9 +201,10 @@ def table(rows: list[dict]) -> list[str]:
         ratio_cells = " | ".join(
             cell(row[f"tdaot/{o}"]) if f"tdaot/{o}" in row else "–" for o in PEERS_AND_AOTI
         )
+        bound = cell(row["bound/tdaot"]) if "bound/tdaot" in row else "–"  # runs before issue 37
         lines.append(
             f"| {row['policy']} | {row['batch']} | {row['calls']} | {times} | {ratio_cells} "
-            f"| {cell(row['copy/tdaot'])} |"
+            f"| {cell(row['copy/tdaot'])} | {bound} |"
         )
         for name, why in row.get("not_timed", {}).items():
             notes.append(f"- {row['policy']} at {row['batch']}, {name}: {why}")
@@ -206,7 +218,7 @@ def main() -> int:
     )
     parser.add_argument("--artifacts", default=str(HERE.parent / "build/bench/artifacts"))
     parser.add_argument("--policies", default="tutorial,mlp,conv,lstm")
-    parser.add_argument("--batches", default="64,256,4096")
+    parser.add_argument("--batches", default="1,64,256,4096")
     parser.add_argument("--seconds", type=float, default=8.0, help="per policy and batch")
     parser.add_argument("--cpu", type=int, default=os.cpu_count() - 1, help="-1: no pinning")
     parser.add_argument("--json", help="write the rows here too")

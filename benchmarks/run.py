@@ -569,7 +569,7 @@ def alternate_stage(args, work: Path, policies: list[str], timed: set[str]) -> l
     """benchmarks/alternate.py in a fresh process, pinned: the throughput batches with every
     runtime in one process, one call each (separate processes disagree by more than the ratios
     the benchmark decides). Only where the run times the runtimes it compares."""
-    batches = [b for b in args.batches if b >= 64]
+    batches = list(args.batches)  # batch 1 too: the bound run against the plain call (issue 37)
     if args.alternate_seconds <= 0 or not batches or not {"onnxruntime", "aoti", "tdaot"} <= timed:
         return []
     log(f"one process, one call each ({args.alternate_seconds:g} s per policy and batch)")

@@ -212,6 +212,9 @@ TEST(BindingErrors, AnUnknownKeyIsNamedWithTheKeysThereAre) {
   const auto output = catch_error<UnknownKeyError>([&] { b.output("robot.joints"); });
   ASSERT_TRUE(output);
   EXPECT_TRUE(Contains(output->what(), "unknown output key 'robot.joints'; the binding's outputs: "));
+  const auto misspelt = catch_error<UnknownKeyError>([&] { b.output("agents.actoin"); });
+  ASSERT_TRUE(misspelt);
+  EXPECT_TRUE(Contains(misspelt->what(), "unknown output key 'agents.actoin' (did you mean 'agents.action'?)"));
 }
 
 TEST(BindingErrors, AReallocatedTensorIsRefused) {

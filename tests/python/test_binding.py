@@ -124,7 +124,9 @@ def test_a_batch_outside_the_range_names_the_range(tutorial_native):
 def test_unknown_keys_and_resets_are_refused_by_name(tutorial_native, recurrent_native):
     b = tutorial_native.bind(batch=1)
     with pytest.raises(
-        tdaot.UnknownKeyError, match=r"unknown input key 'obs'; the binding's inputs: observation"
+        tdaot.UnknownKeyError,
+        match=r"unknown input key 'obs' \(did you mean 'observation'\?\); the binding's inputs: "
+        r"'observation'",
     ):
         b._binding.input("obs")
     with pytest.raises(tdaot.TdaotError, match="is not recurrent"):

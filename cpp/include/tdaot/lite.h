@@ -54,6 +54,16 @@ using BindOptions = tdaot::BindOptions;
 
 class Binding;
 
+// One of a lite binding's buffers, as inputs() and outputs() list them (manifest order): the
+// lite runtime's counterpart of the full runtime's at::Tensor views.
+struct BoundBuffer {
+  std::string key;             // the manifest key ("a.b" for nested keys)
+  DType dtype;
+  std::vector<int64_t> shape;  // [batch, *per-sample shape]
+  void* data;                  // contiguous, 64-byte aligned; an output's is written by run()
+  size_t bytes;                // the element count times the dtype's size
+};
+
 // The lite runtime's Policy: what every runtime's Policy offers (tdaot/policy_base.h: manifest,
 // contract, path, sha256, batch_sizes, swap_weights, weights_sha256, rollback_weights; a swap
 // reaches each binding, made before or after, from its next run() on: the run that first sees
@@ -99,6 +109,10 @@ class Binding : public BindingBase {
   // [batch, *per-sample shape] of an input or output; throws UnknownKeyError.
   std::vector<int64_t> input_shape(const std::string& key) const;
   std::vector<int64_t> output_shape(const std::string& key) const;
+  // Every input and output buffer, in manifest order (what the full runtime's inputs() and
+  // outputs() are): for code that walks a package's keys without knowing them.
+  const std::vector<BoundBuffer>& inputs() const;
+  const std::vector<BoundBuffer>& outputs() const;
 
  private:
   struct Impl;  // defined in src/lite/binding.cpp

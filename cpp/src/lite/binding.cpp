@@ -22,36 +22,21 @@ struct FreeAligned {
   void operator()(void* p) const { std::free(p); }
 };
 
-// One input or output: [batch, *shape] contiguous elements, 64-byte aligned, zeroed.
-struct Buffer {
-  Buffer(const TensorSpec& spec, int64_t batch) : dtype(spec.dtype), shape{batch} {
-    shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
-    int64_t count = 1;
-    for (int64_t d : shape) count *= d;
-    bytes = static_cast<size_t>(count) * element_size(dtype);
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    data.reset(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
-    if (!data) throw std::bad_alloc();
-    std::memset(data.get(), 0, rounded == 0 ? 64 : rounded);
-  }
-  DType dtype;
-  std::vector<int64_t> shape;
-  size_t bytes = 0;
-  std::unique_ptr<void, FreeAligned> data;
-};
-
-std::string key_list(const std::vector<TensorSpec>& specs) {
-  std::string text;
-  for (const TensorSpec& spec : specs) text += (text.empty() ? "'" : ", '") + spec.key + "'";
-  return text;
-}
-
-size_t index_of(const std::vector<TensorSpec>& specs, const std::string& key, const char* kind) {
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].key == key) return i;
-  }
-  throw UnknownKeyError(key, std::string("unknown ") + kind + " key '" + key +
-                                 "'; the binding's " + kind + "s: " + key_list(specs));
+// One input or output of `spec`'s dtype and [batch, *shape], 64-byte aligned and zeroed, its
+// memory held in `storage`.
+BoundBuffer allocate(const TensorSpec& spec, int64_t batch,
+                     std::vector<std::unique_ptr<void, FreeAligned>>& storage) {
+  BoundBuffer b{spec.key, spec.dtype, {batch}, nullptr, 0};
+  b.shape.insert(b.shape.end(), spec.shape.begin(), spec.shape.end());
+  int64_t count = 1;
+  for (int64_t d : b.shape) count *= d;
+  b.bytes = static_cast<size_t>(count) * element_size(b.dtype);
+  const size_t rounded = b.bytes == 0 ? 64 : (b.bytes + 63) / 64 * 64;
+  storage.emplace_back(std::aligned_alloc(64, rounded));
+  if (!storage.back()) throw std::bad_alloc();
+  b.data = storage.back().get();
+  std::memset(b.data, 0, rounded);
+  return b;
 }
 
 }  // namespace
@@ -63,24 +48,24 @@ struct Binding::Impl : detail::BindingCore {
         model(policy->model_for(rows)),
         instance(*model.library),
         carry(manifest) {
-    for (const TensorSpec& spec : manifest.inputs) inputs.emplace_back(spec, batch);
-    for (const TensorSpec& spec : manifest.outputs) outputs.emplace_back(spec, batch);
-    for (Buffer& b : inputs) {
+    for (const TensorSpec& spec : manifest.inputs) inputs.push_back(allocate(spec, batch, storage));
+    for (const TensorSpec& spec : manifest.outputs) outputs.push_back(allocate(spec, batch, storage));
+    for (const BoundBuffer& b : inputs) {
       if (b.shape.size() > static_cast<size_t>(detail::aoti::kMaxDims)) {
         fail("takes an input of " + std::to_string(b.shape.size()) + " dims (at most " +
              std::to_string(detail::aoti::kMaxDims) + ")");
       }
-      in.push_back(detail::describe(b.data.get(), b.dtype, b.shape));
-      input_data.push_back(b.data.get());
+      in.push_back(detail::describe(b.data, b.dtype, b.shape));
+      input_data.push_back(b.data);
     }
-    for (Buffer& b : outputs) {
-      output_data.push_back(b.data.get());
-      output_slots.push_back({b.data.get(), b.dtype, b.shape});
+    for (const BoundBuffer& b : outputs) {
+      output_data.push_back(b.data);
+      output_slots.push_back({b.data, b.dtype, b.shape});
     }
     std::vector<void*> state_data;
     std::vector<size_t> state_bytes;
-    for (Buffer& b : inputs) {
-      state_data.push_back(b.data.get());
+    for (const BoundBuffer& b : inputs) {
+      state_data.push_back(b.data);
       state_bytes.push_back(b.bytes);
     }
     buffers.emplace(std::move(state_data), std::move(state_bytes), output_data, batch);
@@ -148,8 +133,9 @@ struct Binding::Impl : detail::BindingCore {
   uint64_t weights_generation = 0;
   std::shared_ptr<const detail::LiteConstantSet> weights_held;
   detail::ModelInstance instance;  // this binding's own, with its own copy of the weights
-  std::vector<Buffer> inputs;
-  std::vector<Buffer> outputs;
+  std::vector<std::unique_ptr<void, FreeAligned>> storage;  // the buffers' memory
+  std::vector<BoundBuffer> inputs;
+  std::vector<BoundBuffer> outputs;
   std::vector<detail::aoti::ArrayRefTensor> in;
   std::vector<detail::aoti::ArrayRefTensor> out;  // filled by each call: the library's own arrays
   std::vector<const void*> input_data;
@@ -164,33 +150,37 @@ Binding::Binding(std::unique_ptr<Impl> impl) : BindingBase(std::move(impl), "tda
 
 void* Binding::input_data(const std::string& key, DType dtype) {
   Impl& self = core_as<Impl>();
-  const size_t i = index_of(self.manifest.inputs, key, "input");
+  const size_t i = self.index_of(key, /*output=*/false);
   if (self.inputs[i].dtype != dtype) {
     throw DtypeError(key, "input '" + key + "' has dtype " + dtype_name(self.inputs[i].dtype) +
                               ", not " + dtype_name(dtype));
   }
-  return self.inputs[i].data.get();
+  return self.inputs[i].data;
 }
 
 const void* Binding::output_data(const std::string& key, DType dtype) const {
   const Impl& self = core_as<Impl>();
-  const size_t i = index_of(self.manifest.outputs, key, "output");
+  const size_t i = self.index_of(key, /*output=*/true);
   if (self.outputs[i].dtype != dtype) {
     throw DtypeError(key, "output '" + key + "' has dtype " + dtype_name(self.outputs[i].dtype) +
                               ", not " + dtype_name(dtype));
   }
-  return self.outputs[i].data.get();
+  return self.outputs[i].data;
 }
 
 std::vector<int64_t> Binding::input_shape(const std::string& key) const {
   const Impl& self = core_as<Impl>();
-  return self.inputs[index_of(self.manifest.inputs, key, "input")].shape;
+  return self.inputs[self.index_of(key, /*output=*/false)].shape;
 }
 
 std::vector<int64_t> Binding::output_shape(const std::string& key) const {
   const Impl& self = core_as<Impl>();
-  return self.outputs[index_of(self.manifest.outputs, key, "output")].shape;
+  return self.outputs[self.index_of(key, /*output=*/true)].shape;
 }
+
+const std::vector<BoundBuffer>& Binding::inputs() const { return core_as<Impl>().inputs; }
+
+const std::vector<BoundBuffer>& Binding::outputs() const { return core_as<Impl>().outputs; }
 
 Binding Policy::bind(int64_t batch, const BindOptions& options) const {
   if (options.cuda_graph) {

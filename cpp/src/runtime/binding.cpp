@@ -30,15 +30,6 @@ at::Tensor zeros(int64_t batch, const TensorSpec& spec, c10::Device device) {
                    at::TensorOptions().dtype(to_scalar_type(spec.dtype)).device(device));
 }
 
-const at::Tensor& find(const std::vector<TensorSpec>& specs, const std::vector<at::Tensor>& tensors,
-                       const std::string& key, const char* kind) {
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].key == key) return tensors[i];
-  }
-  throw UnknownKeyError(key, std::string("unknown ") + kind + " key '" + key +
-                                 "'; the binding's " + kind + "s: " + detail::key_list(specs));
-}
-
 }  // namespace
 
 struct Binding::Impl : detail::BindingCore {
@@ -245,12 +236,12 @@ bool Binding::cuda_graph() const { return core_as<Impl>().graph != nullptr; }
 
 at::Tensor Binding::input(const std::string& key) const {
   const Impl& self = core_as<Impl>();
-  return find(self.manifest.inputs, self.inputs, key, "input");
+  return self.inputs[self.index_of(key, /*output=*/false)];
 }
 
 at::Tensor Binding::output(const std::string& key) const {
   const Impl& self = core_as<Impl>();
-  return find(self.manifest.outputs, self.outputs, key, "output");
+  return self.outputs[self.index_of(key, /*output=*/true)];
 }
 
 const std::vector<at::Tensor>& Binding::inputs() const { return core_as<Impl>().inputs; }

@@ -173,6 +173,26 @@ TEST(LiteBinding, ShapesAreTheBatchThenTheManifestsShape) {
   EXPECT_EQ(b4.output_shape("loc"), (std::vector<int64_t>{4, 2}));
 }
 
+TEST(LiteBinding, InputsAndOutputsListEveryBufferInManifestOrder) {
+  const lite::Policy nested(pkg("nested.pt2"));
+  lite::Binding b = nested.bind(1);
+  ASSERT_EQ(b.inputs().size(), 2u);
+  ASSERT_EQ(b.outputs().size(), 2u);
+  EXPECT_EQ(b.inputs()[0].key, "agents.observation");
+  EXPECT_EQ(b.inputs()[1].key, "robot.joints");
+  EXPECT_EQ(b.outputs()[1].key, "robot.command");
+  for (const lite::BoundBuffer& buffer : b.inputs()) {
+    EXPECT_EQ(buffer.shape, b.input_shape(buffer.key)) << buffer.key;
+    EXPECT_EQ(buffer.data, b.input_data(buffer.key, buffer.dtype)) << buffer.key;
+    EXPECT_EQ(buffer.bytes, static_cast<size_t>(numel(buffer.shape)) * element_size(buffer.dtype));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data) % 64, 0u) << buffer.key;
+  }
+  for (const lite::BoundBuffer& buffer : b.outputs()) {
+    EXPECT_EQ(buffer.shape, b.output_shape(buffer.key)) << buffer.key;
+    EXPECT_EQ(buffer.data, b.output_data(buffer.key, buffer.dtype)) << buffer.key;
+  }
+}
+
 TEST(LiteBinding, InputsAndOutputsAreTheBindingsOwnMemory) {
   const lite::Policy policy(pkg("tutorial_b14.pt2"));
   lite::Binding b = policy.bind(4);
@@ -347,6 +367,10 @@ TEST(LiteErrors, AnUnknownKeyIsNamedWithTheKeysThereAre) {
   EXPECT_TRUE(catch_error<UnknownKeyError>([&] { b.input_shape("robot.command"); }));
   EXPECT_TRUE(catch_error<UnknownKeyError>([&] { b.output_shape("agents.observation"); }));
   EXPECT_TRUE(catch_error<UnknownKeyError>([&] { b.input_data("", DType::Float32); }));
+  // A misspelling is named with the key it most likely means, as on the full runtime.
+  const auto misspelt = catch_error<UnknownKeyError>([&] { b.input<float>("robot.joint"); });
+  ASSERT_TRUE(misspelt);
+  EXPECT_TRUE(Contains(misspelt->what(), "unknown input key 'robot.joint' (did you mean 'robot.joints'?)"));
 }
 
 TEST(LiteErrors, AWrongDtypeNamesTheKeyAndBothDtypes) {

@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "core/key_hints.h"
 #include "core/run/busy_guard.h"
 #include "tdaot/errors.h"
 
@@ -19,6 +20,22 @@ void BindingCore::require_resettable() const {
                                "' is not recurrent (its manifest has no 'recurrent' section) and "
                                "the binding has no envelope: a binding of it has no state to reset");
   }
+}
+
+size_t BindingCore::index_of(const std::string& key, bool output) const {
+  const std::vector<TensorSpec>& specs = output ? manifest.outputs : manifest.inputs;
+  std::vector<std::string> keys;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].key == key) return i;
+    keys.push_back(specs[i].key);
+  }
+  const std::string kind = output ? "output" : "input";
+  std::string listed;
+  for (const std::string& k : keys) listed += (listed.empty() ? "'" : ", '") + k + "'";
+  const std::string nearest = closest_key(key, keys);
+  throw UnknownKeyError(key, "unknown " + kind + " key '" + key + "'" +
+                                 (nearest.empty() ? "" : " (did you mean '" + nearest + "'?)") +
+                                 "; the binding's " + kind + "s: " + listed);
 }
 
 void BindingCore::run() {

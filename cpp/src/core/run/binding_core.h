@@ -28,6 +28,11 @@ class BindingCore {
   const Interventions& interventions() const;
   virtual const std::string& model_name() const = 0;
 
+  // The position of `key` in the manifest's inputs (`output` false) or outputs; throws
+  // UnknownKeyError naming the key, the nearest listed one and the list. One rule for both
+  // runtimes' input(key) / output(key).
+  size_t index_of(const std::string& key, bool output) const;
+
   const Manifest& manifest;
   const std::string& package_path;
   const int64_t batch;

@@ -191,18 +191,24 @@ docs: setup $(VENV)/.docs-deps-stamp
 
 # Benchmark-only Python packages (pinned; torch pinned again so pip never swaps it) and the
 # C++ bench server, a separate CMake project against the venv's torch (benchmarks/cpp).
-BENCH_PY_DEPS := torch==2.13.0 onnxruntime==1.31.1 onnx==1.23.2 onnxscript==0.7.2 matplotlib==3.11.2
+# OpenVINO and ExecuTorch (issue 42): the peers, pinned, torch re-pinned on the same line so neither
+# moves it; their wheels' CMake configs build the peers' C++ servers.
+BENCH_PY_DEPS := torch==2.13.0 onnxruntime==1.31.1 onnx==1.23.2 onnxscript==0.7.2 matplotlib==3.11.2 \
+	openvino==2026.4.1 executorch==1.5.1
 BENCH_BUILD := build/bench/cpp
 BENCH_ARGS ?=
 
-$(VENV)/.bench-deps-stamp: $(VENV)/.deps-stamp
+# A new stamp name when BENCH_PY_DEPS grows, so venvs set up before it install the new pins.
+$(VENV)/.bench-deps-peers-stamp: $(VENV)/.deps-stamp
 	$(PIP) install -q --disable-pip-version-check $(BENCH_PY_DEPS)
 	@touch $@
 
-bench: cpp $(VENV)/.bench-deps-stamp
+bench: cpp $(VENV)/.bench-deps-peers-stamp
 	$(CMAKE) -S benchmarks/cpp -B $(BENCH_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA)) \
 		-DPython_EXECUTABLE=$(abspath $(PY)) -DCMAKE_BUILD_TYPE=Release \
-		-DTorch_DIR=$$($(PY) -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch
+		-DTorch_DIR=$$($(PY) -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')/Torch \
+		-DOpenVINO_DIR=$$($(PY) -c 'import openvino; print(openvino.__path__[0] + "/cmake")') \
+		-Dexecutorch_DIR=$$($(PY) -c 'import executorch; print(executorch.__path__[0] + "/share/cmake")')
 	$(CMAKE) --build $(BENCH_BUILD) -j $(JOBS)
 	$(PY) benchmarks/run.py --server $(BENCH_BUILD)/tdaot-bench-server --tdaot-run $(BUILD)/tdaot-run $(BENCH_ARGS)
 

@@ -40,25 +40,37 @@ HERE = Path(__file__).resolve().parent
 SEGMENTS = 4
 # At least this many turns, however long they take (the conv policy at 4096: ~0.9 s a turn).
 MIN_TURNS = 6 * SEGMENTS
+# What tdaot is compared with, a ratio each.
+PEERS_AND_AOTI = ("onnxruntime", "openvino", "executorch", "aoti")
+PEER_NAMES = ("openvino", "executorch")  # benchmarks/peers.py's PEERS (imported late, with torch)
 
 
 def load(artifacts: Path) -> dict[str, object]:
     """Each runtime's loaded model of one policy's artifacts, tdaot's twice (the control)."""
     import torch
 
+    import peers
     import tdaot
     from common import onnx_session
 
-    return {
+    loaded = {
         "onnxruntime": onnx_session(artifacts / "policy.onnx"),
         "aoti": torch._inductor.aoti_load_package(str(artifacts / "policy-throughput.pt2")),
         "tdaot": tdaot.load(artifacts / "policy.pt2", intra_op_threads=1),
         "tdaot (copy)": tdaot.load(artifacts / "policy.pt2", intra_op_threads=1),
     }
+    # The peers the build made and checked (peers.json); why not, for those it could not.
+    for name, made in peers.read_status(artifacts).items():
+        try:
+            loaded[name] = made["error"] if "error" in made else peers.load(name, artifacts, made)
+        except Exception as err:  # noqa: BLE001 - a row that says so
+            loaded[name] = f"load: {peers._error(err)}"
+    return loaded
 
 
 def calls_for(loaded: dict[str, object], tensors: list) -> dict[str, Callable[[], object]]:
     """One zero-argument call per runtime (``load``), on the same input tensors."""
+    import peers
     from common import onnx_call
 
     loader, native, copy = loaded["aoti"], loaded["tdaot"], loaded["tdaot (copy)"]
@@ -67,13 +79,20 @@ def calls_for(loaded: dict[str, object], tensors: list) -> dict[str, Callable[[]
     binding = native.bind(batch=tensors[0].shape[0])
     for spec, tensor in zip(native.manifest.inputs, tensors):
         binding.inputs[spec.key].copy_(tensor)
-    return {
+    calls = {
         "onnxruntime": onnx_call(loaded["onnxruntime"], tensors),
         "aoti": lambda: loader(*tensors),
         "tdaot": lambda: native.run_positional(*tensors),
         "tdaot (copy)": lambda: copy.run_positional(*tensors),
         "tdaot bound": binding.run,
     }
+    for name in peers.PEERS:
+        if callable(loaded[name]):  # else the reason it is not timed (a string)
+            try:
+                calls[name] = loaded[name](tensors)
+            except ValueError:
+                pass  # ExecuTorch: no program exported at this batch; the row says so
+    return calls
 
 
 def alternate(calls: dict[str, Callable[[], object]], seconds: float) -> dict[str, list[int]]:
@@ -111,13 +130,14 @@ def ratios(samples: dict[str, list[int]], numerator: str, denominator: str) -> d
 
 def measure(artifacts: Path, policies: list[str], batches: list[int], seconds: float) -> list[dict]:
     from common import make_inputs
+    from policies import timed_batches
 
     rows = []
     for policy in policies:
         source = artifacts / policy
         info = json.loads((source / "info.json").read_text())
         loaded = load(source)
-        for batch in batches:
+        for batch in [b for b in batches if b in timed_batches(policy)]:
             tensors = make_inputs(info["inputs"], batch)
             samples = alternate(calls_for(loaded, tensors), seconds)
             row = {
@@ -125,18 +145,24 @@ def measure(artifacts: Path, policies: list[str], batches: list[int], seconds: f
                 "batch": batch,
                 "calls": len(samples["tdaot"]),
                 "p50_us": {name: statistics.median(ns) / 1e3 for name, ns in samples.items()},
-                "tdaot/onnxruntime": ratios(samples, "tdaot", "onnxruntime"),
-                "tdaot/aoti": ratios(samples, "tdaot", "aoti"),
                 "copy/tdaot": ratios(samples, "tdaot (copy)", "tdaot"),
                 "bound/tdaot": ratios(samples, "tdaot bound", "tdaot"),
+                "not_timed": {
+                    name: loaded[name] if isinstance(loaded[name], str) else f"no program at batch {batch}"
+                    for name in PEER_NAMES
+                    if name not in samples
+                },
             }
+            for other in PEERS_AND_AOTI:
+                if other in samples:
+                    row[f"tdaot/{other}"] = ratios(samples, "tdaot", other)
             rows.append(row)
             print(
                 f"{policy} batch {batch}: "
                 + ", ".join(f"{name} {us:.1f} µs" for name, us in row["p50_us"].items())
-                + f"; tdaot/ORT {row['tdaot/onnxruntime']['p50']:.2f},"
-                f" tdaot/AOTI {row['tdaot/aoti']['p50']:.2f}, copy {row['copy/tdaot']['p50']:.2f},"
-                f" bound {row['bound/tdaot']['p50']:.2f}",
+                + "; "
+                + ", ".join(f"{key} {row[key]['p50']:.2f}" for key in row if key.startswith("tdaot/"))
+                + f", copy {row['copy/tdaot']['p50']:.2f}, bound {row['bound/tdaot']['p50']:.2f}",
                 flush=True,
             )
     return rows
@@ -155,25 +181,34 @@ def table(rows: list[dict]) -> list[str]:
     lines = [
         "## In one process, one call each (Python calls; benchmarks/alternate.py)",
         "",
-        "ONNX Runtime, the raw AOTI loader and tdaot (loaded twice: the copy is the control) in one "
-        "process, called in turn one call at a time, so the VM's drift and each process's memory "
-        f"placement fall on all alike. Ratios of p50, and in parentheses their range over {SEGMENTS} "
-        "consecutive parts of the run; copy / tdaot is the spread between two identical models; "
-        "bound / tdaot is `bind(batch).run()` against the plain call of the same Policy.",
+        "ONNX Runtime, OpenVINO, ExecuTorch (XNNPACK), the raw AOTI loader and tdaot (loaded twice: the "
+        "copy is the control) in one process, called in turn one call at a time, so the VM's drift and "
+        "each process's memory placement fall on all alike. Ratios of p50, and in parentheses their range "
+        f"over {SEGMENTS} consecutive parts of the run; copy / tdaot is the spread between two identical "
+        "models; bound / tdaot is `bind(batch).run()` against the plain call of the same Policy. A peer "
+        "not timed says why below the table.",
         "",
-        "| policy | batch | calls | ONNX Runtime | AOTI loader | tdaot | tdaot / ONNX Runtime "
-        "| tdaot / AOTI | copy / tdaot | bound / tdaot |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| policy | batch | calls | ONNX Runtime | OpenVINO | ExecuTorch | AOTI loader | tdaot "
+        "| tdaot / ONNX Runtime | tdaot / OpenVINO | tdaot / ExecuTorch | tdaot / AOTI | copy / tdaot "
+        "| bound / tdaot |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    notes = []
     for row in rows:
         p50 = row["p50_us"]
-        times = " | ".join(fmt_time_us(p50[name]) for name in ("onnxruntime", "aoti", "tdaot"))
+        names = ("onnxruntime", "openvino", "executorch", "aoti", "tdaot")
+        times = " | ".join(fmt_time_us(p50[n]) if n in p50 else "not run" for n in names)
+        ratio_cells = " | ".join(
+            cell(row[f"tdaot/{o}"]) if f"tdaot/{o}" in row else "–" for o in PEERS_AND_AOTI
+        )
         bound = cell(row["bound/tdaot"]) if "bound/tdaot" in row else "–"  # runs before issue 37
         lines.append(
-            f"| {row['policy']} | {row['batch']} | {row['calls']} | {times} "
-            f"| {cell(row['tdaot/onnxruntime'])} | {cell(row['tdaot/aoti'])} | {cell(row['copy/tdaot'])} "
-            f"| {bound} |"
+            f"| {row['policy']} | {row['batch']} | {row['calls']} | {times} | {ratio_cells} "
+            f"| {cell(row['copy/tdaot'])} | {bound} |"
         )
+        for name, why in row.get("not_timed", {}).items():
+            notes.append(f"- {row['policy']} at {row['batch']}, {name}: {why}")
+    lines += ["", *sorted(set(notes))] if notes else []
     return lines + [""]
 
 

@@ -11,7 +11,8 @@ AOTInductor would have it), policy-latency.pt2 (tuning="latency"), policy-specia
 (the default plus static models at every benchmarked batch, specialize=SPECIALIZE), program.pt2
 (torch.export.save of the same ExportedProgram, for ExportedProgram.module() and
 torch.compile), policy.ts (torch.jit.trace of that program's module, frozen), policy.onnx
-(torch.onnx.export of that program), check.pt (reference inputs and eager outputs) and
+(torch.onnx.export of that program), policy.xml/.bin (OpenVINO IR) and policy-b{batch}.pte
+(ExecuTorch, XNNPACK) with peers.json (benchmarks/peers.py), check.pt (reference inputs and eager outputs) and
 info.json (input and output specs, FLOPs per sample: benchmarks/flops.py). The inductor cache is whatever
 TORCHINDUCTOR_CACHE_DIR names; the driver sets it.
 """
@@ -34,9 +35,10 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import flops  # noqa: E402
+import peers  # noqa: E402
 import tdaot  # noqa: E402
 from common import as_tensordict, make_inputs  # noqa: E402
-from policies import POLICIES  # noqa: E402
+from policies import POLICIES, timed_batches  # noqa: E402
 from tdaot import keys as keyutil  # noqa: E402
 from tdaot.builder.export import export_context, export_policy  # noqa: E402
 
@@ -83,8 +85,10 @@ def build_all(name: str, out: Path) -> dict:
     }
     # The default package plus static models at the benchmark's batch sizes (above 16 rows:
     # throughput tuned, a large batch in chunks; tdaot.builder.tuning): the "specialize" row.
-    specialized = tdaot.build(policy, example, out / "policy-specialized.pt2", specialize=SPECIALIZE)
-    timings["tdaot .pt2, specialize=" + ",".join(map(str, SPECIALIZE))] = {
+    # The pixel networks are timed at 1 and 64 only: no models for batches never timed.
+    batches = tuple(b for b in SPECIALIZE if b in timed_batches(name))
+    specialized = tdaot.build(policy, example, out / "policy-specialized.pt2", specialize=batches)
+    timings["tdaot .pt2, specialize=" + ",".join(map(str, batches))] = {
         "export_s": specialized.export_seconds,
         "compile_s": specialized.compile_seconds,
         "bytes": specialized.size_bytes,
@@ -184,11 +188,22 @@ def build_all(name: str, out: Path) -> dict:
     cases = []
     with export_context(manifest.interaction_type), torch.inference_mode():
         for batch in (1, 64):
-            inputs = [t.clone() for t in make_inputs(specs, 1000 + batch)]
+            # Seeded apart from the timed inputs, at the batch the README states.
+            inputs = [t.clone() for t in make_inputs(specs, batch, seed=1000 + batch)]
             td = policy(as_tensordict(in_keys, inputs))
             outputs = [td.get(keyutil.td_key(keyutil.from_manifest(s.key))).clone() for s in manifest.outputs]
             cases.append({"inputs": inputs, "outputs": outputs})
     torch.save({"cases": cases}, out / "check.pt")
+
+    # OpenVINO and ExecuTorch from the same program, checked against those eager outputs.
+    status = peers.build_all(program, specs, list(timed_batches(name)), out, cases)
+    for peer, made in status.items():
+        timings[peers.LABELS[peer]] = {
+            "export_s": export_s,
+            "compile_s": made.get("seconds"),
+            "compile_note": made.get("error") or f"from {made.get('source', 'the program, per batch')}",
+            "bytes": made.get("bytes"),
+        }
 
     info = {
         "policy": name,

@@ -10,11 +10,11 @@ from tensordict import TensorDict
 from tdaot import keys as keyutil
 
 
-def make_inputs(specs: list[dict], batch: int) -> list[torch.Tensor]:
-    """Seeded inputs for every manifest input at ``batch``, like the C++ server makes them:
-    normal floats, full-range bytes, false flags (is_init false: a recurrent policy's steady
-    state)."""
-    torch.manual_seed(batch)
+def make_inputs(specs: list[dict], batch: int, seed: int | None = None) -> list[torch.Tensor]:
+    """Seeded inputs (``seed``, by default ``batch``) for every manifest input at ``batch``, like
+    the C++ server makes them: normal floats, full-range bytes, false flags (is_init false: a
+    recurrent policy's steady state)."""
+    torch.manual_seed(batch if seed is None else seed)
     tensors = []
     for spec in specs:
         shape = (batch, *spec["shape"])

@@ -28,6 +28,10 @@ Runtimes and their commands:
   (its pybind11 module holds the runtime itself); rss and start from a Python harness (this
   file's `ort-child` mode: import onnxruntime, one session, intra_op_num_threads=1), so the
   interpreter and numpy are included: the "Python + numpy alone" row is that baseline.
+- OpenVINO and ExecuTorch (issue 42): their C++ bench servers (benchmarks/cpp/*_server.cpp) in
+  their footprint mode, `SERVER MODEL STEPS INPUTS` (load, first call, print, STEPS calls), on the
+  files benchmarks/peers.py made from the same program. On disk: the server's closure, and for
+  OpenVINO the CPU plugin and IR reader it opens at run time (dlopen: ldd does not see them).
 
     .venv/bin/python benchmarks/footprint.py ARTIFACTS_DIR   # prints the JSON (standalone use)
 """
@@ -150,6 +154,7 @@ def measure(
     python: str,
     env: dict,
     cpu: int | None,
+    peer_servers: dict[str, Path] | None = None,
 ) -> dict:
     """The footprint of each runtime for the package in `artifacts` (policy.pt2, policy.onnx)."""
     package = str(artifacts / "policy.pt2")
@@ -177,6 +182,7 @@ def measure(
             row("ort-c", "ONNX Runtime, C library (libonnxruntime.so)", disk=disk(c_libs[:1]))
         py_libs = sorted(p for p in capi.iterdir() if p.suffix == ".so" and "libonnxruntime.so" not in p.name)
         row("ort-py", "ONNX Runtime, Python (capi .so files; numpy not counted)", disk=disk(py_libs))
+    peer_commands = peer_rows(artifacts, peer_servers or {}, row)
     row("python", "Python + numpy alone (the ORT rows' baseline)")
 
     # --- maxrss after 1000 steps and start to first output ---------------------------------------
@@ -215,6 +221,7 @@ def measure(
     if ort is not None and onnx_model.is_file():
         child = [python, str(Path(__file__).resolve()), "ort-child", str(onnx_model)]
         commands["ort-py"] = {"rss": [*child, str(STEPS)], "start": [*child, "1"]}
+    commands.update(peer_commands)
     commands["python"] = {
         "rss": [python, "-c", "import numpy; print(numpy.__version__)"],
         "start": [python, "-c", "import numpy; print(numpy.__version__)"],
@@ -222,7 +229,10 @@ def measure(
 
     def show(command: list[str]) -> str:
         here = str(Path(__file__).resolve())
-        names = {package: "PKG", str(onnx_model): "policy.onnx", here: "footprint.py"}
+        # The peers' commands: their model files by name, their input specs (JSON) as INPUTS.
+        names = {c: Path(c).name for c in command if c.startswith(str(artifacts))}
+        names.update({c: "INPUTS" for c in command if c.startswith("[{")})
+        names.update({package: "PKG", str(onnx_model): "policy.onnx", here: "footprint.py"})
         return " ".join(Path(c).name if i == 0 else names.get(c, c) for i, c in enumerate(command))
 
     have_maxrss = maxrss_tool is not None and maxrss_tool.is_file()
@@ -284,6 +294,37 @@ def measure(
     }
 
 
+def peer_rows(artifacts: Path, servers: dict[str, Path], row) -> dict[str, dict[str, list[str]]]:
+    """The peers' on-disk rows (via ``row``) and their commands, for those built and checked."""
+    import peers
+
+    status = peers.read_status(artifacts)
+    inputs = json.dumps(json.loads((artifacts / "info.json").read_text())["inputs"])
+    commands = {}
+    for kind, server in servers.items():
+        made = status[kind]
+        if not server.is_file() or "error" in made:
+            row(kind, f"{kind}: not measured", error=made.get("error") or f"{server.name} not built")
+            continue
+        if kind == "openvino":
+            # The CPU plugin and the IR reader, opened by path at run time: not in ldd's closure.
+            libs = [Path(lib["path"]) for lib in ldd_closure(server) if "libopenvino.so" in lib["name"]]
+            base = libs[0].parent if libs else server.parent
+            plugin = "libopenvino_intel_cpu_plugin.so"
+            opened = [*base.glob(plugin), *base.glob("libopenvino_ir_frontend.so*")]
+            files = [server, *opened[:2]]
+            row(kind, "OpenVINO C++ (libopenvino, its CPU plugin and IR reader)", disk=disk(files))
+            model = str(artifacts / made["file"])
+        else:
+            row(kind, "ExecuTorch C++ (libexecutorch, XNNPACK backend, kernels)", disk=disk([server]))
+            model = str(artifacts / "policy-b{batch}.pte")
+        commands[kind] = {
+            "rss": [str(server), model, str(STEPS), inputs],
+            "start": [str(server), model, "1", inputs],
+        }
+    return commands
+
+
 def ort_child(model: str, steps: int) -> int:
     """The ONNX Runtime harness: one session, one intra-op thread, `steps` calls at batch 1;
     prints the first output as soon as the first call returns."""
@@ -328,6 +369,10 @@ def main() -> int:
                 python=sys.executable,
                 env=env,
                 cpu=None,
+                peer_servers={
+                    "openvino": ROOT / "build/bench/cpp/tdaot-bench-openvino-server",
+                    "executorch": ROOT / "build/bench/cpp/tdaot-bench-executorch-server",
+                },
             ),
             indent=1,
         )

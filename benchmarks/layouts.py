@@ -39,7 +39,6 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from tensordict.nn import TensorDictModule  # noqa: E402
-from torch import nn  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -47,53 +46,8 @@ sys.path.insert(0, str(HERE.parent / "python"))
 
 import tdaot  # noqa: E402
 from alternate import alternate  # noqa: E402
-from policies import _PixelEncoder  # noqa: E402
+from policies import ImpalaCNN, NatureCNN, _PixelEncoder  # noqa: E402
 from tdaot.builder import pipeline, rewrites, tuning  # noqa: E402
-
-
-class NatureCNN(nn.Module):
-    """The DQN network (Mnih et al. 2015) on 4 stacked 84 x 84 frames."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.convs = nn.Sequential(
-            nn.Conv2d(4, 32, 8, 4), nn.ReLU(), nn.Conv2d(32, 64, 4, 2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, 1), nn.ReLU(), nn.Flatten(),
-        )  # fmt: skip
-        self.head = nn.Sequential(nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 6))
-
-    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        return self.head(self.convs(pixels.float() / 255.0))
-
-
-class _Residual(nn.Module):
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.a = nn.Conv2d(channels, channels, 3, padding=1)
-        self.b = nn.Conv2d(channels, channels, 3, padding=1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.b(torch.relu(self.a(torch.relu(x))))
-
-
-class ImpalaCNN(nn.Module):
-    """The IMPALA ResNet (Espeholt et al. 2018) as Procgen agents use it: three stages of a 3x3
-    convolution, a 3x3 max pool of stride 2 and two residual blocks (16, 32, 32 channels)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        channels = 3
-        for out in (16, 32, 32):
-            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.MaxPool2d(3, 2, padding=1)]
-            layers += [_Residual(out), _Residual(out)]
-            channels = out
-        self.convs = nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
-        self.head = nn.Sequential(nn.Linear(32 * 8 * 8, 256), nn.ReLU(), nn.Linear(256, 15))
-
-    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        return self.head(self.convs(pixels.float() / 255.0))
-
 
 NETS = {
     "bench": (_PixelEncoder, (3, 64, 64)),

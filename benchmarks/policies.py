@@ -53,10 +53,69 @@ class _PixelEncoder(nn.Module):
 def conv_actor():
     """A ConvNet actor on uint8 pixels [3, 64, 64] -> action [12]."""
     torch.manual_seed(0)
-    policy = TensorDictModule(_PixelEncoder(), in_keys=["pixels"], out_keys=["action"])
-    pixels = torch.randint(0, 256, (EXAMPLE_BATCH, 3, 64, 64), dtype=torch.uint8)
-    example = TensorDict({"pixels": pixels}, batch_size=[EXAMPLE_BATCH])
-    return policy, example
+    return _pixel_actor(_PixelEncoder(), (3, 64, 64))
+
+
+class NatureCNN(nn.Module):
+    """The DQN network (Mnih et al. 2015) on 4 stacked 84 x 84 frames."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv2d(4, 32, 8, 4), nn.ReLU(), nn.Conv2d(32, 64, 4, 2), nn.ReLU(),
+            nn.Conv2d(64, 64, 3, 1), nn.ReLU(), nn.Flatten(),
+        )  # fmt: skip
+        self.head = nn.Sequential(nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 6))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.head(self.convs(pixels.float() / 255.0))
+
+
+class _Residual(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.a = nn.Conv2d(channels, channels, 3, padding=1)
+        self.b = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.b(torch.relu(self.a(torch.relu(x))))
+
+
+class ImpalaCNN(nn.Module):
+    """The IMPALA ResNet (Espeholt et al. 2018) as Procgen agents use it: three stages of a 3x3
+    convolution, a 3x3 max pool of stride 2 and two residual blocks (16, 32, 32 channels)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        channels = 3
+        for out in (16, 32, 32):
+            layers += [nn.Conv2d(channels, out, 3, padding=1), nn.MaxPool2d(3, 2, padding=1)]
+            layers += [_Residual(out), _Residual(out)]
+            channels = out
+        self.convs = nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
+        self.head = nn.Sequential(nn.Linear(32 * 8 * 8, 256), nn.ReLU(), nn.Linear(256, 15))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.head(self.convs(pixels.float() / 255.0))
+
+
+def _pixel_actor(network: nn.Module, shape: tuple[int, ...]):
+    policy = TensorDictModule(network, in_keys=["pixels"], out_keys=["action"])
+    pixels = torch.randint(0, 256, (EXAMPLE_BATCH, *shape), dtype=torch.uint8)
+    return policy, TensorDict({"pixels": pixels}, batch_size=[EXAMPLE_BATCH])
+
+
+def nature_actor():
+    """The Nature CNN on uint8 frames [4, 84, 84] -> action [6]."""
+    torch.manual_seed(0)
+    return _pixel_actor(NatureCNN(), (4, 84, 84))
+
+
+def impala_actor():
+    """The IMPALA ResNet on uint8 pixels [3, 64, 64] -> action [15]."""
+    torch.manual_seed(0)
+    return _pixel_actor(ImpalaCNN(), (3, 64, 64))
 
 
 class _LSTMStep(nn.Module):
@@ -105,11 +164,26 @@ POLICIES = {
     "mlp": mlp_actor,
     "conv": conv_actor,
     "lstm": lstm_policy,
+    "nature": nature_actor,
+    "impala": impala_actor,
 }
+
+# The batch sizes make bench times; the pixel networks at 1 and 64 only (their 4096 would hold
+# gigabytes of activations per call).
+BATCHES = (1, 64, 256, 4096)
+PIXEL_BATCHES = {"nature": (1, 64), "impala": (1, 64)}
+
+
+def timed_batches(policy: str) -> tuple[int, ...]:
+    return PIXEL_BATCHES.get(policy, BATCHES)
+
 
 DESCRIPTIONS = {
     "tutorial": "tensordict export tutorial: obs [3] -> 64 -> Normal(loc, scale) [2], deterministic",
     "mlp": "MLP actor: obs [48] -> 256 -> 256 -> action [12], ELU",
     "conv": "ConvNet actor: uint8 pixels [3,64,64] -> 3 convs -> 256 -> action [12]",
     "lstm": "LSTM policy: nn.LSTM(48, 128) one step + Linear -> action [12], (h, c) in and out",
+    "nature": "Nature CNN (DQN): uint8 frames [4,84,84] -> 3 convs -> 512 -> action [6]",
+    "impala": "IMPALA ResNet: uint8 pixels [3,64,64] -> 3 stages (conv, max pool, 2 residual blocks) "
+    "-> 256 -> action [15]",
 }

@@ -5,7 +5,9 @@ weights, timing export and compile cold (empty inductor cache) and cached, then 
 process per (runtime, policy): a Python worker (benchmarks/worker.py), the C++ server
 (benchmarks/cpp/bench_server.cpp) or, for the lite runtime (tdaot::lite, no libtorch), its own
 server linked only to it (benchmarks/cpp/lite_server.cpp), timed at the batch sizes the
-package's lite models serve (batch 1 for tdaot.build's default). Each process loads its model
+package's lite models serve (batch 1 for tdaot.build's default), or for OpenVINO and ExecuTorch
+their C++ servers (benchmarks/cpp/openvino_server.cpp, executorch_server.cpp, on the files
+benchmarks/peers.py made and checked), timed at batch 1. Each process loads its model
 (load time), makes a first call (first-call time) and is checked against the eager policy's
 outputs. Then the timing rounds: every round visits every policy and batch size, and at each
 one runs a chunk of calls in every runtime, in an order rotated from round to round, so drift
@@ -17,9 +19,10 @@ is the control: the same package in a second C++ server process (identical model
 processes measured 0.71-1.30x of each other in one run on the development VM). After the
 rounds: the cross-checks through the command-line tools (tdaot-run bench; tdaot-run bench
 --bind beside tdaot-lite bench); the one-process stage at batches of 64 and up (ONNX Runtime,
-the raw AOTI loader and tdaot called in turn in one process, benchmarks/alternate.py), which
-decides ratios that close; and the footprint table of the lite runtime, the full runtime and
-ONNX Runtime for the mlp package (benchmarks/footprint.py).
+OpenVINO, ExecuTorch, the raw AOTI loader and tdaot called in turn in one process,
+benchmarks/alternate.py), which decides ratios that close; and the footprint table of the lite
+runtime, the full runtime, ONNX Runtime, OpenVINO and ExecuTorch for the mlp package
+(benchmarks/footprint.py). The pixel networks are timed at batch 1 and 64 only.
 
     .venv/bin/python benchmarks/run.py --server build/bench/cpp/tdaot-bench-server [--rounds 5]
 
@@ -47,8 +50,9 @@ sys.path.insert(0, str(HERE))
 
 import flops  # noqa: E402
 import footprint  # noqa: E402
+import peers  # noqa: E402
 import report  # noqa: E402
-from policies import DESCRIPTIONS, POLICIES  # noqa: E402
+from policies import DESCRIPTIONS, POLICIES, timed_batches  # noqa: E402
 
 # (key, label, kind): kind "py" runs in benchmarks/worker.py, "cpp" in the C++ server, "lite" in
 # the lite runtime's server (no libtorch in its process).
@@ -73,8 +77,14 @@ RUNTIMES = [
     ("tdaot-specialized", "tdaot native, specialize=1,64,256,4096 (C++)", "cpp"),
     ("tdaot-bound", "tdaot native, bound (C++)", "cpp"),
     ("tdaot-lite-bound", "tdaot lite, bound (C++)", "lite"),
+    # The peers' C++ APIs on the files benchmarks/peers.py made and checked, at batch 1 (issue 42).
+    ("openvino-cpp", "OpenVINO ov::InferRequest (C++)", "openvino"),
+    ("executorch-cpp", "ExecuTorch Module, XNNPACK (C++)", "executorch"),
 ]
-NATIVE_KINDS = ("cpp", "lite")
+# The peers' servers (benchmarks/cpp/*_server.cpp), beside --server, and the batches they time.
+PEER_SERVERS = {"openvino": "tdaot-bench-openvino-server", "executorch": "tdaot-bench-executorch-server"}
+PEER_BATCHES = [1]
+NATIVE_KINDS = ("cpp", "lite", *PEER_SERVERS)
 NATIVE = "tdaot"
 LABELS = {key: label for key, label, _ in RUNTIMES}
 
@@ -100,6 +110,8 @@ ARTIFACT_FILE = {
     "tdaot-lite-bound": "policy.pt2",
     "tdaot-python-latency": "policy-latency.pt2",
     "tdaot-latency": "policy-latency.pt2",
+    "openvino-cpp": "policy.xml",
+    "executorch-cpp": "policy-b{batch}.pte",
     "eager": "weights.pt",
 }
 # The C++ server's runner for a runtime key, where they differ (the latency build is the
@@ -192,6 +204,8 @@ class Worker:
             command = [args.python, str(HERE / "worker.py"), runtime, policy, str(self.artifacts)]
         elif kind == "lite":
             command = [str(args.lite_server)]
+        elif kind in PEER_SERVERS:
+            command = [str(Path(args.server).parent / PEER_SERVERS[kind])]
         else:
             command = [str(args.server)]
         env = base_env(work / "inductor-cache" / policy)
@@ -244,7 +258,18 @@ class Worker:
 
 
 def start_worker(runtime: str, kind: str, policy: str, args, work: Path, info: dict, record: dict):
-    """Start, load, first call, parity check and warm-up; fills ``record`` with what it saw."""
+    """Start, load, first call, parity check and warm-up; fills ``record`` with what it saw. None
+    for a peer that cannot run the policy (``record["error"]`` says why)."""
+    if kind in PEER_SERVERS:
+        # Why a peer's row is empty: its server was not built, or its build could not run the policy.
+        made = peers.read_status(work / "artifacts" / policy)[kind]
+        server = Path(args.server).parent / PEER_SERVERS[kind]
+        why = made.get("error") or (None if server.is_file() else f"{server.name} not built")
+        if why:
+            record["error"] = why
+            log(f"  {runtime} / {policy}: {why}")
+            return None
+        record["parity_max_abs_error"] = made["max_abs_error"]  # peers.py, on these files
     worker = Worker(runtime, kind, policy, args, work)
     try:
         load = {"cmd": "load"}
@@ -253,6 +278,7 @@ def start_worker(runtime: str, kind: str, policy: str, args, work: Path, info: d
                 runtime=SERVER_RUNTIME.get(runtime, runtime),
                 path=str(worker.artifacts / ARTIFACT_FILE[runtime]),
                 inputs=info["inputs"],
+                batches=PEER_BATCHES,
             )
         loaded = worker.ask(load)
         record["load_s"] = loaded["seconds"]
@@ -264,9 +290,9 @@ def start_worker(runtime: str, kind: str, policy: str, args, work: Path, info: d
             cases = worker.ask({"cmd": "check", "path": str(worker.artifacts / "check.pt")})["cases"]
             record["parity_max_abs_error"] = max(c["max_abs_error"] for c in cases)
         else:
-            record["parity_max_abs_error"] = None  # the same files the Python rows checked
+            record.setdefault("parity_max_abs_error", None)  # the same files the Python rows checked
         for batch in args.batches:
-            if batch not in record.get("batch_sizes", [batch]):
+            if batch not in record.get("batch_sizes", [batch]) or batch not in timed_batches(policy):
                 continue
             iters, budget = WARMUP[batch]
             worker.ask({"cmd": "run", "batch": batch, "iters": iters, "min_iters": 1, "max_seconds": budget})
@@ -289,9 +315,12 @@ def skipped(runtime: str, policy: str, batch: int, args, record: dict | None = N
     """Why a combination is not timed, or None."""
     if runtime in args.skip_runtimes:
         return "skipped by --skip"
+    if batch not in timed_batches(policy):
+        return f"{policy} is timed at batch {', '.join(map(str, timed_batches(policy)))} only"
     served = (record or {}).get("batch_sizes")
     if served is not None and batch not in served:
-        return f"the package's lite models serve batch {', '.join(map(str, served)) or 'none'} only"
+        whose = "this peer's C++ row is" if runtime.endswith("-cpp") else "the package's lite models serve"
+        return f"{whose} batch {', '.join(map(str, served)) or 'none'} only"
     return None
 
 
@@ -414,7 +443,7 @@ def main() -> int:
                 for runtime, _ in runtimes[shift:] + runtimes[:shift]:
                     worker = workers[runtime, policy]
                     reason = skipped(runtime, policy, batch, args, startup[policy][runtime])
-                    if reason or worker.error or "error" in startup[policy][runtime]:
+                    if reason or "error" in startup[policy][runtime] or worker.error:
                         skips[f"{runtime}/{policy}/{batch}"] = (
                             reason or startup[policy][runtime].get("error") or worker.error
                         )
@@ -438,6 +467,8 @@ def main() -> int:
     context["fma_peak"].append(flops.measure_peak(peak_tool, pinned(args.cpu)))
 
     for (runtime, policy), worker in workers.items():
+        if worker is None:  # a peer that could not start (its record says why)
+            continue
         try:
             memory = worker.ask({"cmd": "memory"})
             startup[policy][runtime]["peak_rss_mib"] = memory["VmHWM_kib"] / 1024
@@ -461,6 +492,7 @@ def main() -> int:
             python=args.python,
             env=base_env(),
             cpu=args.cpu,
+            peer_servers={kind: Path(args.server).parent / name for kind, name in PEER_SERVERS.items()},
         )
         footprints["policy"] = args.footprint_policy
     context["load_average_end"] = load_average()

@@ -44,12 +44,11 @@
 
 #include "tdaot/binding.h"
 #include "tdaot/policy.h"
-#include "tdaot/stats.h"
+#include "peer_protocol.h"
 
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
 struct InputSpec {
   at::ScalarType dtype;
@@ -187,38 +186,9 @@ std::unique_ptr<Runner> guarded(std::unique_ptr<Runner> runner, const std::strin
   throw std::runtime_error("unknown guard " + guard);
 }
 
-json memory() {
-  std::ifstream status("/proc/self/status");
-  json out = {{"ok", true}};
-  std::string line;
-  while (std::getline(status, line)) {
-    for (const char* field : {"VmRSS", "VmHWM"}) {
-      const std::string prefix = std::string(field) + ":";
-      if (line.rfind(prefix, 0) == 0) out[std::string(field) + "_kib"] = std::stol(line.substr(prefix.size()));
-    }
-  }
-  return out;
-}
-
+// The protocol loop, timing and allocation counts are peer_protocol.h's; this is the model.
 class Server {
  public:
-  json handle(const json& request) {
-    const std::string cmd = request.at("cmd");
-    if (cmd == "load") return load(request);
-    if (cmd == "memory") return memory();
-    if (!runner_) throw std::runtime_error("no model loaded");
-    if (cmd == "first") {
-      const auto& inputs = inputs_for(request.at("batch"));
-      const auto t0 = Clock::now();
-      call(inputs);
-      return {{"ok", true}, {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}};
-    }
-    if (cmd == "run") return run(request);
-    if (cmd == "allocs") return allocations(request);
-    throw std::runtime_error("unknown command " + cmd);
-  }
-
- private:
   json load(const json& request) {
     specs_.clear();
     inputs_.clear();
@@ -226,71 +196,21 @@ class Server {
     for (const auto& spec : request.at("inputs")) {
       specs_.push_back({parse_dtype(spec.at("dtype")), spec.at("shape").get<std::vector<int64_t>>()});
     }
-    const auto t0 = Clock::now();
     runner_ = guarded(make_runner(request.at("runtime"), request.at("path")), request.value("guard", ""));
-    return {{"ok", true}, {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}};
+    return nullptr;  // every batch
   }
 
+  // One call; on CUDA until the device has finished it (what a control loop waits for).
+  void call(int64_t batch) {
+    runner_->call(inputs_for(batch));
+    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
+  }
+
+ private:
   const std::vector<at::Tensor>& inputs_for(int64_t batch) {
     auto it = inputs_.find(batch);
     if (it == inputs_.end()) it = inputs_.emplace(batch, make_inputs(specs_, batch, device_)).first;
     return it->second;
-  }
-
-  // Times calls one by one until `iters` or, past `min_iters`, until `max_seconds` ran out.
-  json run(const json& request) {
-    const auto& inputs = inputs_for(request.at("batch"));
-    const int64_t iters = request.at("iters");
-    const int64_t min_iters = request.value("min_iters", int64_t{1});
-    const auto budget = std::chrono::duration<double>(request.value("max_seconds", 1e9));
-    std::vector<int64_t> samples;
-    samples.reserve(iters);
-    const auto start = Clock::now();
-    for (int64_t i = 0; i < iters; ++i) {
-      const auto t0 = Clock::now();
-      call(inputs);
-      const auto t1 = Clock::now();
-      samples.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
-      if (i + 1 >= min_iters && t1 - start > budget) break;
-    }
-    std::vector<double> micros;
-    micros.reserve(samples.size());
-    for (const int64_t ns : samples) micros.push_back(static_cast<double>(ns) / 1e3);
-    const tdaot::stats::Summary summary = tdaot::stats::summarize(std::move(micros));
-    return {{"ok", true},
-            {"ns", samples},
-            {"summary_us",
-             {{"p50", summary.p50},
-              {"p99", summary.p99},
-              {"p999", summary.p999},
-              {"max", summary.max},
-              {"mean", summary.mean}}}};
-  }
-
-  // Allocations per call in steady state, counted by the preloaded counter over N and 2N calls
-  // (the difference cancels whatever a first call or the loop itself allocates once).
-  json allocations(const json& request) {
-    using Count = unsigned long long (*)();
-    const auto count = reinterpret_cast<Count>(dlsym(RTLD_DEFAULT, "tdaot_alloc_count"));
-    if (count == nullptr) return {{"ok", true}, {"per_call", nullptr}};
-    const auto& inputs = inputs_for(request.at("batch"));
-    const int64_t calls = request.value("calls", int64_t{200});
-    const auto counted = [&](int64_t n) {
-      const unsigned long long before = count();
-      for (int64_t i = 0; i < n; ++i) runner_->call(inputs);
-      return count() - before;
-    };
-    runner_->call(inputs);  // anything done once happens before the counts
-    const unsigned long long once = counted(calls);
-    const unsigned long long twice = counted(2 * calls);
-    const double per_call = (static_cast<double>(twice) - static_cast<double>(once)) / calls;
-    return {{"ok", true}, {"per_call", per_call}, {"calls", calls}};
-  }
-
-  // One call; on CUDA until the device has finished it (what a control loop waits for).
-  void call(const std::vector<at::Tensor>& inputs) {
-    runner_->call(inputs);
-    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
   }
 
   std::unique_ptr<Runner> runner_;
@@ -301,27 +221,8 @@ class Server {
 
 }  // namespace
 
-int main() {
-  // Answers go to the original stdout; anything a library prints goes to stderr instead.
-  FILE* answers = fdopen(dup(STDOUT_FILENO), "w");
-  dup2(STDERR_FILENO, STDOUT_FILENO);
+int main(int argc, char** argv) {
   at::set_num_threads(1);
-
   Server server;
-  std::string line;
-  while (std::getline(std::cin, line)) {
-    if (line.empty()) continue;
-    json answer;
-    try {
-      const json request = json::parse(line);
-      if (request.at("cmd") == "quit") break;
-      answer = server.handle(request);
-    } catch (const std::exception& e) {
-      answer = {{"ok", false}, {"error", e.what()}};
-    }
-    const std::string text = answer.dump() + "\n";
-    std::fwrite(text.data(), 1, text.size(), answers);
-    std::fflush(answers);
-  }
-  return 0;
+  return bench::serve(server, argc, argv);
 }

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
-import time
 import warnings
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from alternate import alternate  # the one-process stage's random-order loop (same directory)
 
 ROUTES = {
     "plain": {},
@@ -99,19 +99,6 @@ def main() -> int:
             flush=True,
         )
     return 0
-
-
-def alternate(calls: dict, seconds: float, min_turns: int = 24) -> dict[str, list[int]]:
-    names, samples = list(calls), {name: [] for name in calls}
-    order, deadline, turn = random.Random(0), time.perf_counter() + seconds, 0
-    while time.perf_counter() < deadline or turn < min_turns:
-        order.shuffle(names)
-        for name in names:
-            start = time.perf_counter_ns()
-            calls[name]()
-            samples[name].append(time.perf_counter_ns() - start)
-        turn += 1
-    return samples
 
 
 if __name__ == "__main__":

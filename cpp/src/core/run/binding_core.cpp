@@ -24,11 +24,12 @@ void BindingCore::require_resettable() const {
 
 size_t BindingCore::index_of(const std::string& key, bool output) const {
   const std::vector<TensorSpec>& specs = output ? manifest.outputs : manifest.inputs;
-  std::vector<std::string> keys;
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].key == key) return i;
-    keys.push_back(specs[i].key);
   }
+  // Refused: only now the keys are gathered, so a found key allocates nothing.
+  std::vector<std::string> keys;
+  for (const TensorSpec& spec : specs) keys.push_back(spec.key);
   const std::string kind = output ? "output" : "input";
   std::string listed;
   for (const std::string& k : keys) listed += (listed.empty() ? "'" : ", '") + k + "'";

@@ -1,6 +1,6 @@
 #include "core/package/digest.h"
 
-#include <openssl/evp.h>
+#include <sodium.h>
 
 #include <algorithm>
 #include <array>
@@ -11,28 +11,19 @@
 namespace tdaot::detail {
 namespace {
 
-[[noreturn]] void openssl_failed() {
-  throw std::runtime_error("OpenSSL could not compute a sha256 digest");
-}
-
-// Fetched once: EVP_sha256() makes OpenSSL 3 look the algorithm up again on every use, which
-// costs more than hashing one of the small blocks a package file is checked in.
-const EVP_MD* sha256_md() {
-  static const EVP_MD* md = [] {
-    const EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);
-    return fetched != nullptr ? fetched : EVP_sha256();
-  }();
-  return md;
+// libsodium rather than OpenSSL: OpenSSL 3's provider set-up for one sha256 holds ~2 MiB resident
+// in the lite runtime (benchmarks/README.md, "Lite footprint"). sodium_init is idempotent and
+// thread-safe; sha256 needs it only for libsodium's own contract.
+void sodium_ready() {
+  static const bool ready = sodium_init() >= 0;
+  if (!ready) throw std::runtime_error("libsodium could not be initialised");
 }
 
 // The sha256 of `data`, its 32 bytes.
 Sha256Raw sha256_raw(std::string_view data) {
+  sodium_ready();
   Sha256Raw digest{};
-  unsigned int length = 0;
-  // EVP_Digest is OpenSSL's one-shot interface; sha256 cannot fail on valid memory.
-  if (EVP_Digest(data.data(), data.size(), digest.data(), &length, sha256_md(), nullptr) != 1) {
-    openssl_failed();
-  }
+  crypto_hash_sha256(digest.data(), reinterpret_cast<const unsigned char*>(data.data()), data.size());
   return digest;
 }
 
@@ -51,36 +42,30 @@ std::string to_hex(const Sha256Raw& digest) {
 
 std::string sha256_hex(std::string_view data) { return to_hex(sha256_raw(data)); }
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  if (ctx_ == nullptr || EVP_DigestInit_ex(ctx_, sha256_md(), nullptr) != 1) {
-    EVP_MD_CTX_free(ctx_);
-    openssl_failed();
-  }
+Sha256::Sha256() : state_(std::make_unique<crypto_hash_sha256_state>()) {
+  sodium_ready();
+  crypto_hash_sha256_init(state_.get());
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(ctx_); }
+Sha256::Sha256(std::unique_ptr<crypto_hash_sha256_state> state) : state_(std::move(state)) {}
 
-Sha256::Sha256(Sha256&& other) noexcept : ctx_(std::exchange(other.ctx_, nullptr)) {}
+Sha256::~Sha256() = default;
+
+Sha256::Sha256(Sha256&& other) noexcept = default;
 
 Sha256 Sha256::fork() const {
-  EVP_MD_CTX* copy = EVP_MD_CTX_new();
-  if (copy == nullptr || EVP_MD_CTX_copy_ex(copy, ctx_) != 1) {
-    EVP_MD_CTX_free(copy);
-    openssl_failed();
-  }
-  return Sha256(copy);
+  // The state is a plain struct: a copy is an independent hash of everything fed so far.
+  return Sha256(std::make_unique<crypto_hash_sha256_state>(*state_));
 }
 
 void Sha256::update(std::string_view data) {
-  if (EVP_DigestUpdate(ctx_, data.data(), data.size()) != 1) openssl_failed();
+  crypto_hash_sha256_update(state_.get(), reinterpret_cast<const unsigned char*>(data.data()),
+                            data.size());
 }
 
 Sha256Raw Sha256::raw() {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int length = 0;
-  if (EVP_DigestFinal_ex(ctx_, digest.data(), &length) != 1 || length != 32) openssl_failed();
   Sha256Raw out{};
-  std::copy(digest.begin(), digest.begin() + 32, out.begin());
+  crypto_hash_sha256_final(state_.get(), out.data());
   return out;
 }
 

@@ -1,12 +1,13 @@
-// Internal: sha256 digests (OpenSSL's libcrypto) as lowercase hex, the form manifests and
+// Internal: sha256 digests (libsodium) as lowercase hex, the form manifests and
 // PolicyOptions::expected_sha256 use.
 #pragma once
 
 #include <array>
+#include <memory>
 #include <string>
 #include <string_view>
 
-struct evp_md_ctx_st;
+struct crypto_hash_sha256_state;
 
 namespace tdaot::detail {
 
@@ -36,8 +37,8 @@ class Sha256 {
   std::string hex() { return to_hex(raw()); }
 
  private:
-  explicit Sha256(evp_md_ctx_st* ctx) : ctx_(ctx) {}
-  evp_md_ctx_st* ctx_;
+  explicit Sha256(std::unique_ptr<crypto_hash_sha256_state> state);
+  std::unique_ptr<crypto_hash_sha256_state> state_;
 };
 
 // True for 64 hex digits (either case).

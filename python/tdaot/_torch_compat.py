@@ -333,6 +333,28 @@ def export_output_captured() -> Iterator[None]:
     sys.stderr.write(printed.getvalue())
 
 
+@contextlib.contextmanager
+def structured_trace_kept_out_of_text_logs() -> Iterator[None]:
+    """torch's structured trace records (``torch.__trace``: empty messages, their payload in
+    ``extra``, meant for tlparse) kept from the text handlers the logger picked up from the root
+    (pytest's log capture among them) for the duration: a failing test showed one empty DEBUG line
+    per record. torch's own trace handler (TORCH_TRACE) still gets every record."""
+    trace_log = logging.getLogger("torch.__trace")
+    own = getattr(torch._logging._internal, "LazyTraceHandler", ())
+    text = [h for h in trace_log.handlers if not isinstance(h, own)]
+    for handler in text:
+        handler.addFilter(_drop_structured_records)
+    try:
+        yield
+    finally:
+        for handler in text:
+            handler.removeFilter(_drop_structured_records)
+
+
+def _drop_structured_records(record: logging.LogRecord) -> bool:
+    return not hasattr(record, "metadata")
+
+
 def is_batch_specialisation(err: BaseException) -> bool:
     """Whether torch.export failed because the code pinned the dynamic batch dim."""
     text = str(err)

@@ -382,8 +382,9 @@ def tracing_noise_silenced() -> Iterator[None]:
     """torch's warnings about its own code that tdaot's trace runs, dropped for the duration:
     torch 2.13's pytree deprecation that its export and packaging code trips
     (``isinstance(treespec, LeafSpec)``), and the attribute check on the RNN modules' flat weights.
-    The user's own warnings, and torch's about anything else, pass."""
-    with warnings.catch_warnings():
+    The user's own warnings, and torch's about anything else, pass. torch's structured trace
+    records stay out of text logs (pytest's captured log)."""
+    with warnings.catch_warnings(), _torch_compat.structured_trace_kept_out_of_text_logs():
         treespec = r"`isinstance\(treespec, LeafSpec\)`"
         warnings.filterwarnings("ignore", message=treespec, category=FutureWarning)
         warnings.filterwarnings("ignore", message=_RNN_FLAT_WEIGHTS, category=UserWarning)

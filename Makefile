@@ -167,9 +167,13 @@ test-packages: setup cpp
 # The custom-operator tests load tests/ops' library, which the C++ build makes.
 # Two workers (pytest-xdist), a test file each at a time: an AOTInductor compile keeps one core
 # busy, and a file's module fixtures are compiled once, in one worker (--dist loadfile).
+# The files that ran longest in the last run go first (TDAOT_TEST_DURATIONS, tests/python/conftest.py),
+# so neither worker is left with a long file at the end while the other idles.
 PYTEST_WORKERS ?= $(JOBS)
+TDAOT_TEST_DURATIONS ?= $(HOME)/.cache/tdaot/pytest-file-seconds.json
 test-python: setup cpp test-packages
-	TDAOT_TEST_PACKAGES=$(abspath $(TEST_PACKAGES)) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+	TDAOT_TEST_PACKAGES=$(abspath $(TEST_PACKAGES)) TDAOT_TEST_DURATIONS=$(TDAOT_TEST_DURATIONS) \
+		$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 test-cpp: cpp test-packages
 	$(CTEST) --test-dir $(BUILD) --output-on-failure -j $(JOBS); status=$$?; \

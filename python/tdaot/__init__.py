@@ -12,36 +12,23 @@ trained-run readers with ``tdaot.from_rsl_rl``.
 """
 
 import importlib
+import importlib.util
 
-# _native first: it refuses a tdaot._C built for another torch by name, before anything imports it.
+# _native first: it refuses a tdaot._C built for another torch by name, before anything imports it
+# (it reads torch's version without importing torch).
 from tdaot import _native, errors
 from tdaot._version import __version__
-from tdaot.contract import Contract, Signal, Term
 from tdaot.errors import *  # noqa: F403 - the error classes are top-level API
-from tdaot.manifest import (
-    BatchRange,
-    LiteSupport,
-    Manifest,
-    ModelSpec,
-    Recurrent,
-    Source,
-    StatePair,
-    TensorSpec,
-    read_manifest,
-)
-from tdaot.runtime import (
-    Binding,
-    BoundTensors,
-    Policy,
-    Session,
-    load,
-    verify_package,
-    verify_weights,
-)
-from tdaot.runtime import deprecated as _deprecated
 
-# Names imported on first use: (module, attribute), attribute None for the module itself.
+# Every other name is imported on first use, so `import tdaot` (and the `tdaot` command, whose build
+# memo replays a build without torch: tdaot.build_memo) imports neither torch nor tensordict:
+# name -> (module, attribute), attribute None for the module itself.
+_RUNTIME = ("Binding", "BoundTensors", "Policy", "Session", "load", "verify_package", "verify_weights")
+_MANIFEST = ("BatchRange", "LiteSupport", "Manifest", "ModelSpec", "Recurrent", "Source", "StatePair")
 _LAZY = {
+    **{name: ("tdaot.runtime", name) for name in _RUNTIME},
+    **{name: ("tdaot.manifest", name) for name in (*_MANIFEST, "TensorSpec", "read_manifest")},
+    **{name: ("tdaot.contract", name) for name in ("Contract", "Signal", "Term")},
     "Artifact": ("tdaot.builder", "Artifact"),
     "BuildOptions": ("tdaot.builder", "BuildOptions"),
     "build": ("tdaot.builder", "build"),
@@ -56,14 +43,19 @@ def __getattr__(name: str):
     if name == "cmake_prefix_path":
         # The C++ package's prefix, as torch.utils.cmake_prefix_path (tdaot._native).
         return _native.cmake_prefix()
-    old = _deprecated("tdaot", name)  # NativePolicy, NativeBinding, NativeSession, verify: warn
-    if old is not None:
-        return old
-    if name not in _LAZY:
-        raise AttributeError(f"module 'tdaot' has no attribute {name!r}")
-    module_name, attribute = _LAZY[name]
-    module = importlib.import_module(module_name)
-    value = module if attribute is None else getattr(module, attribute)
+    if name in _LAZY:
+        module_name, attribute = _LAZY[name]
+        module = importlib.import_module(module_name)
+        value = module if attribute is None else getattr(module, attribute)
+    elif not name.startswith("__") and importlib.util.find_spec(f"tdaot.{name}") is not None:
+        value = importlib.import_module(f"tdaot.{name}")  # tdaot.manifest and the like, as before
+    else:
+        from tdaot.runtime import deprecated
+
+        value = deprecated("tdaot", name)  # NativePolicy, NativeBinding, NativeSession, verify: warn
+        if value is None:
+            raise AttributeError(f"module 'tdaot' has no attribute {name!r}")
+        return value
     globals()[name] = value  # later lookups skip __getattr__
     return value
 
@@ -75,31 +67,31 @@ def __dir__() -> list[str]:
 __all__ = [
     *errors.__all__,
     "Artifact",  # noqa: F405 - imported on first use (__getattr__)
-    "BatchRange",
-    "Binding",
-    "BoundTensors",
+    "BatchRange",  # noqa: F405 - imported on first use (__getattr__)
+    "Binding",  # noqa: F405 - imported on first use (__getattr__)
+    "BoundTensors",  # noqa: F405 - imported on first use (__getattr__)
     "BuildOptions",  # noqa: F405 - imported on first use (__getattr__)
-    "Contract",
-    "LiteSupport",
-    "Manifest",
-    "ModelSpec",
-    "Policy",
-    "Recurrent",
-    "Session",
-    "Signal",
-    "Source",
-    "StatePair",
-    "TensorSpec",
-    "Term",
+    "Contract",  # noqa: F405 - imported on first use (__getattr__)
+    "LiteSupport",  # noqa: F405 - imported on first use (__getattr__)
+    "Manifest",  # noqa: F405 - imported on first use (__getattr__)
+    "ModelSpec",  # noqa: F405 - imported on first use (__getattr__)
+    "Policy",  # noqa: F405 - imported on first use (__getattr__)
+    "Recurrent",  # noqa: F405 - imported on first use (__getattr__)
+    "Session",  # noqa: F405 - imported on first use (__getattr__)
+    "Signal",  # noqa: F405 - imported on first use (__getattr__)
+    "Source",  # noqa: F405 - imported on first use (__getattr__)
+    "StatePair",  # noqa: F405 - imported on first use (__getattr__)
+    "TensorSpec",  # noqa: F405 - imported on first use (__getattr__)
+    "Term",  # noqa: F405 - imported on first use (__getattr__)
     "__version__",
     "build",  # noqa: F405 - imported on first use (__getattr__)
     "cmake_prefix_path",  # noqa: F405 - computed on use (__getattr__)
     "export_weights",  # noqa: F405 - imported on first use (__getattr__)
     "from_rsl_rl",  # noqa: F405 - imported on first use (__getattr__)
-    "load",
-    "read_manifest",
+    "load",  # noqa: F405 - imported on first use (__getattr__)
+    "read_manifest",  # noqa: F405 - imported on first use (__getattr__)
     "sign",  # noqa: F405 - imported on first use (__getattr__)
     "testing",  # noqa: F405 - imported on first use (__getattr__)
-    "verify_package",
-    "verify_weights",
+    "verify_package",  # noqa: F405 - imported on first use (__getattr__)
+    "verify_weights",  # noqa: F405 - imported on first use (__getattr__)
 ]

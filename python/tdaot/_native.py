@@ -14,11 +14,10 @@ folder to hand CMake (``-DCMAKE_PREFIX_PATH=$(python -m tdaot --cmake-prefix)``)
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
-
-import torch
 
 from tdaot.errors import TorchMismatchError
 
@@ -75,4 +74,15 @@ def cmake_prefix() -> str:
     return prefix
 
 
-check_torch(torch.__version__, module_dir())
+def installed_torch() -> str:
+    """The installed torch's version, read from its metadata: importing torch costs seconds, and
+    `import tdaot` imports it only when a name needs it."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:  # a torch without metadata (a source tree)
+        import torch
+
+        return torch.__version__
+
+
+check_torch(installed_torch(), module_dir())

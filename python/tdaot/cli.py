@@ -169,7 +169,7 @@ def _parser() -> argparse.ArgumentParser:
 _RUN_FLAGS = ("checkpoint", "deploy", "mjcf", "joint_names")
 
 
-def _build(args) -> int:
+def _build(args, memo=None) -> int:
     given_run_flags = [
         f"--{name.replace('_', '-')}" for name in _RUN_FLAGS if getattr(args, name) is not None
     ]
@@ -206,20 +206,46 @@ def _build(args) -> int:
         "cache_hit": artifact.cache_hit,
     }
     if args.json:
-        print(json.dumps({**summary, "manifest": artifact.manifest.to_dict()}, indent=2))
-        return 0
-    compiled = "from the cache" if artifact.cache_hit else "compile"
-    print(
-        f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) in "
-        f"{artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s {compiled}"
-    )
-    print(f"sha256 {artifact.sha256} (pin it: tdaot.load(..., expected_sha256=...))")
-    if artifact.signed_by:
-        print(f"signed with key {artifact.signed_by}")
-    if artifact.exported_path:
-        print(f"exported program: {artifact.exported_path}")
-    print(artifact.manifest.describe())
+        print(_json_summary(summary, artifact.manifest), end="")
+    else:
+        compiled = "from the cache" if artifact.cache_hit else "compile"
+        print(
+            f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) in "
+            f"{artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s {compiled}"
+        )
+        print(_summary_lines(artifact), end="")
+    if memo is not None:
+        outputs = [path for path in (artifact.path, artifact.exported_path) if path]
+        memo.built(outputs, _replayed(args, summary, artifact))
     return 0
+
+
+def _json_summary(summary: dict, manifest) -> str:
+    return json.dumps({**summary, "manifest": manifest.to_dict()}, indent=2) + "\n"
+
+
+def _summary_lines(artifact) -> str:
+    """What `tdaot build` prints after its first line: the digest to pin, the signer, the exported
+    program and the manifest."""
+    lines = [f"sha256 {artifact.sha256} (pin it: tdaot.load(..., expected_sha256=...))"]
+    if artifact.signed_by:
+        lines.append(f"signed with key {artifact.signed_by}")
+    if artifact.exported_path:
+        lines.append(f"exported program: {artifact.exported_path}")
+    lines.append(artifact.manifest.describe())
+    return "\n".join(lines) + "\n"
+
+
+def _replayed(args, summary: dict, artifact) -> str:
+    """What the same command prints when the build memo replays this build (tdaot.build_memo)."""
+    if args.json:
+        summary = {**summary, "export_seconds": 0.0, "compile_seconds": 0.0, "cache_hit": True, "memo": True}
+        return _json_summary(summary, artifact.manifest)
+    first = (
+        f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) from the build memo: the factory, "
+        "its modules and the files it read are unchanged since the last build (--no-cache builds anew)"
+    )
+    return first + "\n" + _summary_lines(artifact)
 
 
 def _rsl_rl_inputs(args, options: BuildOptions):
@@ -366,11 +392,13 @@ def _report(args) -> int:
     return 1 if counts["failed"] else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, memo=None) -> int:
+    """The command line on ``argv`` (default: sys.argv). ``memo``, a tdaot.build_memo.Recorder
+    (the `tdaot` command passes one, tdaot.entry), records a successful single build."""
     args = _parser().parse_args(argv)
     try:
         commands = {
-            "build": _build,
+            "build": lambda a: _build(a, memo),
             "inspect": _inspect,
             "verify": _verify,
             "keygen": _keygen,

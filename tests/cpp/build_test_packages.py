@@ -5,7 +5,7 @@ $TDAOT_TEST_OPS_LIB), tutorial_b14.pt2 with latency models for batches 1 and 4,
 tutorial_throughput.pt2 with the throughput model alone, and legged.pt2 with the deployment
 contract of examples/policies.py:legged_contract, and recurrent_b14.pt2 (batch-1 and batch-4
 recurrent models, for the lite runtime's reset masks).
-All in this one process through one artifact cache (emptied when the inputs change), as
+In two processes side by side through one artifact cache (emptied when the inputs change), as
 `tdaot build` would with the same factory and options: the tutorial variants' models that tutorial.pt2 already
 has (its throughput and batch-1 models) are copied, not compiled again (recurrent_b14's likewise).
 For the signature tests (no compile): two key pairs, keys/ and other_keys/ (`tdaot keygen`),
@@ -137,12 +137,38 @@ def build_options(name: str) -> dict:
 
 
 def build_packages(out: Path) -> int:
+    """Every package, in two processes side by side (an AOTInductor compile keeps one core busy):
+    the packages of one factory stay in one lane, in PACKAGES' order, so a variant copies the
+    models its lane built first instead of compiling them again."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    lanes = package_lanes(2)
+    # spawn: a forked child would inherit torch's threads and locks in whatever state.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(len(lanes), mp_context=context) as pool:
+        return max(pool.map(build_lane, [out] * len(lanes), lanes))
+
+
+def package_lanes(count: int) -> list[list[str]]:
+    """PACKAGES split into ``count`` lanes of whole factories, the most packages first."""
+    factories: dict[str, list[str]] = {}
+    for name, (factory, _) in PACKAGES.items():
+        factories.setdefault(factory, []).append(name)
+    lanes: list[list[str]] = [[] for _ in range(count)]
+    for names in sorted(factories.values(), key=len, reverse=True):
+        min(lanes, key=len).extend(names)
+    return [lane for lane in lanes if lane]
+
+
+def build_lane(out: Path, names: list[str]) -> int:
     import tdaot
     from tdaot.builder.cache import ArtifactCache
     from tdaot.builder.factories import call_factory
 
     cache = ArtifactCache(out / CACHE)
-    for name, (factory, _) in PACKAGES.items():
+    for name in names:
+        factory, _ = PACKAGES[name]
         module, example = call_factory(factory)
         statuses: list[str] = []
         try:
@@ -154,7 +180,7 @@ def build_packages(out: Path) -> int:
             print(f"build_test_packages: {name}: {type(err).__name__}: {err}", file=sys.stderr)
             return 1
         compiled = [status for status in statuses if status.startswith("compiling")]
-        print(f"built {artifact.path} in {artifact.compile_seconds:.1f} s: {compiled or 'cached'}")
+        print(f"built {artifact.path} in {artifact.compile_seconds:.1f} s: {compiled or 'cached'}", flush=True)
     return 0
 
 

@@ -11,6 +11,7 @@ subprocesses' included (TDAOT_COMPILE_LOG), and the tests that compiled most.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -95,6 +96,52 @@ def pytest_unconfigure(config):
         os.environ.pop(compile_log.ENV, None)
 
 
+# --- the longest files first -----------------------------------------------------------------
+# `make test` runs two xdist workers, a file at a time each (--dist loadfile): a long file handed
+# out last keeps one worker busy while the other idles. So the files run longest first, by the
+# seconds each took in the last run that recorded them ($TDAOT_TEST_DURATIONS, a JSON file
+# outside the checkout that the Makefile names; files it lacks, new ones, go first). Only the
+# order changes; without the file, pytest's own order stays.
+_DURATIONS_ENV = "TDAOT_TEST_DURATIONS"
+
+
+def _recorded_durations() -> dict[str, float]:
+    path = os.environ.get(_DURATIONS_ENV)
+    try:
+        return {str(k): float(v) for k, v in json.loads(Path(path).read_text()).items()} if path else {}
+    except (OSError, ValueError, AttributeError):
+        return {}  # unreadable or not a JSON object: pytest's own order
+
+
+def pytest_collection_modifyitems(config, items):
+    seconds = _recorded_durations()
+    if seconds:
+        # sorted() is stable: a file's tests keep their order, and so do files of equal time.
+        items[:] = sorted(items, key=lambda item: -seconds.get(item.location[0], float("inf")))
+
+
+def pytest_runtest_logreport(report):
+    # Called in the process that reports: the only one, or xdist's controller for its workers.
+    for name, ran in report.user_properties:
+        if name == _COMPILES and ran:
+            _compiles[report.nodeid] = ran
+    _file_seconds[report.location[0]] = _file_seconds.get(report.location[0], 0.0) + report.duration
+
+
+_file_seconds: dict[str, float] = {}  # test file -> seconds its tests took in this run
+
+
+def pytest_sessionfinish(session):
+    path = os.environ.get(_DURATIONS_ENV)
+    if not path or os.environ.get("PYTEST_XDIST_WORKER") or not _file_seconds:
+        return
+    merged = {**_recorded_durations(), **{name: round(t, 1) for name, t in _file_seconds.items()}}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    staging = f"{path}.{os.getpid()}"
+    Path(staging).write_text(json.dumps(merged, indent=0, sort_keys=True))
+    os.replace(staging, path)
+
+
 def _own_inductor_cache_per_worker():
     """Under pytest-xdist (`make test` runs two workers) each worker compiles into an inductor
     cache of its own: two processes compiling one graph into one cache write the same model
@@ -125,13 +172,6 @@ def pytest_runtest_makereport(item, call):
         ran = len(compile_log.read(item.config.stash[_LOG])) - item.stash[_BEFORE]
         report.user_properties.append((_COMPILES, ran))
     return report
-
-
-def pytest_runtest_logreport(report):
-    # Called in the process that reports: the only one, or xdist's controller for its workers.
-    for name, ran in report.user_properties:
-        if name == _COMPILES and ran:
-            _compiles[report.nodeid] = ran
 
 
 def pytest_terminal_summary(terminalreporter, config):

@@ -1,5 +1,5 @@
 """Layering: the runtime side (loading, running, sessions) imports nothing from the build side,
-and `import tdaot` imports no build module until a build name is used."""
+and `import tdaot` imports neither torch nor a build module until a name needs them."""
 
 from __future__ import annotations
 
@@ -40,8 +40,12 @@ def _build_side(modules: list[str]) -> list[str]:
     ]
 
 
-def test_import_tdaot_imports_no_build_module():
+def test_import_tdaot_imports_neither_torch_nor_a_build_module():
+    # The `tdaot` command's build memo replays a build on this (tdaot.build_memo).
     modules = _modules_after("import tdaot")
+    assert not [m for m in modules if m.split(".")[0] in ("torch", "tensordict")]
+    assert "tdaot.runtime" not in modules
+    modules = _modules_after("import tdaot\ntdaot.Policy")
     assert "tdaot.runtime" in modules
     assert _build_side(modules) == []
 

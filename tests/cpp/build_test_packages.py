@@ -180,7 +180,8 @@ def build_lane(out: Path, names: list[str]) -> int:
             print(f"build_test_packages: {name}: {type(err).__name__}: {err}", file=sys.stderr)
             return 1
         compiled = [status for status in statuses if status.startswith("compiling")]
-        print(f"built {artifact.path} in {artifact.compile_seconds:.1f} s: {compiled or 'cached'}", flush=True)
+        done = f"built {artifact.path} in {artifact.compile_seconds:.1f} s: {compiled or 'cached'}"
+        print(done, flush=True)  # two lanes print side by side
     return 0
 
 

@@ -124,11 +124,17 @@ class Recorder:
         elif event in ("os.rename", "shutil.move") and len(args) >= 2:
             self.written.add(os.path.abspath(os.fsdecode(args[1])))
 
-    def built(self, outputs: list[str], printed: dict) -> None:
+    def built(self, outputs: list[str], printed: str) -> None:
         """Store the memo entry: ``outputs`` (the files the build produced, copied into the memo)
-        and ``printed`` (what `tdaot build` printed, for the replay)."""
+        and ``printed`` (what `tdaot build` printed, for the replay). A memo that cannot be
+        written (a read-only cache folder, a full disk) is said on stderr; the build stands."""
         self.active = False  # the sets are final (other threads no longer add to them)
-        directory = memo_dir(self.argv)
+        try:
+            self._store(memo_dir(self.argv), outputs, printed)
+        except OSError as err:
+            print(f"tdaot build: the build memo was not written ({err}); the build stands", file=sys.stderr)
+
+    def _store(self, directory: Path, outputs: list[str], printed: str) -> None:
         outputs = [os.path.abspath(p) for p in outputs]
         skip = set(outputs) | self.written
         modules = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
@@ -151,27 +157,31 @@ class Recorder:
         os.replace(staging, directory / f"{self.key}.json")
 
 
-def replay(argv: list[str]) -> dict | None:
+def replay(argv: list[str]) -> str | None:
     """When the memo holds this command and nothing it depended on changed: its outputs copied
-    back into place, and what it printed (returned); else None, and nothing is touched."""
-    directory = memo_dir(argv)
+    back into place, and what it printed (returned); else None. An unreadable or damaged entry,
+    or an output that cannot be written, is a miss: the build then runs and says what is wrong."""
     try:
-        entry = json.loads((directory / f"{command_key(argv)}.json").read_text())
-    except (OSError, ValueError):
+        return _replay(memo_dir(argv), argv)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    if not isinstance(entry, dict) or entry.get("format") != FORMAT or entry.get("argv") != argv:
+
+
+def _replay(directory: Path, argv: list[str]) -> str | None:
+    entry = json.loads((directory / f"{command_key(argv)}.json").read_text())
+    if entry.get("format") != FORMAT or entry.get("argv") != argv:
         return None
     for path, signature in entry["depends"].items():
         if _signature(path) != signature:
             return None
     blobs = directory / "blobs"
     for _path, digest in entry["outputs"]:
-        if not (blobs / digest).is_file() or _sha256(blobs / digest) != digest:
+        if _sha256(blobs / digest) != digest:
             return None  # a damaged memo: build anew
     for path, digest in entry["outputs"]:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         _copy_atomically(blobs / digest, Path(path))
-    return entry["printed"]
+    return str(entry["printed"])
 
 
 def _copy_atomically(source: Path, destination: Path) -> None:

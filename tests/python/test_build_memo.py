@@ -128,3 +128,25 @@ def test_the_memo_applies_to_single_builds_only():
         assert not build_memo.applies(argv), argv
     assert build_memo.memo_dir(["build", "--cache-dir", "/c"]) == Path("/c/memo")
     assert build_memo.memo_dir(["build", "--cache-dir=/d"]) == Path("/d/memo")
+
+
+@pytest.mark.parametrize(
+    "entry", ["not json", "[1, 2]", '{"format": 1}', '{"format": 1, "argv": ["build"], "depends": 3}']
+)
+def test_an_unreadable_memo_entry_is_a_miss(tmp_path, monkeypatch, entry):
+    monkeypatch.setenv("TDAOT_CACHE_DIR", str(tmp_path))
+    argv = ["build", "p.py:f", "-o", "p.pt2"]
+    (tmp_path / "memo").mkdir()
+    (tmp_path / "memo" / f"{build_memo.command_key(argv)}.json").write_text(entry)
+    assert build_memo.replay(argv) is None
+
+
+def test_a_memo_that_cannot_be_written_is_said_and_the_build_stands(tmp_path, monkeypatch, capsys):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("TDAOT_CACHE_DIR", str(blocked))  # memo/ cannot be made under a file
+    package = tmp_path / "p.pt2"
+    package.write_bytes(b"package")
+    build_memo.Recorder(["build", "p.py:f", "-o", str(package)]).built([str(package)], "")
+    err = capsys.readouterr().err
+    assert "tdaot build: the build memo was not written" in err and str(blocked) in err

@@ -8,7 +8,7 @@ sha256) and live in its ``tdaot.sig`` entry, which the manifest does not list; a
 sign its signing payload (``tdaot.builder.weights_format.signing_payload``: its format, base
 package and digests) and live in its ``tdaot.signatures`` metadata entry, which that payload
 leaves out. :func:`sign` adds or replaces one key's signature there and changes nothing else. Verifying is
-the runtime's (C++, OpenSSL): ``tdaot.load(path, trusted_keys=[...])``, ``tdaot.verify_package``.
+the runtime's (C++, libsodium): ``tdaot.load(path, trusted_keys=[...])``, ``tdaot.verify_package``.
 """
 
 from __future__ import annotations

@@ -155,7 +155,19 @@ TEST(Signature, UnusableTrustedKeysAreNamed) {
       {private_key(), "trusted key file '" + private_key() + "' holds a private key ('PRIVATE KEY')"},
       {read(private_key()), "trusted key #1 (PEM text) holds a private key"},
       {"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n",
-       "trusted key #1 (PEM text) is not a valid public key"},
+       "trusted key #1 (PEM text) is not a valid public key: not a DER SubjectPublicKeyInfo"},
+      // The refusals of key_der.cpp, which reads keys without OpenSSL.
+      {"-----BEGIN PUBLIC KEY-----\nnot*base64\n-----END PUBLIC KEY-----\n",
+       "trusted key #1 (PEM text) is not a valid public key: its PEM body is not base64"},
+      {"-----BEGIN PUBLIC KEY-----\nMCswBQYDK2VwAyIAAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEB\n"
+       "-----END PUBLIC KEY-----\n",
+       "trusted key #1 (PEM text) is not a valid public key: an Ed25519 SubjectPublicKeyInfo is 44 "
+       "bytes"},
+      {"-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VuAyEAAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\n"
+       "-----END PUBLIC KEY-----\n",
+       "trusted key #1 (PEM text) is a X25519 key; tdaot signatures are Ed25519"},
+      {"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+       "trusted key #1 (PEM text) holds a PEM 'CERTIFICATE' block, not a 'PUBLIC KEY'"},
   };
   for (const auto& [key, part] : cases) expect_refused(signed_package(), trusting({key}, dir), part);
 }

@@ -16,7 +16,7 @@ PY=${PY:-python3}
 WHEELS=(tensordict==0.14.3 torchrl==0.14.1 hoptorch==0.1.4 pyvers==0.2.3 orjson==3.13.0
         importlib_metadata==10.2.0 cryptography==50.0.2 cffi==2.1.1 pycparser==3.12)
 DEBS=(libgtest-dev nlohmann-json3-dev libcli11-dev libzip-dev libzip4 zipcmp zipmerge ziptool
-      libssl-dev libssl3 zlib1g-dev libbz2-1.0)
+      libminizip-dev libminizip1 libsodium-dev libsodium23 zlib1g-dev libbz2-1.0)
 PLATFORMS=()
 for tag in manylinux_2_34 manylinux_2_28 manylinux_2_27 manylinux_2_17 manylinux2014 manylinux1; do
   PLATFORMS+=(--platform "${tag}_x86_64")

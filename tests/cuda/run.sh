@@ -102,7 +102,7 @@ configure() {
 build() {
   configure . "$BUILD" -DTDAOT_WERROR=ON -DTDAOT_BUILD_PYTHON=ON \
     -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" || return 1
-  grep -E "^(libzip_DIR|OPENSSL_CRYPTO_LIBRARY|GTest_DIR|nlohmann_json_DIR|CLI11_DIR|pybind11_DIR)" \
+  grep -E "^(libzip_DIR|pkgcfg_lib_minizip_minizip|pkgcfg_lib_sodium_sodium|GTest_DIR|nlohmann_json_DIR|CLI11_DIR|pybind11_DIR)" \
     "$BUILD/CMakeCache.txt" | tee -a "$SUMMARY"
   cmake --build "$BUILD" -j "$JOBS" --target "$@" || return 1
   if ls "$BUILD"/_C*.so >/dev/null 2>&1; then cp "$BUILD"/_C*.so "$WORK/py/tdaot/"; fi

@@ -1,4 +1,4 @@
-"""Signed packages: keys, signing (Python, `cryptography`), verification at load (C++, OpenSSL)
+"""Signed packages: keys, signing (Python, `cryptography`), verification at load (C++, libsodium)
 and every refusal with its message. A refused load is given an op library and a temp_dir that
 do not exist: the SignatureError (not the PackageError those would cause) shows that the
 signature is checked before any library is loaded or any file extracted."""

@@ -3,36 +3,36 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zip.h>
+#include <unzip.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <unordered_set>
 
 #include "tdaot/errors.h"
 
 namespace tdaot::detail {
 namespace {
 
-struct FileCloser {
-  void operator()(zip_file_t* file) const { zip_fclose(file); }
-};
-
-std::string libzip_error(zip_error_t* error) {
-  std::string text = zip_error_strerror(error);
-  zip_error_fini(error);
-  return text;
+// minizip's result codes in words; a read error's errno (PackageFile keeps it) is added by callers.
+std::string unzip_error(int code) {
+  switch (code) {
+    case UNZ_ERRNO: return "a read error";
+    case UNZ_BADZIPFILE: return "inconsistent zip structure";
+    case UNZ_CRCERROR: return "CRC error";
+    case UNZ_PARAMERROR: return "an unsupported entry";
+    default: return "zip error " + std::to_string(code);
+  }
 }
 
 // The file type bits of a Unix-made entry (0 when the archive does not record one).
-unsigned unix_file_type(zip_t* zip, zip_uint64_t index) {
-  zip_uint8_t opsys = 0;
-  zip_uint32_t attributes = 0;
-  if (zip_file_get_external_attributes(zip, index, 0, &opsys, &attributes) != 0) return 0;
-  if (opsys != ZIP_OPSYS_UNIX) return 0;
-  return (attributes >> 16) & S_IFMT;
+unsigned unix_file_type(const unz_file_info64& info) {
+  constexpr unsigned long kUnix = 3;  // "version made by", high byte: the zip spec's host system
+  if ((info.version >> 8) != kUnix) return 0;
+  return static_cast<unsigned>((info.external_fa >> 16) & S_IFMT);
 }
 
 const char* file_type_name(unsigned type) {
@@ -46,11 +46,11 @@ const char* file_type_name(unsigned type) {
   }
 }
 
-// True when `name` is absolute, has a '..' component or contains a backslash: extracting it
-// by name could write outside the destination directory.
+// True when `name` is absolute, has a '..' component or contains a backslash (or a NUL, which
+// would cut the path short): extracting it by name could write outside the destination directory.
 bool unsafe_entry_name(std::string_view name) {
   if (name.empty() || name.front() == '/') return true;
-  if (name.find('\\') != std::string_view::npos) return true;
+  if (name.find_first_of(std::string_view("\\\0", 2)) != std::string_view::npos) return true;
   size_t start = 0;
   for (;;) {
     const size_t end = name.find('/', start);
@@ -82,8 +82,7 @@ int64_t read_fully(int fd, uint64_t offset, char* out, uint64_t size) {
 // --- the package file ---------------------------------------------------------------------------
 
 PackageFile::PackageFile(const std::string& path, uint64_t max_bytes)
-    : path_(path), error_(std::make_unique<zip_error_t>()) {
-  zip_error_init(error_.get());
+    : path_(path) {
   namespace fs = std::filesystem;
   // The checks that give the clearest message for a wrong path, then the same on what was opened.
   std::error_code ec;
@@ -137,7 +136,6 @@ PackageFile::PackageFile(const std::string& path, uint64_t max_bytes)
 
 PackageFile::~PackageFile() {
   if (fd_ >= 0) ::close(fd_);
-  zip_error_fini(error_.get());
 }
 
 bool PackageFile::load_block(uint64_t index) {
@@ -197,125 +195,108 @@ void PackageFile::require_unchanged() const {
                                   "); refusing to load it");
 }
 
-// libzip's view of a PackageFile: a seekable source whose reads go through PackageFile::read.
+// minizip's view of a PackageFile: a seekable stream whose reads go through PackageFile::read.
+// The stream is the PackageFile itself; minizip opens it once per archive.
 struct ZipSourceCallback {
-  static zip_int64_t call(void* state, void* data, zip_uint64_t length, zip_source_cmd_t command) {
-    auto& file = *static_cast<PackageFile*>(state);
-    zip_error_t* error = file.error_.get();
-    switch (command) {
-      case ZIP_SOURCE_OPEN:
-        file.position_ = 0;
-        return 0;
-      case ZIP_SOURCE_READ: {
-        const int64_t got = file.read(file.position_, data, length, !file.covered_);
-        if (got < 0) {
-          zip_error_set(error, ZIP_ER_READ, errno);
-          return -1;
-        }
-        file.position_ += static_cast<uint64_t>(got);
-        return got;
-      }
-      case ZIP_SOURCE_CLOSE:
-      case ZIP_SOURCE_FREE:  // the PackageFile owns itself
-        return 0;
-      case ZIP_SOURCE_STAT: {
-        auto* stat = ZIP_SOURCE_GET_ARGS(zip_stat_t, data, length, error);
-        if (stat == nullptr) return -1;
-        zip_stat_init(stat);
-        stat->size = file.size_;
-        stat->valid |= ZIP_STAT_SIZE;
-        return sizeof(zip_stat_t);
-      }
-      case ZIP_SOURCE_ERROR:
-        return zip_error_to_data(error, data, length);
-      case ZIP_SOURCE_SEEK: {
-        const zip_int64_t to = zip_source_seek_compute_offset(file.position_, file.size_, data,
-                                                              length, error);
-        if (to < 0) return -1;
-        file.position_ = static_cast<uint64_t>(to);
-        return 0;
-      }
-      case ZIP_SOURCE_TELL:
-        return static_cast<zip_int64_t>(file.position_);
-      case ZIP_SOURCE_SUPPORTS:
-        return zip_source_make_command_bitmap(ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE,
-                                              ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE,
-                                              ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL,
-                                              ZIP_SOURCE_SUPPORTS, -1);
-      default:
-        zip_error_set(error, ZIP_ER_OPNOTSUPP, 0);
-        return -1;
-    }
+  static PackageFile& of(voidpf opaque) { return *static_cast<PackageFile*>(opaque); }
+  static voidpf open(voidpf opaque, const void*, int) {
+    of(opaque).position_ = 0;
+    return opaque;
   }
+  static uLong read(voidpf opaque, voidpf, void* out, uLong size) {
+    PackageFile& file = of(opaque);
+    const int64_t got = file.read(file.position_, out, size, !file.covered_);
+    if (got < 0) {
+      file.error_ = errno != 0 ? errno : EIO;
+      return 0;
+    }
+    file.position_ += static_cast<uint64_t>(got);
+    return static_cast<uLong>(got);
+  }
+  static uLong write(voidpf, voidpf, const void*, uLong) { return 0; }
+  static ZPOS64_T tell(voidpf opaque, voidpf) { return of(opaque).position_; }
+  static long seek(voidpf opaque, voidpf, ZPOS64_T offset, int origin) {
+    PackageFile& file = of(opaque);
+    const uint64_t base = origin == ZLIB_FILEFUNC_SEEK_SET   ? 0
+                          : origin == ZLIB_FILEFUNC_SEEK_CUR ? file.position_
+                                                             : file.size_;
+    if (offset > file.size_ || base > file.size_ - offset) return -1;  // past the end: refused
+    file.position_ = base + offset;
+    return 0;
+  }
+  static int close(voidpf, voidpf) { return 0; }  // the PackageFile owns its descriptor
+  static int error(voidpf opaque, voidpf) { return of(opaque).error_; }
 };
 
-zip_source* PackageFile::zip_source_for() {
-  zip_error_t error;
-  zip_error_init(&error);
-  zip_source_t* source = zip_source_function_create(&ZipSourceCallback::call, this, &error);
-  if (source == nullptr) {
-    fail_path(path_, "cannot be opened as a zip archive: " + libzip_error(&error));
-  }
-  zip_error_fini(&error);
-  return source;
+void* PackageFile::open_archive() {
+  zlib_filefunc64_def functions{};
+  functions.zopen64_file = &ZipSourceCallback::open;
+  functions.zread_file = &ZipSourceCallback::read;
+  functions.zwrite_file = &ZipSourceCallback::write;
+  functions.ztell64_file = &ZipSourceCallback::tell;
+  functions.zseek64_file = &ZipSourceCallback::seek;
+  functions.zclose_file = &ZipSourceCallback::close;
+  functions.zerror_file = &ZipSourceCallback::error;
+  functions.opaque = this;
+  error_ = 0;
+  return unzOpen2_64(path_.c_str(), &functions);
+}
+
+std::string PackageFile::error_text(int code) const {
+  if (code == UNZ_ERRNO && error_ != 0) return unzip_error(code) + ": " + std::strerror(error_);
+  return unzip_error(code);
 }
 
 // --- the archive ----------------------------------------------------------------------------------
 
 ZipArchive::ZipArchive(PackageFile& file, uint64_t max_unpacked_bytes)
     : file_(file), path_(file.path()) {
-  zip_error_t error;
-  zip_error_init(&error);
-  zip_source_t* source = file_.zip_source_for();
-  // ZIP_CHECKCONS compares the central directory with every local header, which catches
-  // truncated copies and headers that disagree about names or sizes.
-  // libzip also refuses two entries of one name (ZIP_ER_EXISTS) while it reads the directory.
-  // Owned from here on, so it is discarded also when a check below refuses the package.
-  zip_.reset(zip_open_from_source(source, ZIP_RDONLY | ZIP_CHECKCONS, &error));
+  // minizip finds the end of the central directory and reads the directory; a truncated copy
+  // has none (or one that points past the end: seeks there are refused).
+  zip_.reset(file_.open_archive());
   if (!zip_) {
-    zip_source_free(source);
-    if (zip_error_code_zip(&error) == ZIP_ER_EXISTS) {
-      zip_error_fini(&error);
-      fail("is not a .pt2 package: two of its entries have the same name");
-    }
-    fail("is not a .pt2 package (a damaged or truncated zip archive: " + libzip_error(&error) +
-         ")");
+    fail("is not a .pt2 package (a damaged or truncated zip archive: no readable central "
+         "directory)");
   }
-  zip_error_fini(&error);
-
-  const zip_int64_t count = zip_get_num_entries(zip_.get(), 0);
-  if (count <= 0) fail("is an empty zip archive, not a .pt2 package");
+  unz_global_info64 global{};
+  if (unzGetGlobalInfo64(zip_.get(), &global) != UNZ_OK || global.number_entry == 0) {
+    fail("is an empty zip archive, not a .pt2 package");
+  }
   const std::string over_limit = ", more than the limit of " +
                                  std::to_string(max_unpacked_bytes) + " (max_package_bytes)";
   uint64_t total = 0;
-  for (zip_int64_t i = 0; i < count; ++i) {
-    const auto index = static_cast<zip_uint64_t>(i);
-    zip_stat_t stat;
-    if (zip_stat_index(zip_.get(), index, 0, &stat) != 0 || (stat.valid & ZIP_STAT_NAME) == 0) {
-      fail("has an unreadable entry at index " + std::to_string(i) + ": " +
-           zip_strerror(zip_.get()));
+  std::unordered_set<std::string> names;
+  std::string name(UINT16_MAX + 1, '\0');  // a zip name is at most 65535 bytes
+  int status = unzGoToFirstFile(zip_.get());
+  for (uint64_t i = 0; status == UNZ_OK; ++i, status = unzGoToNextFile(zip_.get())) {
+    unz_file_info64 info{};
+    unz64_file_pos position{};
+    if (unzGetCurrentFileInfo64(zip_.get(), &info, name.data(), name.size(), nullptr, 0, nullptr,
+                                0) != UNZ_OK ||
+        unzGetFilePos64(zip_.get(), &position) != UNZ_OK) {
+      fail("has an unreadable entry at index " + std::to_string(i));
     }
-    ZipEntry entry{stat.name, stat.size, index, false};
+    ZipEntry entry{name.substr(0, info.size_filename), info.uncompressed_size,
+                   position.pos_in_zip_directory, position.num_of_file, false};
     const std::string quoted = "entry '" + entry.name + "'";
     if (unsafe_entry_name(entry.name)) {
       fail("has an unsafe " + quoted +
            " (an absolute path, a '..' component or a backslash); refusing to extract it");
     }
+    if (!names.insert(entry.name).second) {
+      fail("is not a .pt2 package: two of its entries have the same name");
+    }
     entry.directory = entry.name.back() == '/';
-    const unsigned type = unix_file_type(zip_.get(), index);
+    const unsigned type = unix_file_type(info);
     const unsigned expected = entry.directory ? S_IFDIR : S_IFREG;
     if (type != 0 && type != expected) {
       fail("has an " + quoted + " that is " + file_type_name(type) + "; refusing to extract it");
     }
-    if ((stat.valid & ZIP_STAT_ENCRYPTION_METHOD) && stat.encryption_method != ZIP_EM_NONE) {
-      fail("has an encrypted " + quoted);
-    }
-    if ((stat.valid & ZIP_STAT_COMP_METHOD) && stat.comp_method != ZIP_CM_STORE &&
-        stat.comp_method != ZIP_CM_DEFLATE) {
+    if ((info.flag & 1) != 0) fail("has an encrypted " + quoted);  // general purpose bit 0
+    if (info.compression_method != 0 && info.compression_method != Z_DEFLATED) {
       fail("has an " + quoted + " compressed with zip method " +
-           std::to_string(stat.comp_method) + " (tdaot reads stored and deflated entries)");
+           std::to_string(info.compression_method) + " (tdaot reads stored and deflated entries)");
     }
-    if ((stat.valid & ZIP_STAT_SIZE) == 0) fail("has an " + quoted + " of unknown size");
     if (entry.size > max_unpacked_bytes) {
       fail("has an " + quoted + " that declares " + std::to_string(entry.size) + " bytes" +
            over_limit);
@@ -323,17 +304,37 @@ ZipArchive::ZipArchive(PackageFile& file, uint64_t max_unpacked_bytes)
     total += entry.size;  // no overflow: each term is at most the limit
     entries_.push_back(std::move(entry));
   }
+  if (status != UNZ_END_OF_LIST_OF_FILE) {
+    fail("is not a .pt2 package (a damaged or truncated zip archive: " + file_.error_text(status) +
+         ")");
+  }
   if (total > max_unpacked_bytes) {
     fail("declares " + std::to_string(total) + " bytes in all its entries" + over_limit);
   }
+  // Every local header against the central directory (minizip compares names' lengths, methods,
+  // CRCs and sizes when it opens an entry), which catches headers that disagree.
+  for (const ZipEntry& entry : entries_) {
+    const int opened = open_entry(entry);
+    if (opened != UNZ_OK) {
+      fail("is not a .pt2 package (a damaged or truncated zip archive: entry '" + entry.name +
+           "': " + file_.error_text(opened) + ")");
+    }
+    unzCloseCurrentFile(zip_.get());  // nothing read: no CRC to compare
+  }
+}
+
+int ZipArchive::open_entry(const ZipEntry& entry) const {
+  const unz64_file_pos position{entry.directory_offset, entry.number};
+  const int found = unzGoToFilePos64(zip_.get(), &position);
+  return found != UNZ_OK ? found : unzOpenCurrentFile(zip_.get());
 }
 
 ZipArchive::~ZipArchive() = default;
 
-void ZipArchive::Discard::operator()(struct zip* zip) const { zip_discard(zip); }
+void ZipArchive::Close::operator()(void* zip) const { unzClose(zip); }
 
 void ZipArchive::fail(const std::string& problem) const {
-  file_.require_unchanged();  // a libzip error that a changed file caused says so
+  file_.require_unchanged();  // a minizip error that a changed file caused says so
   fail_path(path_, problem);
 }
 
@@ -353,16 +354,19 @@ void ZipArchive::stream(const ZipEntry& entry,
 void ZipArchive::read_into(const ZipEntry& entry,
                            const std::function<void(std::string_view)>& sink) const {
   const std::string quoted = "entry '" + entry.name + "'";
-  std::unique_ptr<zip_file_t, FileCloser> file(zip_fopen_index(zip_.get(), entry.index, 0));
-  if (!file) fail("has an " + quoted + " that cannot be read: " + zip_strerror(zip_.get()));
+  const int opened = open_entry(entry);
+  if (opened != UNZ_OK) fail("has an " + quoted + " that cannot be read: " + file_.error_text(opened));
+  // Closed on every path; closing after the last byte is what compares the CRC.
+  struct Closer {
+    void* zip;
+    ~Closer() { if (zip != nullptr) unzCloseCurrentFile(zip); }
+  } closer{zip_.get()};
   char buffer[1 << 16];
   uint64_t done = 0;
   while (done < entry.size) {
-    const uint64_t want = std::min<uint64_t>(sizeof buffer, entry.size - done);
-    const zip_int64_t got = zip_fread(file.get(), buffer, want);
-    if (got < 0) {
-      fail("has a damaged " + quoted + ": " + zip_file_strerror(file.get()));
-    }
+    const auto want = static_cast<unsigned>(std::min<uint64_t>(sizeof buffer, entry.size - done));
+    const int got = unzReadCurrentFile(zip_.get(), buffer, want);
+    if (got < 0) fail("has a damaged " + quoted + ": " + file_.error_text(got));
     if (got == 0) {
       fail("has an " + quoted + " that holds " + std::to_string(done) + " bytes but declares " +
            std::to_string(entry.size));
@@ -370,11 +374,14 @@ void ZipArchive::read_into(const ZipEntry& entry,
     done += static_cast<uint64_t>(got);
     sink(std::string_view(buffer, static_cast<size_t>(got)));
   }
-  // Reading on to the end makes libzip compare the CRC, and shows data beyond the size.
+  // minizip stops at the declared size; a deflated entry that holds more fails its CRC.
   char extra = 0;
-  const zip_int64_t more = zip_fread(file.get(), &extra, 1);
-  if (more < 0) fail("has a damaged " + quoted + ": " + zip_file_strerror(file.get()));
+  const int more = unzReadCurrentFile(zip_.get(), &extra, 1);
+  if (more < 0) fail("has a damaged " + quoted + ": " + file_.error_text(more));
   if (more > 0) fail("has an " + quoted + " that holds more bytes than it declares");
+  closer.zip = nullptr;
+  const int closed = unzCloseCurrentFile(zip_.get());
+  if (closed != UNZ_OK) fail("has a damaged " + quoted + ": " + file_.error_text(closed));
   file_.require_unchanged();
 }
 

@@ -1,5 +1,6 @@
 // Internal: a package file read through one descriptor, and the zip archive in it, read with
-// libzip. Every entry is checked when the archive is opened (name, file type, encryption,
+// minizip (zlib's, Debian's libminizip1: it needs only zlib; libzip brought libcrypto into the
+// lite runtime). Every entry is checked when the archive is opened (name, file type, encryption,
 // compression, declared size), so nothing is read out of an archive that could climb out of a
 // directory, plant a symlink or expand into more bytes than the caller allows.
 #pragma once
@@ -12,10 +13,6 @@
 #include <vector>
 
 #include "core/package/digest.h"
-
-struct zip;
-struct zip_source;
-struct zip_error;
 
 namespace tdaot::detail {
 
@@ -58,9 +55,11 @@ class PackageFile {
   // Throws IntegrityError when a read found the file changed since it was opened.
   void require_unchanged() const;
 
-  // A libzip source over this file (it must outlive the source): every read checked, except
-  // while a ReadsCoveredByDigest is alive.
-  zip_source* zip_source_for();
+  // A minizip handle (unzFile) on this file, which must outlive it, or nullptr when minizip finds
+  // no zip archive: every read checked, except while a ReadsCoveredByDigest is alive.
+  void* open_archive();
+  // minizip's result `code` in words, with the errno of the last failed read.
+  std::string error_text(int code) const;
 
   // While alive, reads through the zip source are not checked against the first read: the
   // caller checks what it reads against a manifest digest that a checked read produced.
@@ -92,14 +91,15 @@ class PackageFile {
   bool covered_ = false;
   bool changed_ = false;
   uint64_t changed_at_ = 0;
-  uint64_t position_ = 0;          // the zip source's offset
-  std::unique_ptr<::zip_error> error_;
+  uint64_t position_ = 0;          // minizip's offset
+  int error_ = 0;                  // the errno of minizip's last failed read
 };
 
 struct ZipEntry {
   std::string name;    // as stored, including the archive's top folder
   uint64_t size = 0;   // declared uncompressed size
-  uint64_t index = 0;  // libzip's index
+  uint64_t directory_offset = 0;  // minizip's position of its central directory record
+  uint64_t number = 0;            // its index
   bool directory = false;
 };
 
@@ -131,14 +131,16 @@ class ZipArchive {
 
  private:
   void read_into(const ZipEntry& entry, const std::function<void(std::string_view)>& sink) const;
+  // Makes `entry` minizip's current entry and opens it; minizip's result code.
+  int open_entry(const ZipEntry& entry) const;
   [[noreturn]] void fail(const std::string& problem) const;
 
-  struct Discard {
-    void operator()(struct zip* zip) const;
+  struct Close {
+    void operator()(void* zip) const;
   };
   PackageFile& file_;
   std::string path_;
-  std::unique_ptr<struct zip, Discard> zip_;
+  std::unique_ptr<void, Close> zip_;  // minizip's unzFile (its current entry changes on reads)
   std::vector<ZipEntry> entries_;
 };
 

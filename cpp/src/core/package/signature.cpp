@@ -1,12 +1,9 @@
-// Ed25519 verification with OpenSSL's EVP interface (see signature.h for the format).
+// Ed25519 verification with libsodium (see signature.h for the format). libsodium, not OpenSSL:
+// the lite runtime then maps no libcrypto (benchmarks/README.md, "Lite footprint"); the PEM and
+// DER handling an Ed25519 public key needs is small enough to do here (key_der.cpp).
 #include "core/package/signature.h"
 
-#include <openssl/bio.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/objects.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
+#include <sodium.h>
 
 #include <array>
 #include <cerrno>
@@ -15,8 +12,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <variant>
 
 #include "core/package/digest.h"
+#include "core/package/key_der.h"
 #include "tdaot/errors.h"
 
 namespace tdaot::detail {
@@ -26,43 +25,7 @@ namespace fs = std::filesystem;
 
 // A PEM public key is a few hundred bytes; anything far larger is not one.
 constexpr uintmax_t kMaxKeyBytes = 64u << 10;
-constexpr size_t kSignatureBytes = 64;
-constexpr size_t kRawKeyBytes = 32;
-
-// OpenSSL's reason for the last failure, and its error queue emptied for the next caller.
-std::string openssl_error() {
-  const unsigned long code = ERR_get_error();
-  ERR_clear_error();
-  if (code == 0) return "no reason given";
-  std::array<char, 256> text{};
-  ERR_error_string_n(code, text.data(), text.size());
-  return text.data();
-}
-
-struct PemBlock {
-  std::string name;  // "PUBLIC KEY", "PRIVATE KEY", ...
-  std::string der;
-};
-
-// The first PEM block of `text`, or nullopt when there is none.
-std::optional<PemBlock> first_pem_block(const std::string& text) {
-  std::unique_ptr<BIO, decltype(&BIO_free)> bio(
-      BIO_new_mem_buf(text.data(), static_cast<int>(text.size())), &BIO_free);
-  char* name = nullptr;
-  char* header = nullptr;
-  unsigned char* data = nullptr;
-  long length = 0;
-  if (!bio || PEM_read_bio(bio.get(), &name, &header, &data, &length) != 1) {
-    ERR_clear_error();
-    return std::nullopt;
-  }
-  PemBlock block{name,
-                 std::string(reinterpret_cast<const char*>(data), static_cast<size_t>(length))};
-  OPENSSL_free(name);
-  OPENSSL_free(header);
-  OPENSSL_free(data);
-  return block;
-}
+constexpr size_t kSignatureBytes = crypto_sign_BYTES;
 
 [[noreturn]] void refuse_key(const std::string& path, const std::string& origin,
                              const std::string& problem) {
@@ -115,56 +78,30 @@ PublicKey load_public_key(const std::string& given, size_t index, const std::str
   if (block->name != "PUBLIC KEY") {
     refuse_key(path, key.origin, "holds a PEM '" + block->name + "' block, not a 'PUBLIC KEY'");
   }
-  const auto* der = reinterpret_cast<const unsigned char*>(block->der.data());
-  key.key.reset(d2i_PUBKEY(nullptr, &der, static_cast<long>(block->der.size())), &EVP_PKEY_free);
-  if (!key.key) refuse_key(path, key.origin, "is not a valid public key: " + openssl_error());
-  const int type = EVP_PKEY_base_id(key.key.get());
-  if (type != EVP_PKEY_ED25519) {
-    const char* name = OBJ_nid2sn(type);
+  if (!block->der) {
+    refuse_key(path, key.origin, "is not a valid public key: its PEM body is not base64");
+  }
+  const auto read = ed25519_public_key(*block->der);
+  if (const auto* refused = std::get_if<NotEd25519>(&read)) {
+    if (!refused->problem.empty()) {
+      refuse_key(path, key.origin, "is not a valid public key: " + refused->problem);
+    }
     refuse_key(path, key.origin,
-               "is a " + std::string(name != nullptr ? name : "non-Ed25519") +
+               "is a " + refused->algorithm +
                    " key; tdaot signatures are Ed25519 (tdaot keygen makes a key pair)");
   }
-  std::array<unsigned char, kRawKeyBytes> raw{};
-  size_t raw_length = raw.size();
-  if (EVP_PKEY_get_raw_public_key(key.key.get(), raw.data(), &raw_length) != 1 ||
-      raw_length != kRawKeyBytes) {
-    refuse_key(path, key.origin, "cannot be read as a raw Ed25519 key: " + openssl_error());
-  }
-  key.id = sha256_hex(std::string_view(reinterpret_cast<const char*>(raw.data()), raw_length));
+  key.key = std::get<Ed25519Raw>(read);
+  key.id = sha256_hex(std::string_view(reinterpret_cast<const char*>(key.key.data()), key.key.size()));
   return key;
 }
 
-// `text` decoded from base64, or nullopt when it is not base64.
-std::optional<std::string> base64_decode(const std::string& text) {
-  if (text.empty() || text.size() % 4 != 0 || text.size() > 1024) return std::nullopt;
-  std::string out(text.size() / 4 * 3, '\0');
-  const int length = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                     reinterpret_cast<const unsigned char*>(text.data()),
-                                     static_cast<int>(text.size()));
-  if (length < 0) {
-    ERR_clear_error();
-    return std::nullopt;
-  }
-  // EVP_DecodeBlock counts the padding as zero bytes.
-  const size_t padding = text.size() - text.find_last_not_of('=') - 1;
-  if (padding > 2) return std::nullopt;
-  out.resize(static_cast<size_t>(length) - padding);
-  return out;
-}
-
-bool ed25519_verifies(EVP_PKEY* key, std::string_view message, const std::string& signature) {
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(),
-                                                                  &EVP_MD_CTX_free);
-  // Ed25519 hashes the message itself: no digest is given, and only the one-shot call works.
-  if (!context || EVP_DigestVerifyInit(context.get(), nullptr, nullptr, nullptr, key) != 1) {
-    throw Error("OpenSSL could not set up an Ed25519 verification: " + openssl_error());
-  }
-  const int verified = EVP_DigestVerify(
-      context.get(), reinterpret_cast<const unsigned char*>(signature.data()), signature.size(),
-      reinterpret_cast<const unsigned char*>(message.data()), message.size());
-  ERR_clear_error();
-  return verified == 1;
+bool ed25519_verifies(const Ed25519Raw& key, std::string_view message,
+                      const std::string& signature) {
+  // sodium_init is idempotent and thread-safe; libsodium asks for it before any other call.
+  if (sodium_init() < 0) throw Error("libsodium could not be initialised");
+  return crypto_sign_verify_detached(reinterpret_cast<const unsigned char*>(signature.data()),
+                                     reinterpret_cast<const unsigned char*>(message.data()),
+                                     message.size(), key.data()) == 0;
 }
 
 [[noreturn]] void refuse(const SignedFile& file, const std::string& problem) {
@@ -231,13 +168,13 @@ std::string verify_signatures(std::string_view message,
       continue;
     }
     const std::optional<std::string> signature =
-        base64_decode(entry["signature"].get<std::string>());
+        base64_decode(entry["signature"].get<std::string>(), false);
     if (!signature || signature->size() != kSignatureBytes) {
       refuse(file, "has a malformed signature " + number + " by trusted key " + id +
                        " (not the base64 of 64 bytes)");
     }
     // Any one valid signature by a trusted key is enough.
-    if (ed25519_verifies(key->key.get(), message, *signature)) return key->id;
+    if (ed25519_verifies(key->key, message, *signature)) return key->id;
     mismatched = key;
   }
   if (mismatched != nullptr) {

@@ -1,4 +1,4 @@
-// Internal: Ed25519 signatures (OpenSSL EVP) over any message, and the trusted public keys that
+// Internal: Ed25519 signatures (libsodium) over any message, and the trusted public keys that
 // verify them. A signed file carries its signatures as JSON, a list of
 //   {"key_id": sha256 of the raw 32-byte public key (hex), "alg": "ed25519",
 //    "signature": base64 of the 64-byte signature}
@@ -7,13 +7,12 @@
 // Python signs (tdaot.signing, the `cryptography` package); the runtime only verifies.
 #pragma once
 
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-typedef struct evp_pkey_st EVP_PKEY;
+#include "core/package/key_der.h"
 
 namespace tdaot::detail {
 
@@ -23,7 +22,7 @@ inline constexpr const char* kSignatureAlgorithm = "ed25519";
 struct PublicKey {
   std::string id;      // sha256 of the raw public key, 64 lowercase hex digits
   std::string origin;  // for messages: "key file 'keys/public.pem'" or "trusted key #2 (PEM text)"
-  std::shared_ptr<EVP_PKEY> key;
+  Ed25519Raw key{};
 };
 
 // Loads each of `keys`, a PEM text (it holds "-----BEGIN") or the path of a PEM file, as an

@@ -21,6 +21,11 @@ from pathlib import Path
 
 import torch
 
+from tdaot import _libtorch
+
+# The container runner (compiled_constants) dlopens bound models, which do not link libtorch.
+_libtorch.symbols_global()
+
 # --- distributions -------------------------------------------------------------------------
 
 

@@ -9,12 +9,15 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 import threading
 from types import SimpleNamespace
 
 import pytest
 import safetensors.torch
 import torch
+from conftest import ROOT
 from tensordict import TensorDict
 
 import tdaot
@@ -102,6 +105,26 @@ def test_a_fresh_package_reports_the_digest_export_weights_gives_its_weights(tut
     native = tdaot.load(artifact.path)
     program = export_policy(policy, example).program
     assert native.weights_sha256 == canonical_digest(program_weights(program))
+
+
+def test_export_weights_reads_a_bound_model_in_a_process_that_imported_only_tdaot(tutorial, tmp_path):
+    # The batch-1 model links no libtorch: torch's container runner finds its shim functions only
+    # once libtorch's symbols are global, which `import tdaot` alone no longer does (no torch).
+    _, _, artifact = tutorial
+    assert any(model.lite is not None and model.lite.runs for model in artifact.manifest.models)
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import tdaot\n"
+        "from examples.policies import tutorial_policy\n"
+        "tdaot.export_weights(tutorial_policy()[0], sys.argv[2], sys.argv[3])\n"
+    )
+    out = tmp_path / "same.tdw"
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT), str(artifact.path), str(out)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert out.stat().st_size > 0
 
 
 def test_swapped_weights_match_the_retrained_policy_on_every_model(native, retrained, weight_file):

@@ -4,12 +4,9 @@ Imports nothing from the build side (tdaot.builder): a service that only runs pa
 loads torch.export or inductor through tdaot.
 """
 
-import ctypes
-import os
 import warnings
 
-import torch
-
+from tdaot import _libtorch
 from tdaot.runtime.binding import Binding, BoundTensors
 from tdaot.runtime.policy import Policy, load, verify_package, verify_weights
 from tdaot.runtime.session import Session
@@ -44,21 +41,6 @@ def __getattr__(name: str):
     return value
 
 
-def _libtorch_symbols_global() -> None:
-    """Make libtorch_cpu's symbols visible to libraries loaded later.
-
-    A bound model is compiled without linking libtorch (``aot_inductor.link_libtorch =
-    False``, tdaot.builder.tuning): torch's C shim functions it calls must already be global
-    in the process when the runner dlopens it, and Python's ``import torch`` maps
-    libtorch_cpu with RTLD_LOCAL. tdaot._C promotes it itself before its own dlopen; this is for
-    torch's own loaders in a process that imported tdaot (``load_package``, the container runner
-    ``tdaot.export_weights`` reads constants with), which do not.
-    """
-    library = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
-    if os.path.exists(library):
-        ctypes.CDLL(library, mode=os.RTLD_GLOBAL | os.RTLD_NOLOAD)
-
-
-_libtorch_symbols_global()
+_libtorch.symbols_global()  # before torch's own loaders (load_package) see a bound model
 
 __all__ = ["Binding", "BoundTensors", "Policy", "Session", "load", "verify_package", "verify_weights"]

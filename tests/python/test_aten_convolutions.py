@@ -2,12 +2,14 @@
 "b1_aten" with ATen's (oneDNN) convolutions, listed first, which the full runtime runs at batch 1
 (plain and bound) while the lite runtime keeps the lite-capable "b1" (tdaot.builder.tuning).
 
-The plans and the rule without compiling; one small pixel policy built end to end, with the
-threshold lowered so that its convolutions count as heavy.
+The plans and the rule without compiling; one small pixel policy built end to end (3 compiles),
+with the threshold lowered so that its convolutions count as heavy, and its weights swapped
+(3 more: export_weights compiles every model again).
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
 import zipfile
 
@@ -142,4 +144,26 @@ def test_a_heavy_conv_package_runs_the_twin_on_the_full_runtime_and_b1_on_lite(h
 
     run = lite_runner.run(artifact.path, 1, {"pixels": PIXELS.tolist()})
     assert lite_runner.torch_libraries(run.libraries) == []
+    torch.testing.assert_close(torch.tensor(run.outputs[0]["action"]), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_weight_swap_reaches_the_twin_and_b1(heavy_package, tmp_path):
+    """export_weights compiles the twin again with its own plan (ATen's convolutions: weights in
+    their own layout, not b1's channels-last one); both runtimes then match the new policy."""
+    policy, artifact = heavy_package
+    retrained = copy.deepcopy(policy)
+    with torch.no_grad():
+        for parameter in retrained.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(7)) * 0.3)
+    swap = tmp_path / "pixels-v2.tdw"
+    tdaot.export_weights(retrained, artifact.path, swap)
+    want = retrained(TensorDict({"pixels": PIXELS}, batch_size=[1]))["action"]
+    native = tdaot.load(artifact.path)
+    binding = native.bind(batch=1)
+    native.swap_weights(str(swap))
+    binding.inputs["pixels"].copy_(PIXELS)
+    binding.run()
+    assert binding.model == "b1_aten"
+    torch.testing.assert_close(binding.outputs["action"], want, rtol=1e-5, atol=1e-6)
+    run = lite_runner.run(artifact.path, 1, {"pixels": PIXELS.tolist()}, weights=swap)
     torch.testing.assert_close(torch.tensor(run.outputs[0]["action"]), want, rtol=1e-5, atol=1e-6)

@@ -95,8 +95,11 @@ def calls_for(loaded: dict[str, object], tensors: list) -> dict[str, Callable[[]
     return calls
 
 
-def alternate(calls: dict[str, Callable[[], object]], seconds: float) -> dict[str, list[int]]:
-    """Each call's wall time (ns), the calls taken in turn, one each, for ``seconds``."""
+def alternate(
+    calls: dict[str, Callable[[], object]], seconds: float, clock: Callable[[], int] = time.perf_counter_ns
+) -> dict[str, list[int]]:
+    """Each call's time (ns; by default wall time, ``clock`` another such as the thread's CPU
+    time), the calls taken in turn, one each, for ``seconds``."""
     names = list(calls)
     for call in calls.values():
         for _ in range(3):
@@ -112,9 +115,9 @@ def alternate(calls: dict[str, Callable[[], object]], seconds: float) -> dict[st
         # order every other turn runs the first and last twice in a row.
         order.shuffle(names)
         for name in names:
-            start = time.perf_counter_ns()
+            start = clock()
             calls[name]()
-            samples[name].append(time.perf_counter_ns() - start)
+            samples[name].append(clock() - start)
         turn += 1
     return samples
 

@@ -31,7 +31,7 @@ import torch
 
 from tdaot.builder.compile import inductor_configs
 from tdaot.builder.options import BuildOptions
-from tdaot.builder.tuning import ModelPlan, cache_key_parts, plan_models
+from tdaot.builder.tuning import ModelPlan, plan_key_parts, plan_models
 from tdaot.manifest import Manifest
 
 # Bump when the build itself changes what a given key produces.
@@ -75,7 +75,7 @@ def artifact_key(
     add("options", json.dumps(options.artifact_key(), sort_keys=True, default=str).encode())
     add("model", json.dumps(plan.describe(), sort_keys=True).encode())
     add("inductor", json.dumps(inductor_configs(manifest, options, plan), sort_keys=True).encode())
-    tuning = cache_key_parts(plan.tuning, plan.bound, plan.decomposed)
+    tuning = plan_key_parts(plan)
     add("tuning", json.dumps(tuning, sort_keys=True).encode())
     add("graph", str(program.graph).encode())
     add("signature", str(program.graph_signature).encode())

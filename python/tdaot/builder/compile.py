@@ -18,11 +18,11 @@ from tdaot.builder.package import check_output_path, write_package
 from tdaot.builder.targets import CPU_TARGETS, compiling_for, inductor_options
 from tdaot.builder.tuning import (
     ModelPlan,
-    cache_key_parts,
     compiling_with,
     model_options,
+    plan_key_parts,
     plan_models,
-    tune_program,
+    tune_plan,
 )
 from tdaot.builder.weights_format import program_record
 from tdaot.errors import CompileError
@@ -76,14 +76,14 @@ def compile_model(
         export={"batch": options.batch, "out_keys": options.out_keys},
         plan=plan.describe(),
         # What export_weights must compile the model with again for its constants to fit.
-        tuning=cache_key_parts(plan.tuning, plan.bound, plan.decomposed),
+        tuning=plan_key_parts(plan),
     )
     refusal = known_refusal(manifest, plan)
     if refusal is not None:
         raise CompileError(refusal)
     started, ok = time.perf_counter(), False
     try:
-        program = tune_program(program, plan.tuning, plan.bound, plan.decomposed)
+        program = tune_plan(program, plan)
         with (
             tracing_noise_silenced(),
             compiling_for(target),

@@ -34,7 +34,14 @@ from tdaot.builder.export import ExportedPolicy, Traces
 from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
 from tdaot.builder.targets import CPU_TARGETS, vector_isa
-from tdaot.builder.tuning import ModelPlan, calls_recurrent_ops, plan_models, tune_program
+from tdaot.builder.tuning import (
+    ATEN_CONVOLUTION_MIN_FLOPS,
+    ModelPlan,
+    calls_recurrent_ops,
+    convolution_flops,
+    plan_models,
+    tune_plan,
+)
 from tdaot.errors import BuildError, CompileError, SpecialisationWarning, StaticBatchWarning
 from tdaot.manifest import Manifest, Source, read_manifest
 
@@ -118,7 +125,7 @@ def build(
     if options.save_exported:
         # What went into the compiler for the package's first model: its rewrites included.
         plan = package.models[0]
-        program = tune_program(package.traces.for_plan(plan), plan.tuning, plan.bound, plan.decomposed)
+        program = tune_plan(package.traces.for_plan(plan), plan)
         torch.export.save(program, exported_program_path(path))
     signed_by = None
     if signing_key is not None:
@@ -251,8 +258,12 @@ def exported_program_path(package_path: str | os.PathLike) -> str:
 
 def _plans(exported: ExportedPolicy, options: BuildOptions) -> list[ModelPlan]:
     batch = exported.batch
-    recurrent = calls_recurrent_ops(exported.program)
-    plans = plan_models(options.tuning, options.specialize, options.device, batch.min, batch.max, recurrent)
+    program = exported.program
+    recurrent = calls_recurrent_ops(program)
+    heavy = convolution_flops(program) >= ATEN_CONVOLUTION_MIN_FLOPS
+    plans = plan_models(
+        options.tuning, options.specialize, options.device, batch.min, batch.max, recurrent, heavy
+    )
     # A dynamic model runs a call larger than the chunk in slices (tdaot.builder.tuning).
     rows = exported.chunk_rows
 

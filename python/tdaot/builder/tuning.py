@@ -8,6 +8,15 @@ the latency tuning's C++ GEMM template was 1.2-2.4x slower from batch 64 up). Th
 each call to the model for its batch. A package whose batch is static holds one model of that
 kind. On CUDA, ``"auto"`` is ``"throughput"``.
 
+Convolutional policies under ``"auto"``: inductor's own convolution kernels (the bound run's
+im2col GEMMs, the only ones the lite runtime can run) lose to ATen's (oneDNN) on heavy
+convolution stacks. Where the convolutions of a dynamic package do at least
+``ATEN_CONVOLUTION_MIN_FLOPS`` per row, each latency model ``bN`` gets a twin ``bN_aten``, the
+same latency model with ATen's convolutions (full runtime only), listed before it: the full
+runtime sends batch N to the first of the two (the dispatch rule's tie), the lite runtime, which
+loads only models it can run, to ``bN``. A rule on the graph, not a timing, so every build
+machine makes the same package.
+
 Recurrent layers under ``"auto"``: a throughput model serving at most
 ``DECOMPOSED_RNN_MAX_BATCH`` rows computes them decomposed (matmuls and fused pointwise ops),
 not by ATen's fused op, which sets up a oneDNN RNN primitive on every call; a dynamic package
@@ -83,6 +92,13 @@ DEFAULT_SPECIALIZE = (1,)
 # recurrent layers. p50 decomposed / fused, nn.LSTM(48, 128) one step (benchmarks/variants.py,
 # 2026-11-25, Xeon): batch 2 0.19, 8 0.35, 32 0.63, 64 0.83, 128 0.94, 192 1.01, 256 1.19.
 DECOMPOSED_RNN_MAX_BATCH = 128
+# Convolution work per row (2 x multiply-adds, at the example's shapes) from which a dynamic
+# package's latency models get an ATen-convolution twin (the module docstring). Batch-1 thread
+# CPU time, latency model with ATen's convolutions / with inductor's, plain and bound
+# (benchmarks/b1_routes.py, one process, AMD EPYC without AVX-512, shared 2-core VM,
+# 2026-11-28): IMPALA ResNet (60 MFLOP of convolutions) 0.69 / 0.70x, Nature CNN (15 MFLOP)
+# 1.04 / 1.01x, conv benchmark policy (2.3 MFLOP) 2.05 / 2.26x (ATen's per-call cost).
+ATEN_CONVOLUTION_MIN_FLOPS = 32_000_000
 # Largest static batch compiled for the bound run: its intermediates live on the stack.
 # It is also the largest a specialised model gets the latency tuning for.
 BOUND_MAX_BATCH = 16
@@ -154,6 +170,8 @@ class ModelPlan:
     decomposed: bool = False
     # How the runtime slices a large call (ModelSpec.chunk_rows); not part of the compile.
     chunk_rows: int | None = None
+    # Convolutions left to ATen, not rewritten as GEMMs for the bound run (a "bN_aten" twin).
+    aten_convolutions: bool = False
 
     def describe(self) -> dict:
         described = {"name": self.name, "tuning": self.tuning, "batch": self.batch, "bound": self.bound}
@@ -162,6 +180,8 @@ class ModelPlan:
             described["batch_max"] = self.batch_max
         if self.decomposed:
             described["decomposed"] = True
+        if self.aten_convolutions:
+            described["aten_convolutions"] = True
         return described
 
     def recurrent_decomposed(self) -> bool:
@@ -175,9 +195,11 @@ def plan_models(
     low: int,
     high: int,
     recurrent: bool = False,
+    heavy_convolutions: bool = False,
 ) -> list[ModelPlan]:
     """The models a package serving batches ``low..high`` holds under ``tuning`` (``recurrent``:
-    its program calls one of ``RECURRENT_OPS``)."""
+    its program calls one of ``RECURRENT_OPS``; ``heavy_convolutions``: its convolutions do at
+    least ATEN_CONVOLUTION_MIN_FLOPS per row)."""
     if tuning == "auto" and device != "cpu":
         tuning = "throughput"  # latency models are CPU builds
     if tuning == "throughput":
@@ -193,7 +215,13 @@ def plan_models(
         plans = [ModelPlan("model", "throughput")]
         if recurrent and high > DECOMPOSED_RNN_MAX_BATCH > low:
             plans.append(ModelPlan("small", "throughput", batch_max=DECOMPOSED_RNN_MAX_BATCH))
-        plans += [_specialised(f"b{size}", size) for size in sizes if low <= size <= high]
+        for size in sizes:
+            if low <= size <= high:
+                plan = _specialised(f"b{size}", size)
+                if heavy_convolutions and plan.tuning == "latency":
+                    # First: the full runtime's pick at that batch (module docstring).
+                    plans.append(dataclasses.replace(plan, name=f"{plan.name}_aten", aten_convolutions=True))
+                plans.append(plan)
     if not recurrent:
         return plans
     return [
@@ -229,6 +257,32 @@ def chunk_rows(program: torch.export.ExportedProgram, batch: BatchRange) -> int 
     if batch.dynamic:
         rows = max(rows, batch.min)  # a slice is a batch the model serves
     return rows if rows < batch.max else None
+
+
+def convolution_flops(program: torch.export.ExportedProgram) -> int:
+    """2 x the multiply-adds per row of ``program``'s convolutions, at its traced shapes."""
+    flops = 0
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target not in _CONVOLUTIONS:
+            continue
+        out, weight = node.meta.get("val"), node.args[1].meta.get("val")
+        if isinstance(out, torch.Tensor) and isinstance(weight, torch.Tensor):
+            # Per output value: one product per input channel of its group and kernel tap.
+            sizes = [*out.shape[1:], *weight.shape[1:]]
+            if all(isinstance(size, int) for size in sizes):
+                flops += 2 * math.prod(sizes)
+    return flops
+
+
+_CONVOLUTIONS = {
+    torch.ops.aten.convolution.default,
+    torch.ops.aten.conv1d.default,
+    torch.ops.aten.conv2d.default,
+    torch.ops.aten.conv3d.default,
+    torch.ops.aten.conv1d.padding,
+    torch.ops.aten.conv2d.padding,
+    torch.ops.aten.conv3d.padding,
+}
 
 
 def calls_recurrent_ops(program: torch.export.ExportedProgram) -> bool:
@@ -269,7 +323,14 @@ def model_options(plan: ModelPlan) -> dict:
     return {**tuning_options(plan.tuning), **(_BOUND_OPTIONS if plan.bound else {})}
 
 
-def cache_key_parts(tuning: str, bound: bool = False, decomposed: bool = False) -> dict:
+def plan_key_parts(plan: ModelPlan) -> dict:
+    """``cache_key_parts`` of one model of a package."""
+    return cache_key_parts(plan.tuning, plan.bound, plan.decomposed, plan.aten_convolutions)
+
+
+def cache_key_parts(
+    tuning: str, bound: bool = False, decomposed: bool = False, aten_convolutions: bool = False
+) -> dict:
     """Everything a model's tuning changes in its build, for the artifact cache key."""
     parts: dict = {"tuning": tuning, "inductor": tuning_options(tuning)}
     if tuning == "latency" or decomposed:
@@ -289,21 +350,40 @@ def cache_key_parts(tuning: str, bound: bool = False, decomposed: bool = False) 
                 "output_clones_kept",
             ],
         }
+        if aten_convolutions:
+            rewrites_done = parts["bound"]["rewrites"]
+            parts["bound"]["rewrites"] = [r for r in rewrites_done if r not in _CONVOLUTION_REWRITES]
+    if aten_convolutions:
+        parts["aten_convolutions"] = True
     return parts
 
 
+# The bound rewrites a model with ATen's convolutions skips.
+_CONVOLUTION_REWRITES = ("convolutions_as_gemm", "channels_last_weights/2")
+
+
+def tune_plan(program: torch.export.ExportedProgram, plan: ModelPlan) -> torch.export.ExportedProgram:
+    """``tune_program`` for one model of a package."""
+    return tune_program(program, plan.tuning, plan.bound, plan.decomposed, plan.aten_convolutions)
+
+
 def tune_program(
-    program: torch.export.ExportedProgram, tuning: str, bound: bool = False, decomposed: bool = False
+    program: torch.export.ExportedProgram,
+    tuning: str,
+    bound: bool = False,
+    decomposed: bool = False,
+    aten_convolutions: bool = False,
 ) -> torch.export.ExportedProgram:
     """The program a model compiles: for "latency", recurrent ops decomposed and divisions by
-    constants as multiplications; for the bound run, convolutions as GEMMs too; ``decomposed``:
-    recurrent ops decomposed (a throughput model of a few rows)."""
+    constants as multiplications; for the bound run, convolutions as GEMMs too (unless
+    ``aten_convolutions``); ``decomposed``: recurrent ops decomposed (a throughput model of a
+    few rows)."""
     table: dict = {}
     if tuning == "latency" or decomposed:
         table |= _torch_compat.decompositions(program, RECURRENT_OPS)
     if tuning == "latency":
         table |= rewrites.division_table(program)
-    if bound:
+    if bound and not aten_convolutions:
         table |= rewrites.convolution_table(program)
         # Before the retrace: conv2d_as_gemm picks each convolution's patch order by the layout
         # of its weight (a constant the retrace reads).

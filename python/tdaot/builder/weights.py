@@ -25,7 +25,7 @@ from tdaot.builder.compile import compile_model
 from tdaot.builder.export import Traces
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.pipeline import _signing_key, file_sha256
-from tdaot.builder.tuning import ModelPlan, cache_key_parts
+from tdaot.builder.tuning import ModelPlan, plan_key_parts
 from tdaot.builder.weights_format import RECORD_KEY, graph_digest, program_weights, write_weight_file
 from tdaot.errors import WeightsError
 from tdaot.manifest import Manifest, read_manifest
@@ -115,7 +115,7 @@ def check_tuning(record: dict, base: str, model: str) -> None:
     package's too: export_weights checks that once.)"""
     where = f"package {base!r} (model {model!r})"
     plan = ModelPlan(**record["plan"])
-    ours = cache_key_parts(plan.tuning, plan.bound, plan.decomposed)
+    ours = plan_key_parts(plan)
     theirs = record.get("tuning")
     if theirs is None:
         raise WeightsError(

@@ -64,3 +64,22 @@ def memory() -> dict:
                 if line.startswith(field + ":"):
                     out[field + "_kib"] = int(line.split()[1])
     return out
+
+
+def cpu_description() -> str:
+    """The CPU as figures should name it: its model name, family/model and widest vector ISA
+    (one vendor's machines here came with AVX-512, AMX, or AVX2 only, and the winning kernels
+    differ between them)."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return "unknown CPU"
+    flags = set(fields.get("flags", "").split())
+    isa = next((name for name in ("amx_tile", "avx512f", "avx2") if name in flags), "no AVX2")
+    return (
+        f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}, "
+        f"model {fields.get('model', '?')}, {isa.replace('_tile', '').upper()})"
+    )

@@ -39,7 +39,7 @@ def main() -> int:
         torch.testing.assert_close(calls["onednn"](), calls["aten"](), rtol=1e-4, atol=1e-4)
         times = alternate(calls, args.seconds)
         p50 = {name: statistics.median(t) for name, t in times.items()}
-        flops = {name: 2 * m * k * n / t / 1e9 for name, t in p50.items()}
+        flops = {name: 2 * m * k * n / t for name, t in p50.items()}  # p50 in ns: FLOP/ns = GFLOP/s
         print(
             f"{shape:>14}: aten {flops['aten']:.0f} GFLOP/s, onednn {flops['onednn']:.0f} GFLOP/s, "
             f"p50 onednn / aten {p50['onednn'] / p50['aten']:.2f}"

@@ -25,11 +25,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import stat
 import sys
-import tempfile
 from pathlib import Path
+
+from tdaot.cache_folder import copy_atomically, default_cache_dir
 
 FORMAT = 1
 # Shell and session variables that change between two runs of one command without changing it.
@@ -38,17 +38,13 @@ _SYSTEM_PREFIXES = ("/proc/", "/sys/", "/dev/")
 
 
 def memo_dir(argv: list[str]) -> Path:
-    """``--cache-dir DIR``'s memo folder when given, else the default cache folder's (as
-    tdaot.builder.cache.default_cache_dir, without importing it: it imports torch)."""
+    """``--cache-dir DIR``'s memo folder when given, else the default cache folder's."""
     for i, arg in enumerate(argv):
         if arg == "--cache-dir" and i + 1 < len(argv):
             return Path(argv[i + 1]) / "memo"
         if arg.startswith("--cache-dir="):
             return Path(arg.split("=", 1)[1]) / "memo"
-    if os.environ.get("TDAOT_CACHE_DIR"):
-        return Path(os.environ["TDAOT_CACHE_DIR"]) / "memo"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tdaot" / "memo"
+    return default_cache_dir() / "memo"
 
 
 def applies(argv: list[str]) -> bool:
@@ -145,7 +141,7 @@ class Recorder:
         for path in outputs:
             digest = _sha256(Path(path))
             if not (blobs / digest).is_file():
-                _copy_atomically(Path(path), blobs / digest)
+                copy_atomically(Path(path), blobs / digest)
             files.append([path, digest])
         entry = {"format": FORMAT, "argv": self.argv, "depends": depends, "outputs": files}
         entry["printed"] = printed
@@ -177,16 +173,5 @@ def _replay(directory: Path, argv: list[str]) -> str | None:
             return None  # a damaged memo: build anew
     for path, digest in entry["outputs"]:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        _copy_atomically(blobs / digest, Path(path))
+        copy_atomically(blobs / digest, Path(path))
     return str(entry["printed"])
-
-
-def _copy_atomically(source: Path, destination: Path) -> None:
-    fd, staging = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.")
-    os.close(fd)
-    try:
-        shutil.copyfile(source, staging)
-        os.replace(staging, destination)
-    except BaseException:
-        os.unlink(staging)
-        raise

@@ -23,7 +23,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -32,18 +31,12 @@ import torch
 from tdaot.builder.compile import inductor_configs
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.tuning import ModelPlan, plan_key_parts, plan_models
+from tdaot.cache_folder import copy_atomically, default_cache_dir
 from tdaot.manifest import Manifest
 
 # Bump when the build itself changes what a given key produces.
 # 3: each model records its tuning for export_weights (tdaot.builder.weights.check_tuning).
 CACHE_FORMAT = 3
-
-
-def default_cache_dir() -> Path:
-    if os.environ.get("TDAOT_CACHE_DIR"):
-        return Path(os.environ["TDAOT_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tdaot"
 
 
 def artifact_key(
@@ -123,13 +116,13 @@ class ArtifactCache:
         entry = self._entry(key)
         if not entry.is_file():
             return False
-        _copy_atomically(entry, Path(destination))
+        copy_atomically(entry, Path(destination))
         return True
 
     def store(self, key: str, package: str) -> None:
         entry = self._entry(key)
         entry.parent.mkdir(parents=True, exist_ok=True)
-        _copy_atomically(Path(package), entry)
+        copy_atomically(Path(package), entry)
 
     def refusal(self, key: str) -> str | None:
         try:
@@ -144,15 +137,3 @@ class ArtifactCache:
         with os.fdopen(fd, "w") as file:
             file.write(refusal)
         os.replace(staging, entry)
-
-
-def _copy_atomically(source: Path, destination: Path) -> None:
-    """Copy then rename, so readers (other CI jobs sharing the cache) never see half a file."""
-    fd, staging = tempfile.mkstemp(dir=destination.parent, prefix=".tdaot-", suffix=".pt2")
-    os.close(fd)
-    try:
-        shutil.copyfile(source, staging)
-        os.replace(staging, destination)
-    finally:
-        if os.path.exists(staging):
-            os.unlink(staging)

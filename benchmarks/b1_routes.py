@@ -35,10 +35,10 @@ def main() -> int:
     parser.add_argument("--package", default="policy.pt2")
     parser.add_argument("--policies", default="nature,impala")
     parser.add_argument("--seconds", type=float, default=10.0)
-    # On a loaded host a wall-time sample is mostly the scheduler's; the calling thread's CPU
-    # time is not (every model here runs in the calling thread: intra_op_threads=1).
     # Other packages of the same policy to time beside it: NAME=PATH, {policy} in PATH.
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=PATH")
+    # On a loaded host a wall-time sample is mostly the scheduler's; the calling thread's CPU
+    # time is not (every model here runs in the calling thread: intra_op_threads=1).
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     args = parser.parse_args()
     os.sched_setaffinity(0, {os.cpu_count() - 1})

@@ -209,10 +209,8 @@ def _build(args, memo=None) -> int:
         print(_json_summary(summary, artifact.manifest), end="")
     else:
         compiled = "from the cache" if artifact.cache_hit else "compile"
-        print(
-            f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) in "
-            f"{artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s {compiled}"
-        )
+        took = f"in {artifact.export_seconds:.1f} s export + {artifact.compile_seconds:.1f} s {compiled}"
+        print(_built_line(artifact, took))
         print(_summary_lines(artifact), end="")
     if memo is not None:
         outputs = [path for path in (artifact.path, artifact.exported_path) if path]
@@ -241,11 +239,16 @@ def _replayed(args, summary: dict, artifact) -> str:
     if args.json:
         summary = {**summary, "export_seconds": 0.0, "compile_seconds": 0.0, "cache_hit": True, "memo": True}
         return _json_summary(summary, artifact.manifest)
-    first = (
-        f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) from the build memo: the factory, "
-        "its modules and the files it read are unchanged since the last build (--no-cache builds anew)"
+    first = _built_line(
+        artifact,
+        "from the build memo: the factory, its modules and the files it read are unchanged since the "
+        "last build (--no-cache builds anew)",
     )
     return first + "\n" + _summary_lines(artifact)
+
+
+def _built_line(artifact, how: str) -> str:
+    return f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) {how}"
 
 
 def _rsl_rl_inputs(args, options: BuildOptions):

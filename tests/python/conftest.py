@@ -120,15 +120,7 @@ def pytest_collection_modifyitems(config, items):
         items[:] = sorted(items, key=lambda item: -seconds.get(item.location[0], float("inf")))
 
 
-def pytest_runtest_logreport(report):
-    # Called in the process that reports: the only one, or xdist's controller for its workers.
-    for name, ran in report.user_properties:
-        if name == _COMPILES and ran:
-            _compiles[report.nodeid] = ran
-    _file_seconds[report.location[0]] = _file_seconds.get(report.location[0], 0.0) + report.duration
-
-
-_file_seconds: dict[str, float] = {}  # test file -> seconds its tests took in this run
+_file_seconds: dict[str, float] = {}  # test file -> seconds its tests took in this run (logreport)
 
 
 def pytest_sessionfinish(session):
@@ -172,6 +164,14 @@ def pytest_runtest_makereport(item, call):
         ran = len(compile_log.read(item.config.stash[_LOG])) - item.stash[_BEFORE]
         report.user_properties.append((_COMPILES, ran))
     return report
+
+
+def pytest_runtest_logreport(report):
+    # Called in the process that reports: the only one, or xdist's controller for its workers.
+    for name, ran in report.user_properties:
+        if name == _COMPILES and ran:
+            _compiles[report.nodeid] = ran
+    _file_seconds[report.location[0]] = _file_seconds.get(report.location[0], 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter, config):

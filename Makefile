@@ -29,6 +29,8 @@ APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev libminizip-dev libzip-d
 # ~/.cache/tdaot/ccache), so a rebuilt clone in the same place recompiles only what changed;
 # `make clean` keeps it. No CCACHE_BASEDIR: relative paths would differ between build folders of
 # different depths (the temporary one), and no object would be shared with it.
+# The same cache serves AOTInductor's compiles in every tdaot build (the test packages, pytest's
+# builds): tdaot routes them through ccache with settings of its own (tdaot/builder/compiler_cache.py).
 export CCACHE_DIR ?= $(HOME)/.cache/tdaot/ccache
 export CCACHE_NOHASHDIR := 1
 export CXX

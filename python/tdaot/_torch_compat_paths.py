@@ -1,13 +1,14 @@
-"""torch internals behind where inductor compiles: its cache directory and the torch path its
-compile commands name (tdaot.builder.inductor_dir builds in a fixed folder through these, so a
-package's bytes do not depend on the cache path or the venv). Private torch APIs live in the
+"""torch internals behind where and how inductor compiles: its cache directory and the torch path
+its compile commands name (tdaot.builder.inductor_dir builds in a fixed folder through these, so a
+package's bytes do not depend on the cache path or the venv), and the function that runs those
+commands (tdaot.builder.compiler_cache routes them through ccache). Private torch APIs live in the
 _torch_compat modules only."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 def inductor_cache_dir() -> str:
@@ -40,3 +41,25 @@ def torch_at(path: str) -> Iterator[None]:
     finally:
         cpp_extension._TORCH_PATH, cpp_extension.TORCH_LIB_PATH, cpp_builder._TORCH_PATH = saved
         cpp_builder._LINKER_SCRIPT = saved_script
+
+
+CompileRunner = Callable[[str, str, Callable[[str, str], None]], None]
+
+
+@contextlib.contextmanager
+def compile_commands_run_by(runner: CompileRunner) -> Iterator[None]:
+    """Each C++ command inductor runs (a compile or a link: ``cmd_line`` in ``cwd``) goes to
+    ``runner(cmd_line, cwd, plain)`` for the duration, where ``plain`` is inductor's own runner
+    (which raises its CppCompileError). The command text inductor hashes into its file names is
+    left as it is. Without that function (another torch), the commands run as they are."""
+    from torch._inductor import cpp_builder
+
+    plain = getattr(cpp_builder, "_run_compile_cmd", None)
+    if plain is None:
+        yield
+        return
+    cpp_builder._run_compile_cmd = lambda cmd_line, cwd: runner(cmd_line, cwd, plain)
+    try:
+        yield
+    finally:
+        cpp_builder._run_compile_cmd = plain

@@ -1,12 +1,14 @@
 """A package is the same bytes whenever its compiled code is: rebuilding one policy three times
 in one process and once in another gives one sha256 (inductor's appended build-command comments
 in the packaged sources used to make every rebuild differ, tdaot.builder.package), and two
-processes with two inductor cache paths give one sha256 too (tdaot.builder.inductor_dir)."""
+processes with two inductor cache paths give one sha256 too (tdaot.builder.inductor_dir), and
+compiles served by ccache make the bytes compiles without it make (tdaot.builder.compiler_cache)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,20 +42,42 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def ccache_stats(folder: Path) -> dict[str, int]:
+    shown = subprocess.run(
+        ["ccache", "--print-stats"],
+        env={**os.environ, "CCACHE_DIR": str(folder)},
+        capture_output=True,
+        text=True,
+    )
+    return {name: int(value) for name, value in (line.split("\t") for line in shown.stdout.splitlines())}
+
+
 @pytest.mark.slow  # four builds
-def test_rebuilds_in_one_process_and_another_give_one_sha256(tmp_path):
+def test_rebuilds_in_one_process_and_another_give_one_sha256(tmp_path, monkeypatch):
+    # The rebuilds go through ccache (a cache of their own): the first compiles, the others are
+    # served from it; the other process compiles without ccache. One sha256 for all of them.
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
+    monkeypatch.delenv("TDAOT_CCACHE", raising=False)
     torch.manual_seed(0)
     policy = TensorDictModule(nn.Linear(3, 2), in_keys=["obs"], out_keys=["act"])
     td = TensorDict({"obs": torch.zeros(1, 3)}, batch_size=[1])
-    digests = set()
+    digests, stats = set(), []
     for i in range(3):
         path = tmp_path / f"p{i}.pt2"
         tdaot.build(policy, td, path, tuning="throughput", batch=(1, 4), cache=False)
         digests.add(sha256(path))
+        stats.append(ccache_stats(tmp_path / "ccache") if shutil.which("ccache") else None)
     other = tmp_path / "other.pt2"
-    subprocess.run([sys.executable, "-c", BUILD.replace("PATH", repr(str(other)))], check=True, cwd=ROOT)
+    env = {**os.environ, "TDAOT_CCACHE": "0"}
+    subprocess.run(
+        [sys.executable, "-c", BUILD.replace("PATH", repr(str(other)))], check=True, cwd=ROOT, env=env
+    )
     digests.add(sha256(other))
     assert len(digests) == 1
+    if stats[0] is not None:  # `make test` installs ccache
+        compiled = stats[0]["cache_miss"]
+        assert compiled >= 2 and stats[0]["direct_cache_hit"] == 0  # the wrapper and its kernels
+        assert (stats[2]["cache_miss"], stats[2]["direct_cache_hit"]) == (compiled, 2 * compiled)
 
 
 def test_build_commands_are_dropped_from_sources_only():

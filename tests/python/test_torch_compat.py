@@ -5,6 +5,7 @@ changed; fix it in tdaot/_torch_compat.py and nowhere else."""
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import re
 import sys
@@ -362,3 +363,18 @@ def test_output_clones_are_kept_through_remove_noop_ops():
     with compat.output_clones_kept():
         assert storages() == 2
     assert storages() == 1  # restored
+
+
+def test_inductors_compile_commands_go_to_the_runner_and_back():
+    # compiler_cache routes inductor's compiles through ccache by replacing this one function.
+    from torch._inductor import cpp_builder
+
+    from tdaot._torch_compat_paths import compile_commands_run_by
+
+    assert list(inspect.signature(cpp_builder._run_compile_cmd).parameters) == ["cmd_line", "cwd"], (
+        "torch._inductor.cpp_builder._run_compile_cmd(cmd_line, cwd) changed"
+    )
+    seen, plain = [], cpp_builder._run_compile_cmd
+    with compile_commands_run_by(lambda cmd_line, cwd, own: seen.append((cmd_line, cwd, own))):
+        cpp_builder.run_compile_cmd("g++ a.cpp -c", cwd="/src")  # what inductor's builder calls
+    assert seen == [("g++ a.cpp -c", "/src", plain)] and cpp_builder._run_compile_cmd is plain

@@ -11,6 +11,7 @@ import torch
 
 from tdaot import _torch_compat
 from tdaot.builder import compile_log, lite
+from tdaot.builder.compiler_cache import compiles_through_ccache
 from tdaot.builder.export import tracing_noise_silenced
 from tdaot.builder.inductor_dir import build_cache_dir
 from tdaot.builder.options import BuildOptions
@@ -90,6 +91,7 @@ def compile_model(
             compiling_with(plan.tuning, plan.bound),
             # A path of the model's key: the same bytes from any cache setting (inductor_dir).
             build_cache_dir(_compile_key(program, manifest, options, plan)),
+            compiles_through_ccache(),
         ):
             configs = inductor_configs(manifest, options, plan)
             configs["aot_inductor.metadata"] = {METADATA_KEY: manifest.to_json(), **record}
@@ -110,9 +112,13 @@ def compile_model(
 
 
 def _compile_key(program, manifest: Manifest, options: BuildOptions, plan: ModelPlan) -> str:
+    """The model's cache key less the factory's path, which the compiled code does not depend on:
+    the build folder is named after it and its name is in the sources, so the same policy built
+    from another checkout or folder compiles the same sources (which ccache then serves)."""
     from tdaot.builder.cache import artifact_key  # which imports this module
 
-    return artifact_key(program, manifest, options, plan)
+    source = dataclasses.replace(manifest.source, factory=None)
+    return artifact_key(program, dataclasses.replace(manifest, source=source), options, plan)
 
 
 def known_refusal(manifest: Manifest, plan: ModelPlan) -> str | None:

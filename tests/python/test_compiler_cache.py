@@ -38,10 +38,12 @@ def test_only_compiles_of_a_cpp_source_go_through_ccache(argv, root):
 def test_a_compile_runs_under_ccache_with_its_settings_that_change_objects_overridden(root, monkeypatch):
     monkeypatch.setenv("CCACHE_NOHASHDIR", "1")
     monkeypatch.setenv("CCACHE_BASEDIR", "/src")
+    monkeypatch.setenv("CCACHE_SLOPPINESS", "pch_defines,time_macros")
     argv, env = ccache_command("/usr/bin/ccache", ["g++", "/src/k.cpp", "-c", "-o", "/src/k.o"], root)
     assert argv == ["/usr/bin/ccache", "g++", "/src/k.cpp", "-c", "-o", "/src/k.o"]
     assert "CCACHE_NOHASHDIR" not in env
     assert (env["CCACHE_BASEDIR"], env["CCACHE_HASHDIR"], env["CCACHE_CPP2"]) == ("", "1", "1")
+    assert env["CCACHE_SLOPPINESS"] == ""
     assert "CCACHE_PREFIX" not in env  # no precompiled header, nothing to swap
 
 

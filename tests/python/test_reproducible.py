@@ -90,8 +90,9 @@ def test_build_commands_are_dropped_from_sources_only():
 
 @pytest.mark.slow  # two builds
 def test_two_inductor_cache_paths_give_one_sha256(tmp_path):
-    # Two processes as two users or CI runners would run them: another TORCHINDUCTOR_CACHE_DIR
-    # (of another length), TMPDIR and working folder each, and no tdaot cache to copy from.
+    # Two processes as two users or CI runners would run them: another user name (in inductor's
+    # precompiled headers' folder), TORCHINDUCTOR_CACHE_DIR (of another length), TMPDIR and working
+    # folder each, and no tdaot cache to copy from.
     digests = []
     for name in ("a", "cache-path-of-another-length"):
         folder = tmp_path / name
@@ -101,6 +102,8 @@ def test_two_inductor_cache_paths_give_one_sha256(tmp_path):
             "TORCHINDUCTOR_CACHE_DIR": str(folder / "inductor"),
             "TMPDIR": str(folder / "tmp"),
             "TDAOT_CACHE_DIR": str(folder / "tdaot-cache"),
+            "LOGNAME": f"user-{name}",
+            "USER": f"user-{name}",
         }
         package = folder / "p.pt2"
         subprocess.run(

@@ -21,7 +21,7 @@ Two things keep ccache's results exact:
   extra file.
 
 ccache's own settings that would change the object are overridden for these calls (base_dir,
-hash_dir, run_second_cpp). A failed ccache run is run again without it, so a broken ccache never
+hash_dir, run_second_cpp, sloppiness). A failed ccache run is run again without it, so a broken ccache never
 fails a build (a real compile error comes from that second run). On where ``ccache`` is on PATH;
 ``TDAOT_CCACHE=0`` turns it off.
 """
@@ -92,9 +92,10 @@ def ccache_command(ccache: str, argv: list[str], root: str) -> tuple[list[str], 
     argv, env = list(argv), dict(os.environ)
     env.pop("CCACHE_NOHASHDIR", None)
     # Objects carry the compile's folder and paths (-g): ccache must neither rewrite the paths
-    # (base_dir) nor serve an object made in another folder (hash_dir), and must compile the
-    # source itself, not its preprocessed text (run_second_cpp).
-    env.update(CCACHE_BASEDIR="", CCACHE_HASHDIR="1", CCACHE_CPP2="1")
+    # (base_dir) nor serve an object made in another folder (hash_dir), must compile the source
+    # itself, not its preprocessed text (run_second_cpp), and must hash all it reads (no
+    # sloppiness: `make` sets some for the project's own C++).
+    env.update(CCACHE_BASEDIR="", CCACHE_HASHDIR="1", CCACHE_CPP2="1", CCACHE_SLOPPINESS="")
     for i, arg in enumerate(argv[:-1]):
         if arg == "-include" and os.path.exists(argv[i + 1] + ".gch"):
             header, argv[i + 1] = argv[i + 1], _header_copy(argv[i + 1], root)

@@ -80,7 +80,7 @@ def test_a_header_without_a_precompiled_one_is_left_alone(tmp_path, root):
 
 def test_march_native_hashes_what_native_means_on_this_cpu(root, monkeypatch):
     monkeypatch.setenv("CCACHE_EXTRAFILES", "/etc/hostname")
-    compiler_cache._native_target.cache_clear()
+    compiler_cache._native_meaning.cache_clear()
     _, env = ccache_command("ccache", COMPILE, root)
     mine, native = env["CCACHE_EXTRAFILES"].split(os.pathsep)
     assert mine == "/etc/hostname"
@@ -92,7 +92,7 @@ def test_march_native_with_a_compiler_that_cannot_say_what_it_means_skips_ccache
     compiler = tmp_path / "cc-without-help"
     compiler.write_text("#!/bin/sh\nexit 1\n")
     compiler.chmod(0o755)
-    compiler_cache._native_target.cache_clear()
+    compiler_cache._native_meaning.cache_clear()
     assert ccache_command("ccache", [str(compiler), *COMPILE[1:]], root) is None
 
 

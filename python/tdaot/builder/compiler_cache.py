@@ -18,7 +18,7 @@ Two things keep ccache's results exact:
   object is the one gcc makes with the precompiled header, as without ccache.
 - ccache 4.7 hashes ``-march=native`` as text, so an object made on one CPU would be served on
   another. The compiler's expansion of it (``-Q --help=target``) joins ccache's hash as an
-  extra file.
+  extra file (for any ``-m...=native``).
 
 ccache's own settings that would change the object are overridden for these calls (base_dir,
 hash_dir, run_second_cpp, sloppiness). A failed ccache run is run again without it, so a broken ccache never
@@ -103,11 +103,13 @@ def ccache_command(ccache: str, argv: list[str], root: str) -> tuple[list[str], 
             env.update(CCACHE_PREFIX=" ".join(filter(None, prefix)), TDAOT_PCH_COPY=argv[i + 1])
             env["TDAOT_PCH_HEADER"] = header
             break
-    if "-march=native" in argv:
-        native = _native_target(argv[0], root)
-        if native is None:
+    if any(arg.startswith("-m") and arg.endswith("=native") for arg in argv):
+        meaning = _native_meaning(argv[0])
+        if meaning is None:
             return None  # no way to tell this CPU's objects from another's
-        env["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, [env.get("CCACHE_EXTRAFILES"), native]))
+        native = os.path.join(root, "native-target-" + hashlib.sha256(meaning).hexdigest()[:16] + ".txt")
+        extra = [env.get("CCACHE_EXTRAFILES"), _written(native, meaning, 0o600)]
+        env["CCACHE_EXTRAFILES"] = os.pathsep.join(filter(None, extra))
     return [ccache, *argv], env
 
 
@@ -123,17 +125,13 @@ def _restore_script(root: str) -> str:
 
 
 @functools.cache
-def _native_target(compiler: str, root: str) -> str | None:
-    """A file holding what ``-march=native`` means to ``compiler`` on this CPU (None when the
-    compiler does not say)."""
+def _native_meaning(compiler: str) -> bytes | None:
+    """What ``-march=native`` means to ``compiler`` on this CPU (None when it does not say)."""
     try:
         done = subprocess.run([compiler, "-march=native", "-Q", "--help=target"], capture_output=True)
     except OSError:
         return None
-    if done.returncode != 0 or not done.stdout:
-        return None
-    name = "native-target-" + hashlib.sha256(done.stdout).hexdigest()[:16] + ".txt"
-    return _written(os.path.join(root, name), done.stdout, 0o600)
+    return done.stdout if done.returncode == 0 and done.stdout else None
 
 
 def _written(path: str, data: bytes, mode: int) -> str:

@@ -46,7 +46,7 @@ struct Binding::Impl : detail::BindingCore {
       : BindingCore(policy_impl->manifest, policy_impl->path, rows, kConcurrentUse),
         policy(std::move(policy_impl)),
         model(policy->model_for(rows)),
-        instance(*model.library),
+        instance(*model.library, model.inplace ? model.inplace->create(*model.library) : nullptr),
         carry(manifest) {
     for (const TensorSpec& spec : manifest.inputs) inputs.push_back(allocate(spec, batch, storage));
     for (const TensorSpec& spec : manifest.outputs) outputs.push_back(allocate(spec, batch, storage));
@@ -132,7 +132,7 @@ struct Binding::Impl : detail::BindingCore {
   // The weights generation `instance` has, and the swapped-in constants it reads (lite/weights.h).
   uint64_t weights_generation = 0;
   std::shared_ptr<const detail::LiteConstantSet> weights_held;
-  detail::ModelInstance instance;  // this binding's own, with its own copy of the weights
+  detail::ModelInstance instance;  // this binding's own (over the library's weights when it can)
   std::vector<std::unique_ptr<void, FreeAligned>> storage;  // the buffers' memory
   std::vector<BoundBuffer> inputs;
   std::vector<BoundBuffer> outputs;

@@ -118,7 +118,11 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& options)
     }
     detail::check_arrayref_dtypes(files.model(name).library, manifest, name, path);
     auto weights = std::make_unique<detail::LiteModelWeights>(*library);
-    models.push_back(Model{spec, std::move(library), std::move(weights)});
+    // The generated source lies beside the library, "<hash>.wrapper.cpp" for "<hash>.wrapper.so".
+    const std::string& so = files.model(name).library;
+    std::string why;  // a model whose constants cannot be used in place keeps AOTInductor's copy
+    auto inplace = detail::InplaceConstants::read(*library, so.substr(0, so.size() - 3) + ".cpp", why);
+    models.push_back(Model{spec, std::move(library), std::move(weights), std::move(inplace)});
   }
   for (const Model& model : models) loaded_specs.push_back(&model.spec);
   // The extracted files go with `files`; the libraries stay mapped.

@@ -9,6 +9,7 @@
 #include "core/package/signature.h"
 #include "core/run/model_library.h"
 #include "core/run/policy_core.h"
+#include "lite/inplace_constants.h"
 #include "lite/weights.h"
 #include "tdaot/lite.h"
 
@@ -22,12 +23,14 @@ std::vector<std::string> unprovided(const std::vector<std::string>& needs);
 namespace tdaot::lite {
 
 struct Policy::Impl : detail::PolicyCore {
-  // One loaded lite model: its manifest entry, its library's entry points and its swappable
-  // constants (lite/weights.h).
+  // One loaded lite model: its manifest entry, its library's entry points, its swappable
+  // constants (lite/weights.h) and, when readable, their layout in the library for instances
+  // that use them in place (null: AOTInductor copies them; lite/inplace_constants.h).
   struct Model {
     ModelSpec spec;
     std::unique_ptr<detail::ModelLibrary> library;
     std::unique_ptr<detail::LiteModelWeights> weights;
+    std::unique_ptr<const detail::InplaceConstants> inplace;
   };
 
   Impl(const std::string& package_path, const PolicyOptions& options);

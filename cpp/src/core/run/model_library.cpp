@@ -49,8 +49,10 @@ std::string ModelLibrary::error_text() const {
   return without_backtrace(message);
 }
 
-ModelInstance::ModelInstance(const ModelLibrary& library) : library_(library) {
-  if (library.create(&handle_, nullptr, 0) != aoti::kSuccess || handle_ == nullptr) {
+ModelInstance::ModelInstance(const ModelLibrary& library, aoti::ModelHandle adopted)
+    : library_(library), handle_(adopted) {
+  if (handle_ == nullptr &&
+      (library.create(&handle_, nullptr, 0) != aoti::kSuccess || handle_ == nullptr)) {
     throw Error("could not create a model instance of '" + library.path() +
                 "': " + library.error_text());
   }

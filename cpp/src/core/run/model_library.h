@@ -47,12 +47,13 @@ class ModelLibrary {
   std::string path_;
 };
 
-// One model instance (with its own copy of the constants embedded in the library), deleted with
-// this object, including when a constructor that made it throws later on.
+// One model instance (with its own copy of the constants embedded in the library, unless it was
+// made over other constants and `adopted`), deleted with this object, including when a
+// constructor that made it throws later on.
 class ModelInstance {
  public:
   // Throws tdaot::Error with the library's message when it cannot be created.
-  explicit ModelInstance(const ModelLibrary& library);
+  explicit ModelInstance(const ModelLibrary& library, aoti::ModelHandle adopted = nullptr);
   ~ModelInstance();
   ModelInstance(const ModelInstance&) = delete;
   ModelInstance& operator=(const ModelInstance&) = delete;

@@ -29,7 +29,7 @@ import stat
 import sys
 from pathlib import Path
 
-from tdaot.cache_folder import copy_atomically, default_cache_dir
+from tdaot.cache_folder import copy_atomically, default_cache_dir, write_atomically
 
 FORMAT = 1
 # Shell and session variables that change between two runs of one command without changing it.
@@ -145,9 +145,7 @@ class Recorder:
             files.append([path, digest])
         entry = {"format": FORMAT, "argv": self.argv, "depends": depends, "outputs": files}
         entry["printed"] = printed
-        staging = directory / f".{os.getpid()}.json"
-        staging.write_text(json.dumps(entry))
-        os.replace(staging, directory / f"{self.key}.json")
+        write_atomically(directory / f"{self.key}.json", json.dumps(entry).encode())
 
 
 def replay(argv: list[str]) -> str | None:

@@ -23,7 +23,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import torch
@@ -31,7 +30,7 @@ import torch
 from tdaot.builder.compile import inductor_configs
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.tuning import ModelPlan, plan_key_parts, plan_models
-from tdaot.cache_folder import copy_atomically, default_cache_dir
+from tdaot.cache_folder import copy_atomically, default_cache_dir, write_atomically
 from tdaot.manifest import Manifest
 
 # Bump when the build itself changes what a given key produces.
@@ -133,7 +132,4 @@ class ArtifactCache:
     def store_refusal(self, key: str, refusal: str) -> None:
         entry = self._entry(key).with_suffix(".refused")
         entry.parent.mkdir(parents=True, exist_ok=True)
-        fd, staging = tempfile.mkstemp(dir=entry.parent, prefix=".tdaot-", suffix=".refused")
-        with os.fdopen(fd, "w") as file:
-            file.write(refusal)
-        os.replace(staging, entry)
+        write_atomically(entry, refusal.encode(), 0o600)

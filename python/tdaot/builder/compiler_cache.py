@@ -36,9 +36,11 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from tdaot._torch_compat_paths import compile_commands_run_by
 from tdaot.builder.inductor_dir import BUILD_CACHE_DIR, private_dir
+from tdaot.cache_folder import write_atomically
 
 ENV = "TDAOT_CCACHE"
 
@@ -143,9 +145,5 @@ def _written(path: str, data: bytes, mode: int) -> str:
     except FileNotFoundError:
         pass
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    staging = f"{path}.{os.getpid()}"
-    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(staging, path)
+    write_atomically(Path(path), data, mode)
     return path

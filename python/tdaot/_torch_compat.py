@@ -268,7 +268,12 @@ from tdaot._torch_compat_gemm import (  # noqa: E402, F401
     gemm_choices_filtered,
     is_cpp_gemm_template,
 )
-from tdaot._torch_compat_isa import picked_vector_isa, probed_vector_isas, vector_isas_limited_to  # noqa: E402, F401
+from tdaot._torch_compat_isa import (  # noqa: E402, F401
+    byte_loads_direct,
+    picked_vector_isa,
+    probed_vector_isas,
+    vector_isas_limited_to,
+)
 
 # --- the .pt2 archive ---------------------------------------------------------------------
 

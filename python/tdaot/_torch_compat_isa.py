@@ -33,6 +33,49 @@ def vector_isas_limited_to(class_names: tuple[str, ...] | None) -> Iterator[None
         cpu_vec_isa.valid_vec_isa_list = original
 
 
+# Inductor loads a vector of 8-bit values as ``Vectorized<uint8_t>::loadu(ptr, n)`` with n the
+# float tiling (8 or 16 lanes). AVX-512's header reads those n bytes in one instruction; AVX2's has
+# no such path and goes through a 32-byte stack buffer filled in a loop and a memcpy: a uint8
+# pixel policy's first kernel (to float, / 255, im2col or channels-last) was 35 % of its batch-1
+# call on an AVX2 CPU (benchmarks/README.md). The replacement reads the same bytes directly and
+# fills the other lanes with 1, as the header's buffer does (so an integer division by a lane
+# never traps).
+_AVX2_BYTE_LOADS = {
+    8: "_mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>({ptr})), _mm_set1_epi8(1))",
+    16: "_mm_loadu_si128(reinterpret_cast<const __m128i*>({ptr}))",
+}
+
+
+@contextlib.contextmanager
+def byte_loads_direct() -> Iterator[None]:
+    """Inductor's AVX2 kernels reading a vector of 8 or 16 bytes (uint8, int8) with one load
+    instead of the header's buffered copy, for the duration (the comment above)."""
+    import torch
+    from torch._inductor.codegen import cpp
+
+    original = cpp.CppVecKernel._get_vec_load_line
+
+    def load_line(self, var, index, dtype, load_mask=None):
+        direct = _AVX2_BYTE_LOADS.get(self.num_elems)
+        if (
+            direct is None
+            or load_mask is not None
+            or dtype not in (torch.uint8, torch.int8)
+            or type(self.vec_isa).__name__ != "VecAVX2"
+        ):
+            return original(self, var, index, dtype, load_mask)
+        ptr = f"{var} + {cpp.cexpr_index(index)}" if index != 0 else var
+        low = direct.format(ptr=f"({ptr})")
+        vector = f"_mm256_inserti128_si256(_mm256_set1_epi8(1), {low}, 0)"
+        return f"{self._get_vec_type(dtype)}({vector})"
+
+    cpp.CppVecKernel._get_vec_load_line = load_line
+    try:
+        yield
+    finally:
+        cpp.CppVecKernel._get_vec_load_line = original
+
+
 @functools.cache
 def probed_vector_isas() -> list:
     """Inductor's valid CPU vector ISAs, probed the way inductor means to: with libtorch linked.

@@ -167,6 +167,44 @@ def test_float_gemm_register_block_narrows_the_avx512_fp32_blocks_and_restores_t
     assert fp32_blocks() == before and all(fp32_blocks()[b] is c for b, c in before.items())
 
 
+def _byte_kernels(x: torch.Tensor, codes: torch.Tensor, divisors: torch.Tensor):
+    # uint8 and int8 loads of 8 and 16 lanes, a division by a loaded int8 among them.
+    return x.float() * (1 / 255), (codes // divisors).float(), x[:, :8].float() + codes[:, 8:16].float()
+
+
+@pytest.mark.slow  # two small inductor compiles
+@pytest.mark.skipif("avx2" not in Path("/proc/cpuinfo").read_text(), reason="the host has no AVX2")
+def test_byte_loads_are_direct_on_avx2_and_compute_what_the_header_does():
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (6, 32), dtype=torch.uint8, generator=gen)
+    codes = torch.randint(-128, 128, (6, 32), dtype=torch.int8, generator=gen)
+    divisors = torch.randint(1, 128, (6, 32), dtype=torch.int8, generator=gen)
+    expected = _byte_kernels(x, codes, divisors)
+
+    def compiled(direct: bool):
+        torch._dynamo.reset()
+        with (
+            config.patch({"cpp.simdlen": 256, "fx_graph_cache": False}),
+            compat.vector_isas_limited_to(("VecAVX2",)),
+            compat.byte_loads_direct() if direct else compat.inductor_config({}),
+        ):
+            return run_and_get_code(torch.compile(_byte_kernels, dynamic=False), x, codes, divisors)
+
+    plain_out, (plain_code, *_) = compiled(direct=False)
+    direct_out, (direct_code, *_) = compiled(direct=True)
+    assert "Vectorized<uint8_t>::loadu(" in plain_code, _changed(
+        "byte_loads_direct", "inductor no longer loads 8-bit vectors with Vectorized<T>::loadu(ptr, n)"
+    )
+    assert not re.search(r"Vectorized<u?int8_t>::loadu\(", direct_code)
+    assert "_mm_loadl_epi64" in direct_code
+    for out, plain, want in zip(direct_out, plain_out, expected):
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        torch.testing.assert_close(plain, want, rtol=0, atol=0)
+
+
 def test_archive_round_trip(tmp_path):
     path = str(tmp_path / "package.pt2")
     compat.write_archive(path, {"data/a.txt": b"alpha", "data/b.bin": b"\x00\x01"})

@@ -22,6 +22,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))  # for `policies` (the benchmark's LSTM policy)
 
 import tdaot
+import tdaot.builder.cache
 import tdaot.builder.tuning
 from tdaot.builder.cache import artifact_key
 from tdaot.builder.config import load_config
@@ -132,6 +133,28 @@ def test_tuning_and_its_rewrite_change_the_cache_key(monkeypatch):
     before = artifact_key(exported.program, manifest, tuning="latency")
     monkeypatch.setattr(tdaot.builder.tuning, "RECURRENT_OPS", RECURRENT_OPS[:1])
     assert artifact_key(exported.program, manifest, tuning="latency") != before
+
+
+def test_the_direct_byte_loads_key_only_programs_with_8_bit_values(monkeypatch):
+    from examples.policies import tutorial_policy
+
+    from policies import conv_actor
+    from tdaot.builder import targets
+
+    for make, fixes in ((tutorial_policy, []), (conv_actor, ["byte_loads_direct/1"])):
+        policy, example = make()
+        exported = export_policy(policy, example)
+        manifest = Manifest(
+            inputs=exported.inputs, outputs=exported.outputs, batch=exported.batch,
+            interaction_type="deterministic", device="cpu", cpu_target="native", cpu_isa="",
+            torch_version="", tensordict_version="", tdaot_version="", source=Source("Policy"),
+        )  # fmt: skip
+        assert targets.kernel_fixes(exported.program) == fixes
+        key = artifact_key(exported.program, manifest)
+        monkeypatch.setattr(tdaot.builder.cache, "kernel_fixes", lambda program: [])
+        # The float policy's key is what it was before the fix; the uint8 policy's is not.
+        assert (artifact_key(exported.program, manifest) == key) == (not fixes)
+        monkeypatch.undo()
 
 
 def test_latency_lstm_is_decomposed_and_matches_eager(tmp_path):

@@ -29,6 +29,7 @@ import torch
 
 from tdaot.builder.compile import inductor_configs
 from tdaot.builder.options import BuildOptions
+from tdaot.builder.targets import kernel_fixes
 from tdaot.builder.tuning import ModelPlan, plan_key_parts, plan_models
 from tdaot.cache_folder import copy_atomically, default_cache_dir, write_atomically
 from tdaot.manifest import Manifest
@@ -69,6 +70,9 @@ def artifact_key(
     add("inductor", json.dumps(inductor_configs(manifest, options, plan), sort_keys=True).encode())
     tuning = plan_key_parts(plan)
     add("tuning", json.dumps(tuning, sort_keys=True).encode())
+    fixes = kernel_fixes(program)
+    if fixes:  # only where they can change the code: other keys stay as they were
+        add("kernel fixes", json.dumps(fixes).encode())
     add("graph", str(program.graph).encode())
     add("signature", str(program.graph_signature).encode())
     add("ranges", str(sorted((str(k), str(v)) for k, v in program.range_constraints.items())).encode())

@@ -12,6 +12,8 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import torch
+
 from tdaot import _torch_compat
 from tdaot.errors import BuildError
 
@@ -63,8 +65,22 @@ def compiling_for(target: CpuTarget) -> Iterator[None]:
     with (
         _torch_compat.inductor_config(inductor_options(target)),
         _torch_compat.vector_isas_limited_to(target.isa_classes),
+        _torch_compat.byte_loads_direct(),
     ):
         yield
+
+
+def kernel_fixes(program) -> list[str]:
+    """tdaot's changes to inductor's kernels (``compiling_for``) that can change the code of
+    ``program``, for its cache key: the direct 8-bit loads, where a value of the graph is 8-bit.
+    A program they cannot change keeps the key it had without them."""
+    byte_dtypes = (torch.uint8, torch.int8)
+    for node in program.graph.nodes:
+        values = node.meta.get("val")
+        for value in values if isinstance(values, (list, tuple)) else (values,):
+            if isinstance(value, torch.Tensor) and value.dtype in byte_dtypes:
+                return ["byte_loads_direct/1"]
+    return []
 
 
 def vector_isa(target: CpuTarget) -> str:

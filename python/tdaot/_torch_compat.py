@@ -267,6 +267,7 @@ from tdaot._torch_compat_gemm import (  # noqa: E402, F401
     gemm_accumulator_on_stack,
     gemm_choices_filtered,
     is_cpp_gemm_template,
+    one_row_gemm_blocks,
 )
 from tdaot._torch_compat_isa import (  # noqa: E402, F401
     byte_loads_direct,

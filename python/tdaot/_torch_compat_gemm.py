@@ -119,6 +119,33 @@ def float_gemm_register_block(block: tuple[int, int], min_rows: int) -> Iterator
             registered[cls][:] = configs
 
 
+@contextlib.contextmanager
+def one_row_gemm_blocks(columns: dict[str, int]) -> Iterator[None]:
+    """Inductor's C++ GEMM template computing an fp32 product of one row (static) with a register
+    block of 1 x ``columns[isa]`` on each named vector ISA ("VecAVX2": 64, ...) wherever that
+    divides its columns, for the duration. Inductor has no one-row block: such a product runs the
+    one-row tail of a taller block (1x16 of AVX2's 4x16), two accumulators, one FMA chain each."""
+    from torch._inductor import cpu_vec_isa, select_algorithm  # noqa: F401 - see gemm_choices_filtered
+    from torch._inductor.codegen import cpp_micro_gemm
+
+    def one_row(config, m, n, k, *args, **kwargs):
+        return m == 1 and not kwargs.get("dynamic_M", False) and n % config.register_blocking.block_n == 0
+
+    added = [
+        config
+        for isa, width in columns.items()
+        for config in cpp_micro_gemm.generate_gemm_config(
+            getattr(cpu_vec_isa, isa), [(1, width, 1)], input_dtype=torch.float, extra_check=one_row
+        )
+    ]
+    configs = cpp_micro_gemm.micro_gemm_configs[cpp_micro_gemm.CppMicroGemmFP32Vec]
+    configs[:0] = added
+    try:
+        yield
+    finally:
+        configs[:] = [config for config in configs if all(config is not a for a in added)]
+
+
 def is_cpp_gemm_template(choice: object) -> bool:
     """Whether a GEMM candidate is inductor's C++ GEMM template (possibly wrapped)."""
     from torch._inductor import select_algorithm  # noqa: F401 - see gemm_choices_filtered

@@ -167,6 +167,28 @@ def test_float_gemm_register_block_narrows_the_avx512_fp32_blocks_and_restores_t
     assert fp32_blocks() == before and all(fp32_blocks()[b] is c for b, c in before.items())
 
 
+def test_one_row_gemm_blocks_are_added_for_one_row_products_only_and_removed():
+    from torch._inductor import select_algorithm  # noqa: F401 - import order
+    from torch._inductor.codegen import cpp_micro_gemm
+    from torch._inductor.cpu_vec_isa import VecAVX2, VecAVX512
+
+    configs = cpp_micro_gemm.micro_gemm_configs[cpp_micro_gemm.CppMicroGemmFP32Vec]
+    before = list(configs)
+    with compat.one_row_gemm_blocks({"VecAVX2": 64, "VecAVX512": 128}):
+        added = [c for c in configs if all(c is not b for b in before)]
+        assert {(c.vec_isa_cls, c.register_blocking.block_m, c.register_blocking.block_n) for c in added} == {
+            (VecAVX2, 1, 64),
+            (VecAVX512, 1, 128),
+        }, _changed("one_row_gemm_blocks", "cpp_micro_gemm.generate_gemm_config")
+        avx2 = next(c for c in added if c.vec_isa_cls is VecAVX2)
+        assert avx2.input_dtype == avx2.compute_dtype == torch.float32
+        assert avx2.extra_check(avx2, 1, 512, 3136, 1, 1)
+        assert not avx2.extra_check(avx2, 2, 512, 3136, 1, 1), "two rows: inductor's blocks"
+        assert not avx2.extra_check(avx2, 1, 12, 256, 1, 1), "64 does not divide 12 columns"
+        assert not avx2.extra_check(avx2, 1, 512, 256, 1, 1, dynamic_M=True), "a dynamic batch"
+    assert configs == before
+
+
 def _byte_kernels(x: torch.Tensor, codes: torch.Tensor, divisors: torch.Tensor):
     # uint8 and int8 loads of 8 and 16 lanes, a division by a loaded int8 among them.
     return x.float() * (1 / 255), (codes // divisors).float(), x[:, :8].float() + codes[:, 8:16].float()

@@ -273,6 +273,7 @@ from tdaot._torch_compat_isa import (  # noqa: E402, F401
     byte_loads_direct,
     picked_vector_isa,
     probed_vector_isas,
+    short_loops_scalar,
     vector_isas_limited_to,
 )
 

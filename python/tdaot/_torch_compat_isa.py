@@ -76,6 +76,37 @@ def byte_loads_direct() -> Iterator[None]:
         cpp.CppVecKernel._get_vec_load_line = original
 
 
+@contextlib.contextmanager
+def short_loops_scalar() -> Iterator[None]:
+    """Inductor's AVX2 kernels left scalar where the only loop they would vectorize is shorter
+    than half a vector (3 of 8 floats), for the duration. Inductor vectorizes such a loop as a
+    masked tail alone; an IMPALA ResNet's first im2col (3x3 windows of uint8 pixels, padded) spent
+    43 % of its batch-1 call there on an AVX2 CPU. On AVX-512 inductor's own rule (under a quarter
+    of a vector, few operations) already leaves 3 of 16 scalar."""
+    import sympy
+    from torch._inductor import cpu_vec_isa
+    from torch._inductor.codegen import cpp
+
+    original = cpp.TilingSelect.select_tiling
+
+    def select_tiling(self, fn_list, var_sizes_list):
+        factors, indices, stats = original(self, fn_list, var_sizes_list)
+        if len(indices) != 1 or type(cpu_vec_isa.pick_vec_isa()).__name__ != "VecAVX2":
+            return factors, indices, stats
+        group, reduction = max(var_sizes_list, key=lambda sizes: len(sizes[1]))
+        ranges = (*group, *reduction)
+        size = ranges[indices[0]] if -len(ranges) <= indices[0] < len(ranges) else None
+        if isinstance(size, (int, sympy.Integer)) and 2 * int(size) < factors[0]:
+            return [], [], stats
+        return factors, indices, stats
+
+    cpp.TilingSelect.select_tiling = select_tiling
+    try:
+        yield
+    finally:
+        cpp.TilingSelect.select_tiling = original
+
+
 @functools.cache
 def probed_vector_isas() -> list:
     """Inductor's valid CPU vector ISAs, probed the way inductor means to: with libtorch linked.

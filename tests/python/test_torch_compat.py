@@ -227,6 +227,37 @@ def test_byte_loads_are_direct_on_avx2_and_compute_what_the_header_does():
         torch.testing.assert_close(plain, want, rtol=0, atol=0)
 
 
+def _three_of_eight(x: torch.Tensor) -> torch.Tensor:
+    return x[:, :3] * 2 + 1  # a loop of 3 inside one of 64: not merged, 3 < half an AVX2 vector
+
+
+@pytest.mark.slow  # two small inductor compiles
+@pytest.mark.skipif("avx2" not in Path("/proc/cpuinfo").read_text(), reason="the host has no AVX2")
+def test_short_loops_are_left_scalar_on_avx2():
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    x = torch.randn(64, 8)
+
+    def compiled(scalar: bool):
+        torch._dynamo.reset()
+        with (
+            config.patch({"cpp.simdlen": 256, "fx_graph_cache": False}),
+            compat.vector_isas_limited_to(("VecAVX2",)),
+            compat.short_loops_scalar() if scalar else compat.inductor_config({}),
+        ):
+            return run_and_get_code(torch.compile(_three_of_eight, dynamic=False), x)
+
+    vector_out, (vector_code, *_) = compiled(scalar=False)
+    scalar_out, (scalar_code, *_) = compiled(scalar=True)
+    assert "at::vec::Vectorized<float>" in vector_code, _changed(
+        "short_loops_scalar", "inductor no longer vectorizes a 3-long loop as a masked tail"
+    )
+    assert "at::vec::Vectorized<float>" not in scalar_code
+    torch.testing.assert_close(scalar_out, _three_of_eight(x), rtol=0, atol=0)
+    torch.testing.assert_close(vector_out, scalar_out, rtol=0, atol=0)
+
+
 def test_archive_round_trip(tmp_path):
     path = str(tmp_path / "package.pt2")
     compat.write_archive(path, {"data/a.txt": b"alpha", "data/b.bin": b"\x00\x01"})

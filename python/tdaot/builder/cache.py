@@ -70,7 +70,7 @@ def artifact_key(
     add("inductor", json.dumps(inductor_configs(manifest, options, plan), sort_keys=True).encode())
     tuning = plan_key_parts(plan)
     add("tuning", json.dumps(tuning, sort_keys=True).encode())
-    fixes = kernel_fixes(program)
+    fixes = kernel_fixes(program, manifest.cpu_isa)
     if fixes:  # only where they can change the code: other keys stay as they were
         add("kernel fixes", json.dumps(fixes).encode())
     add("graph", str(program.graph).encode())

@@ -66,21 +66,26 @@ def compiling_for(target: CpuTarget) -> Iterator[None]:
         _torch_compat.inductor_config(inductor_options(target)),
         _torch_compat.vector_isas_limited_to(target.isa_classes),
         _torch_compat.byte_loads_direct(),
+        _torch_compat.short_loops_scalar(),
     ):
         yield
 
 
-def kernel_fixes(program) -> list[str]:
+def kernel_fixes(program, cpu_isa: str) -> list[str]:
     """tdaot's changes to inductor's kernels (``compiling_for``) that can change the code of
-    ``program``, for its cache key: the direct 8-bit loads, where a value of the graph is 8-bit.
-    A program they cannot change keeps the key it had without them."""
+    ``program`` built for the vector ISA ``cpu_isa`` (the manifest's), for its cache key. Both
+    apply to AVX2 only: a model for another ISA keeps the key it had without them, and so does
+    an AVX2 model without 8-bit values in its graph, for the first."""
+    if cpu_isa != "avx2":
+        return []
+    fixes = ["short_loops_scalar/1"]
     byte_dtypes = (torch.uint8, torch.int8)
     for node in program.graph.nodes:
         values = node.meta.get("val")
         for value in values if isinstance(values, (list, tuple)) else (values,):
             if isinstance(value, torch.Tensor) and value.dtype in byte_dtypes:
-                return ["byte_loads_direct/1"]
-    return []
+                return ["byte_loads_direct/1", *fixes]
+    return fixes
 
 
 def vector_isa(target: CpuTarget) -> str:

@@ -264,6 +264,7 @@ def calls_proxy_executor(records: dict[str, bytes]) -> bool:
 
 from tdaot._torch_compat_gemm import (  # noqa: E402, F401
     float_gemm_register_block,
+    float_micro_kernels_in_registers,
     gemm_accumulator_on_stack,
     gemm_choices_filtered,
     is_cpp_gemm_template,

@@ -98,10 +98,10 @@ def test_the_twin_skips_the_convolution_rewrites_and_says_so_in_its_keys():
     assert torch.ops.aten.conv2d.default in kept
 
 
-def test_the_threshold_sits_between_the_nature_cnn_and_the_impala_resnet():
-    # benchmarks/README.md: the Nature CNN's 15 MFLOP of convolutions ran as fast either way (the
-    # conv policy's 2.3 MFLOP 2x slower with ATen's), the IMPALA ResNet's 60 MFLOP 0.70x.
-    assert 15_500_000 < ATEN_CONVOLUTION_MIN_FLOPS < 60_000_000
+def test_no_measured_network_gets_the_twin_by_default():
+    # benchmarks/README.md ("AVX2 kernels"): with the micro-kernels in registers the IMPALA
+    # ResNet's b1 runs 0.58x its b1_aten; the twin stays for a threshold a measurement sets.
+    assert ATEN_CONVOLUTION_MIN_FLOPS == float("inf")
 
 
 @pytest.fixture(scope="module")

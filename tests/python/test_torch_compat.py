@@ -167,6 +167,50 @@ def test_float_gemm_register_block_narrows_the_avx512_fp32_blocks_and_restores_t
     assert fp32_blocks() == before and all(fp32_blocks()[b] is c for b, c in before.items())
 
 
+def test_an_avx2_register_block_is_added_and_the_others_kept_off_its_products():
+    from torch._inductor import select_algorithm  # noqa: F401 - import order
+    from torch._inductor.codegen import cpp_micro_gemm
+    from torch._inductor.cpu_vec_isa import VecAVX2
+
+    configs = cpp_micro_gemm.micro_gemm_configs[cpp_micro_gemm.CppMicroGemmFP32Vec]
+    before = list(configs)
+
+    def avx2_fp32():
+        return {
+            (c.register_blocking.block_m, c.register_blocking.block_n): c
+            for c in configs
+            if c.vec_isa_cls is VecAVX2 and c.input_dtype == c.compute_dtype == torch.float32
+        }
+
+    assert (6, 16) not in avx2_fp32() and (4, 16) in avx2_fp32(), _changed(
+        "float_gemm_register_block", "AVX2"
+    )
+    with compat.float_gemm_register_block((6, 16), min_rows=6, isa="VecAVX2"):
+        during = avx2_fp32()
+        six, four = during[(6, 16)], during[(4, 16)]
+        assert six.extra_check(six, 400, 32, 256, 1, 1) and not four.extra_check(four, 400, 32, 256, 1, 1)
+        assert not six.extra_check(six, 4, 32, 256, 1, 1), "4 rows: inductor's blocks"
+        assert not six.extra_check(six, 400, 24, 256, 1, 1), "16 does not divide 24 columns"
+    assert configs == before
+
+
+def test_micro_kernel_bodies_are_replaced_where_inductor_renders_the_known_one(monkeypatch):
+    from torch._inductor.codegen import cpp_micro_gemm
+
+    from tdaot import _torch_compat_gemm as gemm
+
+    rendered = {"text": "head\n" + gemm._LAMBDA_BODY + "tail\n"}
+    monkeypatch.setattr(
+        cpp_micro_gemm.CppMicroGemmFP32Vec, "codegen_define", lambda self, kernel: rendered["text"]
+    )
+    with compat.float_micro_kernels_in_registers():
+        out = cpp_micro_gemm.CppMicroGemmFP32Vec.codegen_define(None, None)
+        assert out == "head\n" + gemm._REGISTER_BODY + "tail\n"
+        rendered["text"] = "another body\n"
+        assert cpp_micro_gemm.CppMicroGemmFP32Vec.codegen_define(None, None) == "another body\n"
+    assert cpp_micro_gemm.CppMicroGemmFP32Vec.codegen_define(None, None) == "another body\n"
+
+
 def test_one_row_gemm_blocks_are_added_for_one_row_products_only_and_removed():
     from torch._inductor import select_algorithm  # noqa: F401 - import order
     from torch._inductor.codegen import cpp_micro_gemm

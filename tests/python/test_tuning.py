@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # for `policies` (the benchmark's 
 import tdaot
 import tdaot.builder.cache
 import tdaot.builder.tuning
+from tdaot import _torch_compat_gemm
 from tdaot.builder.cache import artifact_key
 from tdaot.builder.config import load_config
 from tdaot.builder.export import export_policy
@@ -96,7 +97,14 @@ def test_latency_build_from_config_passes_the_parity_gate(latency_project):
 
 def test_latency_package_uses_the_cpp_gemm_template_and_is_sealed(latency_project):
     package = latency_project["package"]
-    assert "micro_gemm" in _kernel_source(package)  # inductor's C++ GEMM template, not ATen's addmm
+    source = _kernel_source(package)
+    assert "micro_gemm" in source  # inductor's C++ GEMM template, not ATen's addmm
+    # Its fp32 micro-kernels with their accumulators in registers (tdaot._torch_compat_gemm):
+    # a torch that renders the body otherwise leaves it as it was, and this says so.
+    assert _torch_compat_gemm._REGISTER_BODY in source and _torch_compat_gemm._LAMBDA_BODY not in source, (
+        f"torch {torch.__version__} renders inductor's fp32 micro-kernel otherwise: "
+        "tdaot._torch_compat.float_micro_kernels_in_registers replaced nothing"
+    )
     assert len(tdaot.verify_package(package)) == 64  # every file against its digest in the manifest
     from examples.policies import tutorial_policy
 

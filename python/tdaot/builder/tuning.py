@@ -46,8 +46,10 @@ time setting themselves up:
 
 - matrix products whose weight is a constant use inductor's C++ GEMM template: a
   micro-kernel generated for the layer's shape, weights prepacked at build time, its fp32
-  register block 16x16 on AVX-512 from 16 rows up (``GEMM_REGISTER_BLOCK``), one row by eight
-  vectors for a one-row product (``ONE_ROW_GEMM_COLUMNS``);
+  register block 16x16 on AVX-512 from 16 rows up (``GEMM_REGISTER_BLOCK``), 6x16 on AVX2
+  from 6 rows up (``AVX2_GEMM_REGISTER_BLOCK``), one row by eight vectors for a one-row product
+  (``ONE_ROW_GEMM_COLUMNS``), its accumulators held in registers
+  (tdaot._torch_compat.float_micro_kernels_in_registers);
 - recurrent layers (``aten.lstm``, ``aten.gru``, ``aten.rnn_tanh``, ``aten.rnn_relu``)
   are decomposed before compiling into matmuls and pointwise ops that inductor fuses;
 - a division by a constant number is a multiplication by its reciprocal
@@ -94,12 +96,12 @@ DEFAULT_SPECIALIZE = (1,)
 # 2026-11-25, Xeon): batch 2 0.19, 8 0.35, 32 0.63, 64 0.83, 128 0.94, 192 1.01, 256 1.19.
 DECOMPOSED_RNN_MAX_BATCH = 128
 # Convolution work per row (2 x multiply-adds, at the example's shapes) from which a dynamic
-# package's latency models get an ATen-convolution twin (the module docstring). Batch-1 thread
-# CPU time, latency model with ATen's convolutions / with inductor's, plain and bound
-# (benchmarks/b1_routes.py, one process, AMD EPYC without AVX-512, shared 2-core VM,
-# 2026-11-28): IMPALA ResNet (60 MFLOP of convolutions) 0.69 / 0.70x, Nature CNN (15 MFLOP)
-# 1.04 / 1.01x, conv benchmark policy (2.3 MFLOP) 2.05 / 2.26x (ATen's per-call cost).
-ATEN_CONVOLUTION_MIN_FLOPS = 32_000_000
+# package's latency models get an ATen-convolution twin (the module docstring). Set when the twin
+# won on the IMPALA ResNet (60 MFLOP of convolutions: 0.69x the `b1` model's batch-1 CPU time,
+# AMD EPYC, AVX2, 2026-11-28). Since `b1`'s micro-kernels hold their accumulators in registers
+# (float_micro_kernels_in_registers, 6x16 on AVX2) the twin is 1.68x `b1` there (b1_routes.py
+# --clock cpu, one process), so no network measured gets one. Not measured on AVX-512 since.
+ATEN_CONVOLUTION_MIN_FLOPS = math.inf
 # Largest static batch compiled for the bound run: its intermediates live on the stack.
 # It is also the largest a specialised model gets the latency tuning for.
 BOUND_MAX_BATCH = 16
@@ -128,6 +130,12 @@ SLICE_BYTES = 3 << 20
 # left to inductor) 0.95-1.05x.
 GEMM_REGISTER_BLOCK = (16, 16)
 GEMM_BLOCK_MIN_ROWS = 16
+# The same on AVX2, whose 16 registers inductor fills with 4x16 (8 accumulators: two FMA ports
+# of 4-cycle latency are then never both busy). 6x16 holds 12. The Nature CNN's batch-1 im2col
+# GEMMs, each compiled from the package's kernel source and timed alone (thread CPU time, AMD
+# EPYC Zen 3, 2026-11-28), with the micro-kernel in registers: 4x16 38-62 GFLOP/s, 6x16 72-75.
+AVX2_GEMM_REGISTER_BLOCK = (6, 16)
+AVX2_GEMM_BLOCK_MIN_ROWS = 6
 # The template's register block for fp32 products of one row (a batch-1 linear layer), in columns
 # per vector ISA: eight vectors, eight independent FMA chains, where inductor's own pick runs the
 # one-row tail of a taller block, two chains (AVX2's 4x16, AVX-512's 8x32), bound by the FMA
@@ -346,6 +354,11 @@ def cache_key_parts(
         parts["rewrites"] = ["divisions_as_multiplications"]
         parts["gemm_register_block"] = {"block": list(GEMM_REGISTER_BLOCK), "min_rows": GEMM_BLOCK_MIN_ROWS}
         parts["one_row_gemm_columns"] = ONE_ROW_GEMM_COLUMNS
+        parts["avx2_gemm_register_block"] = {
+            "block": list(AVX2_GEMM_REGISTER_BLOCK),
+            "min_rows": AVX2_GEMM_BLOCK_MIN_ROWS,
+        }
+        parts["micro_kernels"] = "registers/1"
     if bound:
         parts["bound"] = {
             **_BOUND_OPTIONS,
@@ -421,7 +434,13 @@ def compiling_with(tuning: str, bound: bool = False) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         stack.enter_context(_torch_compat.gemm_choices_filtered(prefer_template))
         stack.enter_context(_torch_compat.float_gemm_register_block(GEMM_REGISTER_BLOCK, GEMM_BLOCK_MIN_ROWS))
+        stack.enter_context(
+            _torch_compat.float_gemm_register_block(
+                AVX2_GEMM_REGISTER_BLOCK, AVX2_GEMM_BLOCK_MIN_ROWS, "VecAVX2"
+            )
+        )
         stack.enter_context(_torch_compat.one_row_gemm_blocks(ONE_ROW_GEMM_COLUMNS))
+        stack.enter_context(_torch_compat.float_micro_kernels_in_registers())
         if bound:
             stack.enter_context(_torch_compat.gemm_accumulator_on_stack())
             stack.enter_context(_torch_compat.output_clones_kept())

@@ -64,6 +64,21 @@ struct BoundBuffer {
   size_t bytes;                // the element count times the dtype's size
 };
 
+// How the instances of one loaded lite model hold its constants (its weights and buffers), as
+// Policy::constants() lists them. In place, every binding's instance reads them from the model
+// library's own read-only bytes (one copy in memory, shared by the bindings); otherwise each
+// instance holds AOTInductor's own copy of them, made when the binding is.
+struct ModelConstants {
+  std::string model;  // the model's name (ModelSpec::name, what Binding::model() says)
+  bool in_place = false;
+  // Not in place: why, e.g. which field of the constants' records (in the model's generated
+  // wrapper source) holds a value the reader does not know. "" when in place.
+  std::string why;
+  // In place: the constants each instance still copies, since the model may write them (the
+  // policy's buffers, as register_buffer named them: "norm.running_mean"), in the model's order.
+  std::vector<std::string> copied;
+};
+
 // The lite runtime's Policy: what every runtime's Policy offers (tdaot/policy_base.h: manifest,
 // contract, path, sha256, batch_sizes, swap_weights, weights_sha256, rollback_weights; a swap
 // reaches each binding, made before or after, from its next run() on: the run that first sees
@@ -81,6 +96,10 @@ class Policy : public PolicyBase {
   // Inputs and outputs preallocated for `batch` rows, run in place. Throws BatchSizeError when
   // no lite model serves `batch` (batch_sizes() are those served), naming them.
   Binding bind(int64_t batch, const BindOptions& options = BindOptions()) const;
+
+  // How each loaded lite model holds its constants (in place or copied, and why), in the order
+  // the models are listed in the manifest; `tdaot-lite inspect` prints it.
+  std::vector<ModelConstants> constants() const;
 
  private:
   struct Impl;  // defined in src/lite/policy_impl.h

@@ -52,45 +52,60 @@ bool parse_text(const std::string& value, std::string& out) {
   return out.find_first_of("\"\\") == std::string::npos;
 }
 
-// One `constants_info_[i].field = value;` line into `entries`; false for anything unexpected.
-bool parse_line(const std::string& line, std::map<size_t, InplaceConstants::Entry>& entries,
-                std::map<size_t, int>& fields) {
+// One `constants_info_[i].field = value;` line into `entries`; "" when read, else what this
+// reader does not expect in it (naming the constant, the field and the value at fault).
+std::string parse_line(const std::string& line, std::map<size_t, InplaceConstants::Entry>& entries,
+                       std::map<size_t, int>& fields) {
   const size_t open = line.find("constants_info_[");
   const size_t close = line.find("].", open);
   const size_t equals = line.find(" = ", close);
-  if (close == std::string::npos || equals == std::string::npos || line.back() != ';') return false;
+  if (close == std::string::npos || equals == std::string::npos || line.back() != ';') {
+    return "an unexpected constant record: " + line;
+  }
   size_t index = 0;
   try {
     index = std::stoul(line.substr(open + 16, close - open - 16));
   } catch (const std::exception&) {
-    return false;
+    return "an unexpected constant record: " + line;
   }
   const std::string field = line.substr(close + 2, equals - close - 2);
   const std::string value = line.substr(equals + 3, line.size() - equals - 4);
   InplaceConstants::Entry& e = entries[index];
   ++fields[index];
-  if (field == "name") return parse_text(value, e.name);
-  if (field == "dtype") return parse_dtype(value, e.dtype);
-  if (field == "device_type") return value == "cached_torch_device_type_cpu";
-  if (field == "layout") return value == "static_cast<int32_t>(cached_torch_layout_strided)";
-  if (field == "from_folded") return value == "false";  // a folded constant is not in the blob
-  if (field == "shape") return parse_ints(value, e.sizes);
-  if (field == "stride") return parse_ints(value, e.strides);
-  if (field == "original_fqn") return true;
+  const std::string at = "constant " + std::to_string(index) + "'s field '" + field + "'";
+  const std::string unexpected = "an unexpected value in " + at + ": " + value;
+  if (field == "name") return parse_text(value, e.name) ? "" : unexpected;
+  if (field == "dtype") return parse_dtype(value, e.dtype) ? "" : unexpected;
+  if (field == "device_type") return value == "cached_torch_device_type_cpu" ? "" : unexpected;
+  if (field == "layout") {
+    return value == "static_cast<int32_t>(cached_torch_layout_strided)" ? "" : unexpected;
+  }
+  // A folded constant is not in the blob.
+  if (field == "from_folded") return value == "false" ? "" : unexpected;
+  if (field == "shape") return parse_ints(value, e.sizes) ? "" : unexpected;
+  if (field == "stride") return parse_ints(value, e.strides) ? "" : unexpected;
+  if (field == "original_fqn") {
+    if (!parse_text(value, e.original_fqn)) e.original_fqn.clear();  // only for messages
+    return "";
+  }
   if (field == "offset" || field == "data_size") {
     std::vector<int64_t> number;
-    if (!parse_ints("{" + value + "}", number) || number.size() != 1 || number[0] < 0) return false;
+    if (!parse_ints("{" + value + "}", number) || number.size() != 1 || number[0] < 0) {
+      return unexpected;
+    }
     (field == "offset" ? e.offset : e.data_size) = number[0];
-    return true;
+    return "";
   }
   if (field == "type") {
     const std::string prefix = "static_cast<int32_t>(torch::aot_inductor::ConstantType::";
-    if (value.rfind(prefix, 0) != 0) return false;
+    if (value.rfind(prefix, 0) != 0) return unexpected;
     const std::string type = value.substr(prefix.size());
     e.copy = type == "Buffer)";
-    return e.copy || type == "Parameter)" || type == "TensorConstant)" || type == "Unknown)";
+    const bool known = e.copy || type == "Parameter)" || type == "TensorConstant)" || type == "Unknown)";
+    return known ? "" : unexpected;
   }
-  return false;  // opaque metadata, a new field: not a layout this reader knows
+  // Opaque metadata, a new field: not a layout this reader knows.
+  return "an unexpected field in constant " + std::to_string(index) + "'s record: " + line;
 }
 
 constexpr int kFields = 11;  // the fields above, each set once per constant
@@ -117,8 +132,11 @@ std::unique_ptr<const InplaceConstants> InplaceConstants::read(const ModelLibrar
   while (std::getline(in, line)) {
     if (line.find("constants_info_[") == std::string::npos) continue;
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-    if (!parse_line(line, entries, fields)) {
-      why = "an unexpected constant record: " + line;
+    const std::size_t first = line.find_first_not_of(' ');
+    if (first != std::string::npos) line.erase(0, first);
+    const std::string problem = parse_line(line, entries, fields);
+    if (!problem.empty()) {
+      why = problem;
       return nullptr;
     }
   }
@@ -154,6 +172,14 @@ std::unique_ptr<const InplaceConstants> InplaceConstants::read(const ModelLibrar
     return nullptr;
   }
   return result;
+}
+
+std::vector<std::string> InplaceConstants::copied() const {
+  std::vector<std::string> names;
+  for (const Entry& e : entries_) {
+    if (e.copy) names.push_back(e.original_fqn.empty() ? e.name : e.original_fqn);
+  }
+  return names;
 }
 
 aoti::ModelHandle InplaceConstants::create(const ModelLibrary& library) const {

@@ -31,8 +31,13 @@ class InplaceConstants {
   // tdaot::Error with the library's message when it cannot be made.
   aoti::ModelHandle create(const ModelLibrary& library) const;
 
+  // The constants each instance still gets its own copy of (Buffers, which a model may write),
+  // by their names in the policy (original_fqn, e.g. "norm.running_mean"), in the blob's order.
+  std::vector<std::string> copied() const;
+
   struct Entry {
     std::string name;
+    std::string original_fqn;  // the name in the policy, when the record gives one
     int32_t dtype = 0;
     std::vector<int64_t> sizes;
     std::vector<int64_t> strides;

@@ -122,7 +122,10 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& options)
     const std::string& so = files.model(name).library;
     std::string why;  // a model whose constants cannot be used in place keeps AOTInductor's copy
     auto inplace = detail::InplaceConstants::read(*library, so.substr(0, so.size() - 3) + ".cpp", why);
-    models.push_back(Model{spec, std::move(library), std::move(weights), std::move(inplace)});
+    ModelConstants constants{name, inplace != nullptr, inplace ? "" : why,
+                             inplace ? inplace->copied() : std::vector<std::string>{}};
+    models.push_back(Model{spec, std::move(library), std::move(weights), std::move(inplace),
+                           std::move(constants)});
   }
   for (const Model& model : models) loaded_specs.push_back(&model.spec);
   // The extracted files go with `files`; the libraries stay mapped.
@@ -144,6 +147,12 @@ std::string Policy::Impl::describe(const Model& model) const {
 
 Policy::Policy(const std::string& package_path, const PolicyOptions& options)
     : PolicyBase(std::make_shared<const Impl>(package_path, options), "tdaot::lite::Policy") {}
+
+std::vector<ModelConstants> Policy::constants() const {
+  std::vector<ModelConstants> result;
+  for (const Impl::Model& model : core_as<Impl>().models) result.push_back(model.constants);
+  return result;
+}
 std::vector<detail::SwapTarget> Policy::Impl::swap_targets() const {
   std::vector<detail::SwapTarget> targets;
   for (const Model& model : models) targets.push_back(detail::swap_target(model.spec.name, *model.weights));

@@ -194,10 +194,25 @@ int inspect(const std::string& path) {
     std::cout << "  output " << s.key << "  " << dtype_name(s.dtype) << " " << format_batched_shape(s.shape) << "\n";
   }
   std::cout << "  models:\n";
+  const std::vector<lite::ModelConstants> constants = policy.constants();
   for (const ModelSpec& model : m.models) {
     std::cout << "    " << model.name << "  batch " << model.batch.min;
     if (model.batch.dynamic()) std::cout << ".." << model.batch.max;
-    std::cout << "  " << model.tuning << "  " << lite_text(model) << "\n";
+    std::cout << "  " << model.tuning << "  " << lite_text(model);
+    // A loaded lite model: whether its bindings share the library's constants or copy them.
+    for (const lite::ModelConstants& c : constants) {
+      if (c.model != model.name) continue;
+      if (!c.in_place) {
+        std::cout << "  constants copied per binding: " << c.why;
+        continue;
+      }
+      std::cout << "  constants in place";
+      for (size_t i = 0; i < c.copied.size(); ++i) {
+        std::cout << (i == 0 ? " (copied per binding: " : ", ") << c.copied[i];
+      }
+      if (!c.copied.empty()) std::cout << ")";
+    }
+    std::cout << "\n";
   }
   std::cout << "  lite runtime serves batch sizes:";
   for (int64_t size : policy.batch_sizes()) std::cout << " " << size;

@@ -134,7 +134,9 @@ build() {
 # robot_service} and opt/tdaot/lib/libtdaot_lite.so. From the build image: its C++ build
 # installed, robot_service built against the installed tree as a downstream project would. With
 # FROM_HOST=1: this machine's build/cpp and robot_service compiled against it (the base is
-# Debian 12, so the host must be too: the same glibc, libminizip1, libsodium23 and libsleef3).
+# Debian 12, so the host must be too: the same glibc and libsleef3, and libminizip1 and
+# libsodium23 where the host lacked their static archives; Dockerfile.runtime installs what ldd
+# finds missing).
 stage_lite() {
   local out=$WORK/lite
   rm -rf "$out" && mkdir -p "$out/opt/tdaot/bin" "$out/opt/tdaot/lib"

@@ -13,6 +13,7 @@
 #include "core/run/model_library.h"
 #include "lite/inplace_constants.h"
 #include "lite_support.h"
+#include "tdaot/lite.h"
 
 namespace tdaot {
 namespace {
@@ -54,7 +55,10 @@ TEST(LiteInplaceConstants, EveryFixtureModelIsReadAndAnUnknownRecordFallsBack) {
       const std::string first = "constants_info_[0].name";
       ASSERT_NE(text.find(first), std::string::npos) << source;
       const std::vector<std::pair<std::string, std::string>> cases = {
-          {edited(text, first, "    constants_info_[0].opaque_metadata = {1};"), "unexpected"},
+          {edited(text, first, "    constants_info_[0].opaque_metadata = {1};"),
+           "unexpected field in constant 0's record: constants_info_[0].opaque_metadata"},
+          {edited(text, "constants_info_[0].dtype", "    constants_info_[0].dtype = cached_torch_dtype_int4;"),
+           "unexpected value in constant 0's field 'dtype': cached_torch_dtype_int4"},
           {edited(text, "constants_info_[0].shape", ""), "incomplete"},
           {edited(text, "constants_info_[0].data_size", "    constants_info_[0].data_size = 4;"),
            "does not fit"},
@@ -64,12 +68,26 @@ TEST(LiteInplaceConstants, EveryFixtureModelIsReadAndAnUnknownRecordFallsBack) {
         lite_test::write_file(path, edit);
         why.clear();
         EXPECT_FALSE(detail::InplaceConstants::read(*library, path, why)) << expected;
-        EXPECT_TRUE(Contains(why, expected));
+        EXPECT_TRUE(Contains(why, expected)) << why;
       }
       why.clear();
       EXPECT_FALSE(detail::InplaceConstants::read(*library, temp.file("absent.cpp"), why));
       EXPECT_TRUE(Contains(why, "no wrapper source"));
     }
+  }
+}
+
+// What a user sees of it: every loaded lite model of a fixture says its constants are in place,
+// and which of them each binding still copies (none of these fixtures has a buffer).
+TEST(LiteInplaceConstants, ThePolicyReportsEachModelInPlace) {
+  const lite::Policy policy(lite_test::package_path("tutorial.pt2"));
+  const std::vector<lite::ModelConstants> constants = policy.constants();
+  ASSERT_FALSE(constants.empty());
+  for (const lite::ModelConstants& model : constants) {
+    EXPECT_TRUE(model.in_place) << model.model << ": " << model.why;
+    EXPECT_EQ(model.why, "");
+    EXPECT_TRUE(model.copied.empty()) << model.model;
+    EXPECT_EQ(policy.bind(1).model(), constants.front().model);
   }
 }
 

@@ -233,6 +233,22 @@ def test_one_row_gemm_blocks_are_added_for_one_row_products_only_and_removed():
     assert configs == before
 
 
+def _avx2_code(fn, inputs, patch=None):
+    """``fn`` compiled by torch.compile for AVX2 under ``patch`` (a tdaot._torch_compat context,
+    or none): its outputs on ``inputs`` and its generated code."""
+    from torch._inductor import config
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    with (
+        config.patch({"cpp.simdlen": 256, "fx_graph_cache": False}),
+        compat.vector_isas_limited_to(("VecAVX2",)),
+        patch if patch is not None else compat.inductor_config({}),
+    ):
+        out, (code, *_) = run_and_get_code(torch.compile(fn, dynamic=False), *inputs)
+    return out, code
+
+
 def _byte_kernels(x: torch.Tensor, codes: torch.Tensor, divisors: torch.Tensor):
     # uint8 and int8 loads of 8 and 16 lanes, a division by a loaded int8 among them.
     return x.float() * (1 / 255), (codes // divisors).float(), x[:, :8].float() + codes[:, 8:16].float()
@@ -241,26 +257,13 @@ def _byte_kernels(x: torch.Tensor, codes: torch.Tensor, divisors: torch.Tensor):
 @pytest.mark.slow  # two small inductor compiles
 @pytest.mark.skipif("avx2" not in Path("/proc/cpuinfo").read_text(), reason="the host has no AVX2")
 def test_byte_loads_are_direct_on_avx2_and_compute_what_the_header_does():
-    from torch._inductor import config
-    from torch._inductor.utils import run_and_get_code
-
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (6, 32), dtype=torch.uint8, generator=gen)
     codes = torch.randint(-128, 128, (6, 32), dtype=torch.int8, generator=gen)
     divisors = torch.randint(1, 128, (6, 32), dtype=torch.int8, generator=gen)
     expected = _byte_kernels(x, codes, divisors)
-
-    def compiled(direct: bool):
-        torch._dynamo.reset()
-        with (
-            config.patch({"cpp.simdlen": 256, "fx_graph_cache": False}),
-            compat.vector_isas_limited_to(("VecAVX2",)),
-            compat.byte_loads_direct() if direct else compat.inductor_config({}),
-        ):
-            return run_and_get_code(torch.compile(_byte_kernels, dynamic=False), x, codes, divisors)
-
-    plain_out, (plain_code, *_) = compiled(direct=False)
-    direct_out, (direct_code, *_) = compiled(direct=True)
+    plain_out, plain_code = _avx2_code(_byte_kernels, (x, codes, divisors))
+    direct_out, direct_code = _avx2_code(_byte_kernels, (x, codes, divisors), compat.byte_loads_direct())
     assert "Vectorized<uint8_t>::loadu(" in plain_code, _changed(
         "byte_loads_direct", "inductor no longer loads 8-bit vectors with Vectorized<T>::loadu(ptr, n)"
     )
@@ -278,22 +281,9 @@ def _three_of_eight(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.slow  # two small inductor compiles
 @pytest.mark.skipif("avx2" not in Path("/proc/cpuinfo").read_text(), reason="the host has no AVX2")
 def test_short_loops_are_left_scalar_on_avx2():
-    from torch._inductor import config
-    from torch._inductor.utils import run_and_get_code
-
     x = torch.randn(64, 8)
-
-    def compiled(scalar: bool):
-        torch._dynamo.reset()
-        with (
-            config.patch({"cpp.simdlen": 256, "fx_graph_cache": False}),
-            compat.vector_isas_limited_to(("VecAVX2",)),
-            compat.short_loops_scalar() if scalar else compat.inductor_config({}),
-        ):
-            return run_and_get_code(torch.compile(_three_of_eight, dynamic=False), x)
-
-    vector_out, (vector_code, *_) = compiled(scalar=False)
-    scalar_out, (scalar_code, *_) = compiled(scalar=True)
+    vector_out, vector_code = _avx2_code(_three_of_eight, (x,))
+    scalar_out, scalar_code = _avx2_code(_three_of_eight, (x,), compat.short_loops_scalar())
     assert "at::vec::Vectorized<float>" in vector_code, _changed(
         "short_loops_scalar", "inductor no longer vectorizes a 3-long loop as a masked tail"
     )

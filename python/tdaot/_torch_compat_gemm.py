@@ -79,6 +79,35 @@ def gemm_choices_filtered(keep: Callable[[list], list]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _micro_gemm_configs_restored() -> Iterator[dict]:
+    """Inductor's micro-kernel configs (class -> list), as they are now once the block ends."""
+    from torch._inductor import select_algorithm  # noqa: F401 - see gemm_choices_filtered
+    from torch._inductor.codegen import cpp_micro_gemm
+
+    registered = cpp_micro_gemm.micro_gemm_configs
+    saved = {cls: list(configs) for cls, configs in registered.items()}
+    try:
+        yield registered
+    finally:
+        for cls, configs in saved.items():
+            registered[cls][:] = configs
+
+
+def _float_configs_added(registered: dict, isa: str, block: tuple[int, int], extra_check) -> None:
+    """An fp32 micro-kernel config of register block ``block`` on ``isa``, ranked first."""
+    from torch._inductor import cpu_vec_isa
+    from torch._inductor.codegen import cpp_micro_gemm
+
+    registered[cpp_micro_gemm.CppMicroGemmFP32Vec][:0] = cpp_micro_gemm.generate_gemm_config(
+        getattr(cpu_vec_isa, isa), [(*block, 1)], input_dtype=torch.float, extra_check=extra_check
+    )
+
+
+def _is_float(config) -> bool:
+    return config.input_dtype == torch.float32 and config.compute_dtype == torch.float32
+
+
+@contextlib.contextmanager
 def float_gemm_register_block(
     block: tuple[int, int], min_rows: int, isa: str = "VecAVX512"
 ) -> Iterator[None]:
@@ -90,24 +119,25 @@ def float_gemm_register_block(
     eligible for the products this does not cover."""
     import dataclasses
 
-    from torch._inductor import cpu_vec_isa, select_algorithm  # noqa: F401 - see gemm_choices_filtered
+    from torch._inductor import cpu_vec_isa
     from torch._inductor.codegen import cpp_micro_gemm
 
     isa_class = getattr(cpu_vec_isa, isa)
-
-    def is_float(config) -> bool:
-        return config.input_dtype == torch.float32 and config.compute_dtype == torch.float32
+    block = tuple(block)
 
     def covered(m, n) -> bool:
         return m >= min_rows and n % block[1] == 0
 
-    def narrowed(config):
+    def is_block(config) -> bool:
         blocking = config.register_blocking
-        if (
-            config.vec_isa_cls is not isa_class
-            or not is_float(config)
-            or (blocking.block_m, blocking.block_n) == tuple(block)
-        ):
+        return (
+            config.vec_isa_cls is isa_class
+            and _is_float(config)
+            and (blocking.block_m, blocking.block_n) == block
+        )
+
+    def narrowed(config):
+        if config.vec_isa_cls is not isa_class or not _is_float(config) or is_block(config):
             return config
         check = config.extra_check
 
@@ -118,29 +148,13 @@ def float_gemm_register_block(
 
         return dataclasses.replace(config, extra_check=extra_check)
 
-    registered = cpp_micro_gemm.micro_gemm_configs
-    saved = {cls: list(configs) for cls, configs in registered.items()}
-    fp32 = registered[cpp_micro_gemm.CppMicroGemmFP32Vec]
-    has_block = any(
-        c.vec_isa_cls is isa_class
-        and is_float(c)
-        and (c.register_blocking.block_m, c.register_blocking.block_n) == tuple(block)
-        for c in fp32
-    )
-    for configs in registered.values():
-        configs[:] = [narrowed(config) for config in configs]
-    if not has_block:
-        fp32[:0] = cpp_micro_gemm.generate_gemm_config(
-            isa_class,
-            [(*block, 1)],
-            input_dtype=torch.float,
-            extra_check=lambda config, m, n, *a, **k: covered(m, n),
-        )
-    try:
+    with _micro_gemm_configs_restored() as registered:
+        has_block = any(is_block(config) for config in registered[cpp_micro_gemm.CppMicroGemmFP32Vec])
+        for configs in registered.values():
+            configs[:] = [narrowed(config) for config in configs]
+        if not has_block:
+            _float_configs_added(registered, isa, block, lambda config, m, n, *a, **k: covered(m, n))
         yield
-    finally:
-        for cls, configs in saved.items():
-            registered[cls][:] = configs
 
 
 @contextlib.contextmanager
@@ -149,25 +163,14 @@ def one_row_gemm_blocks(columns: dict[str, int]) -> Iterator[None]:
     block of 1 x ``columns[isa]`` on each named vector ISA ("VecAVX2": 64, ...) wherever that
     divides its columns, for the duration. Inductor has no one-row block: such a product runs the
     one-row tail of a taller block (1x16 of AVX2's 4x16), two accumulators, one FMA chain each."""
-    from torch._inductor import cpu_vec_isa, select_algorithm  # noqa: F401 - see gemm_choices_filtered
-    from torch._inductor.codegen import cpp_micro_gemm
 
     def one_row(config, m, n, k, *args, **kwargs):
         return m == 1 and not kwargs.get("dynamic_M", False) and n % config.register_blocking.block_n == 0
 
-    added = [
-        config
-        for isa, width in columns.items()
-        for config in cpp_micro_gemm.generate_gemm_config(
-            getattr(cpu_vec_isa, isa), [(1, width, 1)], input_dtype=torch.float, extra_check=one_row
-        )
-    ]
-    configs = cpp_micro_gemm.micro_gemm_configs[cpp_micro_gemm.CppMicroGemmFP32Vec]
-    configs[:0] = added
-    try:
+    with _micro_gemm_configs_restored() as registered:
+        for isa, width in columns.items():
+            _float_configs_added(registered, isa, (1, width), one_row)
         yield
-    finally:
-        configs[:] = [config for config in configs if all(config is not a for a in added)]
 
 
 # The fp32 body of inductor's micro-kernel as it renders (no N tail, B not transposed, alpha 1),

@@ -122,10 +122,8 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& options)
     const std::string& so = files.model(name).library;
     std::string why;  // a model whose constants cannot be used in place keeps AOTInductor's copy
     auto inplace = detail::InplaceConstants::read(*library, so.substr(0, so.size() - 3) + ".cpp", why);
-    ModelConstants constants{name, inplace != nullptr, inplace ? "" : why,
-                             inplace ? inplace->copied() : std::vector<std::string>{}};
-    models.push_back(Model{spec, std::move(library), std::move(weights), std::move(inplace),
-                           std::move(constants)});
+    if (inplace) why.clear();
+    models.push_back(Model{spec, std::move(library), std::move(weights), std::move(inplace), std::move(why)});
   }
   for (const Model& model : models) loaded_specs.push_back(&model.spec);
   // The extracted files go with `files`; the libraries stay mapped.
@@ -150,7 +148,11 @@ Policy::Policy(const std::string& package_path, const PolicyOptions& options)
 
 std::vector<ModelConstants> Policy::constants() const {
   std::vector<ModelConstants> result;
-  for (const Impl::Model& model : core_as<Impl>().models) result.push_back(model.constants);
+  for (const Impl::Model& model : core_as<Impl>().models) {
+    const bool in_place = model.inplace != nullptr;
+    result.push_back({model.spec.name, in_place, model.inplace_why,
+                      in_place ? model.inplace->copied() : std::vector<std::string>{}});
+  }
   return result;
 }
 std::vector<detail::SwapTarget> Policy::Impl::swap_targets() const {

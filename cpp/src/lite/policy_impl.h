@@ -25,14 +25,14 @@ namespace tdaot::lite {
 struct Policy::Impl : detail::PolicyCore {
   // One loaded lite model: its manifest entry, its library's entry points, its swappable
   // constants (lite/weights.h) and, when readable, their layout in the library for instances
-  // that use them in place (null: AOTInductor copies them, for the reason `constants.why`;
+  // that use them in place (null: AOTInductor copies them, for the reason `inplace_why`;
   // lite/inplace_constants.h), as Policy::constants() reports it.
   struct Model {
     ModelSpec spec;
     std::unique_ptr<detail::ModelLibrary> library;
     std::unique_ptr<detail::LiteModelWeights> weights;
     std::unique_ptr<const detail::InplaceConstants> inplace;
-    ModelConstants constants;
+    std::string inplace_why;  // "" when `inplace` is set
   };
 
   Impl(const std::string& package_path, const PolicyOptions& options);

@@ -45,8 +45,9 @@ PEERS_AND_AOTI = ("onnxruntime", "openvino", "executorch", "aoti")
 PEER_NAMES = ("openvino", "executorch")  # benchmarks/peers.py's PEERS (imported late, with torch)
 
 
-def load(artifacts: Path) -> dict[str, object]:
-    """Each runtime's loaded model of one policy's artifacts, tdaot's twice (the control)."""
+def load(artifacts: Path, control: Path | None = None) -> dict[str, object]:
+    """Each runtime's loaded model of one policy's artifacts, tdaot's twice (the control; or, given
+    ``control``, that package as the control: an A/B of two builds)."""
     import torch
 
     import peers
@@ -57,7 +58,7 @@ def load(artifacts: Path) -> dict[str, object]:
         "onnxruntime": onnx_session(artifacts / "policy.onnx"),
         "aoti": torch._inductor.aoti_load_package(str(artifacts / "policy-throughput.pt2")),
         "tdaot": tdaot.load(artifacts / "policy.pt2", intra_op_threads=1),
-        "tdaot (copy)": tdaot.load(artifacts / "policy.pt2", intra_op_threads=1),
+        "tdaot (copy)": tdaot.load(control or artifacts / "policy.pt2", intra_op_threads=1),
     }
     # The peers the build made and checked (peers.json); why not, for those it could not.
     for name, made in peers.read_status(artifacts).items():
@@ -131,7 +132,9 @@ def ratios(samples: dict[str, list[int]], numerator: str, denominator: str) -> d
     return {"p50": statistics.median(top) / statistics.median(bottom), "min": min(parts), "max": max(parts)}
 
 
-def measure(artifacts: Path, policies: list[str], batches: list[int], seconds: float) -> list[dict]:
+def measure(
+    artifacts: Path, policies: list[str], batches: list[int], seconds: float, control: str | None = None
+) -> list[dict]:
     from common import make_inputs
     from policies import timed_batches
 
@@ -139,7 +142,7 @@ def measure(artifacts: Path, policies: list[str], batches: list[int], seconds: f
     for policy in policies:
         source = artifacts / policy
         info = json.loads((source / "info.json").read_text())
-        loaded = load(source)
+        loaded = load(source, control and Path(control.format(policy=policy)))
         for batch in [b for b in batches if b in timed_batches(policy)]:
             tensors = make_inputs(info["inputs"], batch)
             samples = alternate(calls_for(loaded, tensors), seconds)
@@ -225,6 +228,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="per policy and batch")
     parser.add_argument("--cpu", type=int, default=os.cpu_count() - 1, help="-1: no pinning")
     parser.add_argument("--json", help="write the rows here too")
+    # An A/B of two builds in one process: the control row runs this package ({policy} in it).
+    parser.add_argument("--control", help="package for the control row (default: policy.pt2 again)")
     args = parser.parse_args()
     if args.cpu >= 0:
         os.sched_setaffinity(0, {args.cpu})
@@ -239,6 +244,7 @@ def main() -> int:
         args.policies.split(","),
         [int(b) for b in args.batches.split(",")],
         args.seconds,
+        args.control,
     )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")

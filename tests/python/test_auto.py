@@ -9,6 +9,7 @@ the conv rewrite checked without compiling.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import subprocess
 import sys
@@ -29,7 +30,9 @@ from tdaot.builder.tuning import (
     BOUND_MAX_BATCH,
     DECOMPOSED_RNN_MAX_BATCH,
     ModelPlan,
+    plan_key_parts,
     plan_models,
+    tune_plan,
     tune_program,
 )
 from tdaot.cli import main
@@ -60,9 +63,28 @@ def test_default_tuning_is_auto_with_batch_one_specialised():
     options = BuildOptions()
     assert (options.tuning, options.specialize) == ("auto", None)
     assert plan_models("auto", None, "cpu", 1, 1 << 20) == [
-        ModelPlan("model", "throughput"),
+        ModelPlan("model", "throughput", reciprocals=True),
         ModelPlan("b1", "latency", 1, bound=True),
     ]
+
+
+@pytest.mark.parametrize(
+    ("tuning", "specialize", "device", "low", "high", "expected"),
+    [
+        # "auto"'s CPU throughput models, dynamic, small and static; latency models by their tuning.
+        ("auto", (1, 64), "cpu", 1, 4096, {"model": True, "small": True, "b1": False, "b64": True}),
+        ("auto", None, "cuda", 1, 64, {"model": False}),
+        ("throughput", None, "cpu", 1, 64, {"model": False}),  # inductor's own choice
+        ("latency", None, "cpu", 1, 64, {"model": False}),
+    ],
+)
+def test_auto_cpu_throughput_models_multiply_by_reciprocals(tuning, specialize, device, low, high, expected):
+    plans = plan_models(tuning, specialize, device, low, high, recurrent=True)
+    assert {p.name: p.reciprocals for p in plans} == expected
+    for plan in plans:
+        rewrites = plan_key_parts(plan).get("rewrites", [])
+        assert ("divisions_as_multiplications" in rewrites) == (plan.reciprocals or plan.tuning == "latency")
+        assert ModelPlan(**plan.describe()) == dataclasses.replace(plan, chunk_rows=None)
 
 
 @pytest.mark.parametrize(
@@ -319,10 +341,15 @@ def _div_nodes(program) -> list:
     return [n for n in program.graph.nodes if n.target is torch.ops.aten.div.Tensor]
 
 
-def test_divisions_by_a_number_become_multiplications_by_its_reciprocal():
+@pytest.mark.parametrize("tuned", ["rewrite", "auto throughput model"])
+def test_divisions_by_a_number_become_multiplications_by_its_reciprocal(tuned):
     pixels, scale = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8), torch.full((1,), 3.0)
     program = torch.export.export(_Divisions(), (pixels, scale))
-    rewritten = divisions_as_multiplications(program)
+    if tuned == "rewrite":
+        rewritten = divisions_as_multiplications(program)
+    else:
+        (plan,) = plan_models("auto", (), "cpu", 1, 64)
+        rewritten = tune_plan(program, plan)
     kept = [n.args[1] for n in _div_nodes(rewritten)]
     assert len(_div_nodes(program)) == 5 and len(kept) == 3
     assert 0.0 in kept and True in kept  # by zero and by a bool: left to aten

@@ -92,6 +92,12 @@ def test_chunk_rows_keeps_the_largest_intermediate_within_the_budget(monkeypatch
     assert tuning.chunk_rows(dynamic, BatchRange(1, 16)) is None  # the largest batch fits
     monkeypatch.setattr(tuning, "CHUNK_BYTES", 5000)
     assert tuning.chunk_rows(program, static) == 16  # 19 rows would fit: a power of two is taken
+    # A slice is SLICE_MIN_ROWS rows where they fit CHUNK_BYTES (32 x 256 bytes), not fewer.
+    assert tuning.SLICE_MIN_ROWS == 32
+    assert tuning.chunk_rows(dynamic, BatchRange(1, 64)) == 16  # 5000 bytes: 16 rows
+    monkeypatch.setattr(tuning, "CHUNK_BYTES", 32 * 256)
+    assert tuning.chunk_rows(dynamic, BatchRange(1, 64)) == 32
+    assert tuning.chunk_rows(program, static) == 32  # a static batch: CHUNK_BYTES alone
     monkeypatch.setattr(tuning, "CHUNK_BYTES", 1)
     assert tuning.chunk_rows(program, static) == 1
 
@@ -117,9 +123,10 @@ def test_a_policy_whose_rows_mix_is_never_chunked(monkeypatch):
     policy, example = _tutorial()
     assert export_policy(policy, example, batch=(1, 64)).chunk_rows == 16
     # A recurrent policy's state rows are rows like any other: it is chunked too (its largest
-    # intermediate is 8 floats a row, so the budget is lowered further for it).
+    # intermediate is 8 floats a row, so the budgets are lowered further for it).
     recurrent, recurrent_example = _policies().recurrent_policy()
     monkeypatch.setattr(tuning, "SLICE_BYTES", 512)
+    monkeypatch.setattr(tuning, "CHUNK_BYTES", 512)
     assert export_policy(recurrent, recurrent_example, batch=(1, 64)).chunk_rows == 16
     _small_budgets(monkeypatch)
     mixing = TensorDictModule(nn.Sequential(nn.Linear(3, 64), _BatchCentred()), ["observation"], ["action"])

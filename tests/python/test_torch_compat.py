@@ -191,6 +191,9 @@ def test_an_avx2_register_block_is_added_and_the_others_kept_off_its_products():
         assert six.extra_check(six, 400, 32, 256, 1, 1) and not four.extra_check(four, 400, 32, 256, 1, 1)
         assert not six.extra_check(six, 4, 32, 256, 1, 1), "4 rows: inductor's blocks"
         assert not six.extra_check(six, 400, 24, 256, 1, 1), "16 does not divide 24 columns"
+        # A dynamic batch's rows (their size hint is the example's, here 1): 6x16 too.
+        assert six.extra_check(six, 1, 32, 256, 1, 1, dynamic_M=True)
+        assert not four.extra_check(four, 1, 32, 256, 1, 1, dynamic_M=True)
     assert configs == before
 
 

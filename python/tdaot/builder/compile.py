@@ -88,7 +88,7 @@ def compile_model(
         with (
             tracing_noise_silenced(),
             compiling_for(target),
-            compiling_with(plan.tuning, plan.bound),
+            compiling_with(plan),
             # A path of the model's key: the same bytes from any cache setting (inductor_dir).
             build_cache_dir(_compile_key(program, manifest, options, plan)),
             compiles_through_ccache(),

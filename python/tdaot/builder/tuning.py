@@ -39,28 +39,25 @@ runs the eager policy on a few distinct rows at once and in two calls
 normalisation over the batch) is never chunked.
 
 ``"throughput"`` is inductor's own choice: matrix products call ATen (MKL), recurrent layers
-call ATen's fused RNN op (one oneDNN RNN primitive). Best from batch ~64 up.
+call ATen's fused RNN op (one oneDNN RNN primitive). Best from batch ~64 up. Under ``"auto"``
+a CPU throughput model also computes a division by a constant number as a multiplication by its
+reciprocal, as latency models do (``ModelPlan.reciprocals``, ``AUTO_RECIPROCALS``).
 
 ``"latency"`` is for batch-1 control loops, where those library calls spend most of their
 time setting themselves up:
 
 - matrix products whose weight is a constant use inductor's C++ GEMM template: a
   micro-kernel generated for the layer's shape, weights prepacked at build time, its fp32
-  register block 16x16 on AVX-512 from 16 rows up (``GEMM_REGISTER_BLOCK``), 6x16 on AVX2
-  from 6 rows up (``AVX2_GEMM_REGISTER_BLOCK``), one row by eight vectors for a one-row product
-  (``ONE_ROW_GEMM_COLUMNS``), its accumulators held in registers
-  (tdaot._torch_compat.float_micro_kernels_in_registers);
+  register block 16x16 on AVX-512 from 16 rows up, 6x16 on AVX2 from 6 rows up, one row by
+  eight vectors for a one-row product, its accumulators held in registers
+  (tdaot.builder.gemm_choice);
 - recurrent layers (``aten.lstm``, ``aten.gru``, ``aten.rnn_tanh``, ``aten.rnn_relu``)
   are decomposed before compiling into matmuls and pointwise ops that inductor fuses;
 - a division by a constant number is a multiplication by its reciprocal
   (tdaot.builder.rewrites: the vector division was a fifth of a pixel policy's batch-1 call).
 
-Both are slower at large batch (benchmarks/README.md). The choice between the template
-and ATen is made here, never by timing candidates on the build machine (which is what
-``max_autotune`` does by default): the template wherever it applies, ATen elsewhere, so
-the same inputs still give the same package. The template's cache blocking is derived
-from the build host's L1/L2 sizes, which is one more thing two build machines must share
-to produce identical bytes.
+Both are slower at large batch (benchmarks/README.md). Which products the template takes is
+decided by a rule, never by timing (tdaot.builder.gemm_choice).
 
 A static-batch latency model of at most ``BOUND_MAX_BATCH`` rows is also built for the bound
 run: AOTInductor's minimal array-ref entry point (plain pointers in and out, no tensor
@@ -84,7 +81,7 @@ from dataclasses import dataclass
 import torch
 
 from tdaot import _torch_compat
-from tdaot.builder import rewrites
+from tdaot.builder import gemm_choice, rewrites
 from tdaot.manifest import BatchRange
 
 TUNINGS = ("throughput", "latency", "auto")
@@ -102,6 +99,11 @@ DECOMPOSED_RNN_MAX_BATCH = 128
 # (float_micro_kernels_in_registers, 6x16 on AVX2) the twin is 1.68x `b1` there (b1_routes.py
 # --clock cpu, one process), so no network measured gets one. Not measured on AVX-512 since.
 ATEN_CONVOLUTION_MIN_FLOPS = math.inf
+# A pixel policy's `/ 255` as `* (1 / 255)` in the dynamic throughput model, p50 against the
+# division at batch 64 (benchmarks/variants.py, "reciprocal", one process, 2026-11-28, AMD EPYC
+# Zen 3, AVX2): conv policy 0.64x, Nature CNN 0.84x. Results differ from eager's division by at
+# most an ulp of each quotient.
+AUTO_RECIPROCALS = True
 # Largest static batch compiled for the bound run: its intermediates live on the stack.
 # It is also the largest a specialised model gets the latency tuning for.
 BOUND_MAX_BATCH = 16
@@ -121,37 +123,15 @@ CHUNK_BYTES = 16 << 20
 # 4 MiB buffers), slices of 256 / 1024 / 2048 rows 6.3 / 6.5 / 6.8 ms, no faults. 3 MiB gives the
 # conv policy 64 rows and the MLP 2048.
 SLICE_BYTES = 3 << 20
-
-# The C++ GEMM template's register block for fp32 products of at least GEMM_BLOCK_MIN_ROWS rows
-# on AVX-512 (where it divides the columns); inductor's own pick there is the larger 8x32 or 8x48.
-# Batch-1 bound calls, 16x16 against inductor's pick (tdaot-run bench --bind, pinned, 2026-11-27,
-# Xeon): the conv benchmark policy 0.83x, the Nature CNN 0.78x, an IMPALA ResNet 0.70x (im2col
-# GEMMs of 16 to 4096 rows; benchmarks/README.md); the MLP and the LSTM (1-row products,
-# left to inductor) 0.95-1.05x.
-GEMM_REGISTER_BLOCK = (16, 16)
-GEMM_BLOCK_MIN_ROWS = 16
-# The same on AVX2, whose 16 registers inductor fills with 4x16 (8 accumulators: two FMA ports
-# of 4-cycle latency are then never both busy). 6x16 holds 12. The Nature CNN's batch-1 im2col
-# GEMMs, each compiled from the package's kernel source and timed alone (thread CPU time, AMD
-# EPYC Zen 3, 2026-11-28), with the micro-kernel in registers: 4x16 38-62 GFLOP/s, 6x16 72-75.
-AVX2_GEMM_REGISTER_BLOCK = (6, 16)
-AVX2_GEMM_BLOCK_MIN_ROWS = 6
-# The template's register block for fp32 products of one row (a batch-1 linear layer), in columns
-# per vector ISA: eight vectors, eight independent FMA chains, where inductor's own pick runs the
-# one-row tail of a taller block, two chains (AVX2's 4x16, AVX-512's 8x32), bound by the FMA
-# latency. MLP batch-1 bound call, p50 (tdaot-run bench --bind, pinned; 2026-11-28, AMD EPYC Zen 3,
-# AVX2): 6.7 -> 4.7 us. The AVX-512 width is the same eight vectors, not measured yet.
-ONE_ROW_GEMM_COLUMNS = {"VecAVX2": 64, "VecAVX512": 128}
+# But a slice is at least this many rows while they stay within CHUNK_BYTES: every slice sets up
+# each oneDNN convolution and each matrix product again, for fewer rows. Batch 64 in slices of the
+# budget's rows against 32-row slices (benchmarks/chunks_ab.py, one process, 12 rounds, 2026-11-28,
+# AMD EPYC Zen 3, AVX2): Nature CNN (113 KiB a row) 16 rows 1.08 / 32 rows 0.93 of the whole
+# call; IMPALA ResNet (256 KiB a row) 8 rows 1.11 / 32 rows 1.00, no page faults either way.
+SLICE_MIN_ROWS = 32
 
 # Inductor options per model tuning; part of the cache key (tdaot.builder.cache.artifact_key).
-_OPTIONS = {
-    "throughput": {},
-    "latency": {
-        # GEMM autotuning only (not pointwise/reduction autotuning), over the CPU backends.
-        "max_autotune_gemm": True,
-        "max_autotune_gemm_backends": "CPP,ATEN",
-    },
-}
+_OPTIONS = {"throughput": {}, "latency": gemm_choice.TEMPLATE_OPTIONS}
 
 # The bound run's entry point and stack-allocated intermediates (static shapes only).
 _BOUND_OPTIONS = {
@@ -187,6 +167,8 @@ class ModelPlan:
     chunk_rows: int | None = None
     # Convolutions left to ATen, not rewritten as GEMMs for the bound run (a "bN_aten" twin).
     aten_convolutions: bool = False
+    # A throughput model's divisions by constants as multiplications (the latency tuning's too).
+    reciprocals: bool = False
 
     def describe(self) -> dict:
         described = {"name": self.name, "tuning": self.tuning, "batch": self.batch, "bound": self.bound}
@@ -197,6 +179,8 @@ class ModelPlan:
             described["decomposed"] = True
         if self.aten_convolutions:
             described["aten_convolutions"] = True
+        if self.reciprocals:
+            described["reciprocals"] = True
         return described
 
     def recurrent_decomposed(self) -> bool:
@@ -237,6 +221,8 @@ def plan_models(
                     # First: the full runtime's pick at that batch (module docstring).
                     plans.append(dataclasses.replace(plan, name=f"{plan.name}_aten", aten_convolutions=True))
                 plans.append(plan)
+    if AUTO_RECIPROCALS:
+        plans = [dataclasses.replace(p, reciprocals=True) if p.tuning == "throughput" else p for p in plans]
     if not recurrent:
         return plans
     return [
@@ -258,8 +244,9 @@ def _specialised(name: str, batch: int) -> ModelPlan:
 
 def chunk_rows(program: torch.export.ExportedProgram, batch: BatchRange) -> int | None:
     """Rows per chunk for ``program`` serving ``batch``: the largest power of two (for a dynamic
-    batch at least ``batch.min``) that keeps its largest batch-sized intermediate within
-    CHUNK_BYTES (a dynamic batch: SLICE_BYTES), or None where the largest batch does already.
+    batch at least ``batch.min``, and SLICE_MIN_ROWS where they fit CHUNK_BYTES) that keeps its
+    largest batch-sized intermediate within CHUNK_BYTES (a dynamic batch: SLICE_BYTES), or None
+    where the largest batch does already.
     A static batch is traced in chunks of that many rows
     (tdaot.builder.export); a dynamic model records it in the manifest (ModelSpec.chunk_rows)
     and the runtime runs a larger call as slices of it."""
@@ -267,11 +254,16 @@ def chunk_rows(program: torch.export.ExportedProgram, batch: BatchRange) -> int 
     per_row = row_bytes(program)
     if per_row * batch.max <= budget:
         return None
-    rows = max(1, budget // per_row)
-    rows = 1 << (rows.bit_length() - 1)
+    rows = _power_of_two_within(budget // per_row)
     if batch.dynamic:
+        rows = max(rows, min(SLICE_MIN_ROWS, _power_of_two_within(CHUNK_BYTES // per_row)))
         rows = max(rows, batch.min)  # a slice is a batch the model serves
     return rows if rows < batch.max else None
+
+
+def _power_of_two_within(rows: int) -> int:
+    """The largest power of two up to ``rows`` (1 at least)."""
+    return 1 << (max(1, rows).bit_length() - 1)
 
 
 def convolution_flops(program: torch.export.ExportedProgram) -> int:
@@ -340,25 +332,29 @@ def model_options(plan: ModelPlan) -> dict:
 
 def plan_key_parts(plan: ModelPlan) -> dict:
     """``cache_key_parts`` of one model of a package."""
-    return cache_key_parts(plan.tuning, plan.bound, plan.decomposed, plan.aten_convolutions)
+    dynamic = plan.batch is None
+    return cache_key_parts(
+        plan.tuning, plan.bound, plan.decomposed, plan.aten_convolutions, plan.reciprocals, dynamic
+    )
 
 
 def cache_key_parts(
-    tuning: str, bound: bool = False, decomposed: bool = False, aten_convolutions: bool = False
+    tuning: str,
+    bound: bool = False,
+    decomposed: bool = False,
+    aten_convolutions: bool = False,
+    reciprocals: bool = False,
+    dynamic: bool = False,
 ) -> dict:
-    """Everything a model's tuning changes in its build, for the artifact cache key."""
+    """Everything a model's tuning changes in its build, for the artifact cache key (``dynamic``:
+    the model's batch is)."""
     parts: dict = {"tuning": tuning, "inductor": tuning_options(tuning)}
     if tuning == "latency" or decomposed:
         parts["decomposed"] = list(RECURRENT_OPS)
-    if tuning == "latency":
+    if tuning == "latency" or reciprocals:
         parts["rewrites"] = ["divisions_as_multiplications"]
-        parts["gemm_register_block"] = {"block": list(GEMM_REGISTER_BLOCK), "min_rows": GEMM_BLOCK_MIN_ROWS}
-        parts["one_row_gemm_columns"] = ONE_ROW_GEMM_COLUMNS
-        parts["avx2_gemm_register_block"] = {
-            "block": list(AVX2_GEMM_REGISTER_BLOCK),
-            "min_rows": AVX2_GEMM_BLOCK_MIN_ROWS,
-        }
-        parts["micro_kernels"] = "registers/1"
+    if tuning == "latency":
+        parts |= gemm_choice.key_parts(dynamic)
     if bound:
         parts["bound"] = {
             **_BOUND_OPTIONS,
@@ -385,7 +381,9 @@ _CONVOLUTION_REWRITES = ("convolutions_as_gemm", "channels_last_weights/2")
 
 def tune_plan(program: torch.export.ExportedProgram, plan: ModelPlan) -> torch.export.ExportedProgram:
     """``tune_program`` for one model of a package."""
-    return tune_program(program, plan.tuning, plan.bound, plan.decomposed, plan.aten_convolutions)
+    return tune_program(
+        program, plan.tuning, plan.bound, plan.decomposed, plan.aten_convolutions, plan.reciprocals
+    )
 
 
 def tune_program(
@@ -394,15 +392,16 @@ def tune_program(
     bound: bool = False,
     decomposed: bool = False,
     aten_convolutions: bool = False,
+    reciprocals: bool = False,
 ) -> torch.export.ExportedProgram:
     """The program a model compiles: for "latency", recurrent ops decomposed and divisions by
     constants as multiplications; for the bound run, convolutions as GEMMs too (unless
     ``aten_convolutions``); ``decomposed``: recurrent ops decomposed (a throughput model of a
-    few rows)."""
+    few rows); ``reciprocals``: divisions by constants as multiplications."""
     table: dict = {}
     if tuning == "latency" or decomposed:
         table |= _torch_compat.decompositions(program, RECURRENT_OPS)
-    if tuning == "latency":
+    if tuning == "latency" or reciprocals:
         table |= rewrites.division_table(program)
     if bound and not aten_convolutions:
         table |= rewrites.convolution_table(program)
@@ -413,35 +412,11 @@ def tune_program(
 
 
 @contextlib.contextmanager
-def compiling_with(tuning: str, bound: bool = False) -> Iterator[None]:
-    """Inductor's GEMM choice made deterministic for ``tuning``, for the duration of a compile.
-
-    ``tuning_options`` (passed to the compile with the other inductor options) turn GEMM
-    autotuning on. Of the candidates inductor then lists for a product, this keeps the
-    C++ template's when there is one (ATen's otherwise), so a single candidate remains
-    and nothing is timed: the choice depends on the program and the target, not on how
-    busy the build machine was. The template's fp32 register block is GEMM_REGISTER_BLOCK
-    from GEMM_BLOCK_MIN_ROWS rows up (on AVX-512).
-    """
-    if tuning != "latency":
+def compiling_with(plan: ModelPlan) -> Iterator[None]:
+    """Inductor's GEMM choice for ``plan``, for the duration of a compile: for a latency model,
+    the C++ template wherever it applies (tdaot.builder.gemm_choice)."""
+    if plan.tuning != "latency":
         yield
         return
-
-    def prefer_template(choices: list) -> list:
-        templates = [c for c in choices if _torch_compat.is_cpp_gemm_template(c)]
-        return templates[:1] if templates else choices[:1]
-
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(_torch_compat.gemm_choices_filtered(prefer_template))
-        stack.enter_context(_torch_compat.float_gemm_register_block(GEMM_REGISTER_BLOCK, GEMM_BLOCK_MIN_ROWS))
-        stack.enter_context(
-            _torch_compat.float_gemm_register_block(
-                AVX2_GEMM_REGISTER_BLOCK, AVX2_GEMM_BLOCK_MIN_ROWS, "VecAVX2"
-            )
-        )
-        stack.enter_context(_torch_compat.one_row_gemm_blocks(ONE_ROW_GEMM_COLUMNS))
-        stack.enter_context(_torch_compat.float_micro_kernels_in_registers())
-        if bound:
-            stack.enter_context(_torch_compat.gemm_accumulator_on_stack())
-            stack.enter_context(_torch_compat.output_clones_kept())
+    with gemm_choice.template_chosen(plan.bound):
         yield

@@ -1,0 +1,91 @@
+"""Which matrix products of a latency model inductor's C++ GEMM template computes, and with
+what micro-kernels (tdaot.builder.tuning).
+
+The choice is made here, never by timing candidates on the build machine (what ``max_autotune``
+does by default): the template wherever it applies, ATen elsewhere, so the same inputs still
+give the same package. The template's cache blocking is derived from the
+build host's L1/L2 sizes, which is one more thing two build machines must share to produce
+identical bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from tdaot import _torch_compat
+
+# Inductor options of a model whose products may go to the template: GEMM autotuning only (not
+# pointwise/reduction autotuning), over the CPU backends; part of the cache key.
+TEMPLATE_OPTIONS = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "CPP,ATEN"}
+
+# The C++ GEMM template's register block for fp32 products of at least GEMM_BLOCK_MIN_ROWS rows
+# on AVX-512 (where it divides the columns); inductor's own pick there is the larger 8x32 or 8x48.
+# Batch-1 bound calls, 16x16 against inductor's pick (tdaot-run bench --bind, pinned, 2026-11-27,
+# Xeon): the conv benchmark policy 0.83x, the Nature CNN 0.78x, an IMPALA ResNet 0.70x (im2col
+# GEMMs of 16 to 4096 rows; benchmarks/README.md); the MLP and the LSTM (1-row products,
+# left to inductor) 0.95-1.05x.
+GEMM_REGISTER_BLOCK = (16, 16)
+GEMM_BLOCK_MIN_ROWS = 16
+# The same on AVX2, whose 16 registers inductor fills with 4x16 (8 accumulators: two FMA ports
+# of 4-cycle latency are then never both busy). 6x16 holds 12. The Nature CNN's batch-1 im2col
+# GEMMs, each compiled from the package's kernel source and timed alone (thread CPU time, AMD
+# EPYC Zen 3, 2026-11-28), with the micro-kernel in registers: 4x16 38-62 GFLOP/s, 6x16 72-75.
+# Both blocks also take products whose rows are a dynamic batch.
+AVX2_GEMM_REGISTER_BLOCK = (6, 16)
+AVX2_GEMM_BLOCK_MIN_ROWS = 6
+# The template's register block for fp32 products of one row (a batch-1 linear layer), in columns
+# per vector ISA: eight vectors, eight independent FMA chains, where inductor's own pick runs the
+# one-row tail of a taller block, two chains (AVX2's 4x16, AVX-512's 8x32), bound by the FMA
+# latency. MLP batch-1 bound call, p50 (tdaot-run bench --bind, pinned; 2026-11-28, AMD EPYC Zen 3,
+# AVX2): 6.7 -> 4.7 us. The AVX-512 width is the same eight vectors, not measured yet.
+ONE_ROW_GEMM_COLUMNS = {"VecAVX2": 64, "VecAVX512": 128}
+
+
+def key_parts(dynamic_rows: bool) -> dict:
+    """What the template's choice and micro-kernels change in a model's build, for its cache key
+    (``dynamic_rows``: the register blocks also take a dynamic batch's products)."""
+    parts = {
+        "gemm_register_block": {"block": list(GEMM_REGISTER_BLOCK), "min_rows": GEMM_BLOCK_MIN_ROWS},
+        "one_row_gemm_columns": ONE_ROW_GEMM_COLUMNS,
+        "avx2_gemm_register_block": {
+            "block": list(AVX2_GEMM_REGISTER_BLOCK),
+            "min_rows": AVX2_GEMM_BLOCK_MIN_ROWS,
+        },
+        "micro_kernels": "registers/1",
+    }
+    if dynamic_rows:
+        parts["register_blocks_take_dynamic_rows"] = True
+    return parts
+
+
+@contextlib.contextmanager
+def template_chosen(bound: bool = False) -> Iterator[None]:
+    """Inductor's GEMM choice made deterministic, for the duration of a compile.
+
+    ``TEMPLATE_OPTIONS`` (passed to the compile with the other inductor options) turn GEMM
+    autotuning on. Of the candidates inductor then lists for a product, this keeps the C++
+    template's where there is one, ATen's otherwise, so a single candidate remains and nothing is
+    timed: the choice depends on the program and the target, not on how busy the build machine
+    was. ``bound``: the bound
+    run's accumulator on the stack and outputs kept in buffers of their own.
+    """
+
+    def prefer_template(choices: list) -> list:
+        templates = [c for c in choices if _torch_compat.is_cpp_gemm_template(c)]
+        return templates[:1] if templates else choices[:1]
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_torch_compat.gemm_choices_filtered(prefer_template))
+        stack.enter_context(_torch_compat.float_gemm_register_block(GEMM_REGISTER_BLOCK, GEMM_BLOCK_MIN_ROWS))
+        stack.enter_context(
+            _torch_compat.float_gemm_register_block(
+                AVX2_GEMM_REGISTER_BLOCK, AVX2_GEMM_BLOCK_MIN_ROWS, "VecAVX2"
+            )
+        )
+        stack.enter_context(_torch_compat.one_row_gemm_blocks(ONE_ROW_GEMM_COLUMNS))
+        stack.enter_context(_torch_compat.float_micro_kernels_in_registers())
+        if bound:
+            stack.enter_context(_torch_compat.gemm_accumulator_on_stack())
+            stack.enter_context(_torch_compat.output_clones_kept())
+        yield

@@ -99,10 +99,11 @@ DECOMPOSED_RNN_MAX_BATCH = 128
 # (float_micro_kernels_in_registers, 6x16 on AVX2) the twin is 1.68x `b1` there (b1_routes.py
 # --clock cpu, one process), so no network measured gets one. Not measured on AVX-512 since.
 ATEN_CONVOLUTION_MIN_FLOPS = math.inf
-# A pixel policy's `/ 255` as `* (1 / 255)` in the dynamic throughput model, p50 against the
-# division at batch 64 (benchmarks/variants.py, "reciprocal", one process, 2026-11-28, AMD EPYC
-# Zen 3, AVX2): conv policy 0.64x, Nature CNN 0.84x. Results differ from eager's division by at
-# most an ulp of each quotient.
+# A pixel policy's `/ 255` as `* (1 / 255)` in "auto"'s throughput models, p50 against the
+# division at batch 64 (2026-11-28, AMD EPYC Zen 3, AVX2): through the bench server
+# (benchmarks/variants.py, "reciprocal") conv policy 0.64x, Nature CNN 0.84x; in one process
+# (benchmarks/alternate.py --control) conv 0.97-1.04 (noise), Nature CNN 0.93. Results differ from
+# eager's division by at most an ulp of each quotient.
 AUTO_RECIPROCALS = True
 # Largest static batch compiled for the bound run: its intermediates live on the stack.
 # It is also the largest a specialised model gets the latency tuning for.

@@ -132,6 +132,19 @@ def test_recurrent_policies_get_decomposed_models_for_few_rows(tuning, specializ
     assert [(p.name, p.batch, p.batch_max, p.decomposed) for p in plans] == expected
     assert all(p.recurrent_decomposed() for p in plans if p.tuning == "latency")
     assert DECOMPOSED_RNN_MAX_BATCH == 128
+    # The same for AVX-512 kernels; AVX2 ones decompose up to 256 rows.
+    assert plan_models(tuning, specialize, "cpu", low, high, True, vector_isa="avx512") == plans
+
+
+def test_avx2_kernels_decompose_recurrent_layers_up_to_256_rows():
+    plans = plan_models("auto", None, "cpu", 1, 1 << 20, recurrent=True, vector_isa="avx2")
+    assert [(p.name, p.batch_max, p.decomposed) for p in plans] == [
+        ("model", None, False),
+        ("small", 256, True),
+        ("b1", None, False),
+    ]
+    (whole,) = plan_models("auto", (), "cpu", 1, 200, recurrent=True, vector_isa="avx2")
+    assert whole.decomposed  # 200 rows at most: the one dynamic model decomposes
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,13 @@ from tdaot import _torch_compat_gemm
 from tdaot.builder.cache import artifact_key
 from tdaot.builder.config import load_config
 from tdaot.builder.export import export_policy
-from tdaot.builder.tuning import DECOMPOSED_RNN_MAX_BATCH, RECURRENT_OPS, TUNINGS, tune_program
+from tdaot.builder.tuning import (
+    DECOMPOSED_RNN_MAX_BATCH,
+    DECOMPOSED_RNN_MAX_BATCH_BY_ISA,
+    RECURRENT_OPS,
+    TUNINGS,
+    tune_program,
+)
 from tdaot.cli import main
 from tdaot.errors import BuildError, ConfigError
 from tdaot.manifest import Manifest, Source
@@ -191,12 +197,13 @@ def test_auto_lstm_serves_few_rows_from_a_decomposed_model_and_matches_eager(tmp
     artifact = tdaot.build(policy, example, tmp_path / "lstm.pt2")
     models = {m.name: m for m in artifact.manifest.models}
     assert list(models) == ["model", "small", "b1"]
-    assert (models["small"].batch.min, models["small"].batch.max) == (1, DECOMPOSED_RNN_MAX_BATCH)
+    top = DECOMPOSED_RNN_MAX_BATCH_BY_ISA.get(artifact.manifest.cpu_isa, DECOMPOSED_RNN_MAX_BATCH)
+    assert (models["small"].batch.min, models["small"].batch.max) == (1, top)
     fused = "aoti_torch_cpu_mkldnn_rnn_layer"
     assert fused in models["model"].lite.needs and fused not in models["small"].lite.needs
     native = tdaot.load(artifact.path)
-    assert [native.bind(b).model for b in (1, 2, 128, 129)] == ["b1", "small", "small", "model"]
-    tdaot.testing.assert_parity(policy, native, example, batch_sizes=[1, 5, 128, 129])
+    assert [native.bind(b).model for b in (1, 2, top, top + 1)] == ["b1", "small", "small", "model"]
+    tdaot.testing.assert_parity(policy, native, example, batch_sizes=[1, 5, top, top + 1])
 
 
 def test_gru_and_rnn_layers_are_decomposed_too():

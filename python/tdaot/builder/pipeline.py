@@ -171,7 +171,7 @@ def package_plans(
 def _package_plan(traces: Traces, factory: str | None) -> PackagePlan:
     options = traces.options
     manifest = _manifest(traces.main, options, Source(module_class=traces.module_class, factory=factory))
-    models = tuple(_plans(traces.main, options))
+    models = tuple(_plans(traces.main, options, manifest.cpu_isa))
     if options.require_lite and not any(plan.tuning == "latency" for plan in models):
         raise BuildError(lite.no_specialised_model(traces.module_class))  # before compiling
     return PackagePlan(traces, models, planned_manifest(manifest, list(models)), options)
@@ -256,13 +256,13 @@ def exported_program_path(package_path: str | os.PathLike) -> str:
     return (stem[: -len(".pt2")] if stem.endswith(".pt2") else stem) + ".ep.pt2"
 
 
-def _plans(exported: ExportedPolicy, options: BuildOptions) -> list[ModelPlan]:
+def _plans(exported: ExportedPolicy, options: BuildOptions, vector_isa: str) -> list[ModelPlan]:
     batch = exported.batch
     program = exported.program
     recurrent = calls_recurrent_ops(program)
     heavy = convolution_flops(program) >= ATEN_CONVOLUTION_MIN_FLOPS
     plans = plan_models(
-        options.tuning, options.specialize, options.device, batch.min, batch.max, recurrent, heavy
+        options.tuning, options.specialize, options.device, batch.min, batch.max, recurrent, heavy, vector_isa
     )
     # A dynamic model runs a call larger than the chunk in slices (tdaot.builder.tuning).
     rows = exported.chunk_rows

@@ -18,10 +18,12 @@ loads only models it can run, to ``bN``. A rule on the graph, not a timing, so e
 machine makes the same package.
 
 Recurrent layers under ``"auto"``: a throughput model serving at most
-``DECOMPOSED_RNN_MAX_BATCH`` rows computes them decomposed (matmuls and fused pointwise ops),
-not by ATen's fused op, which sets up a oneDNN RNN primitive on every call; a dynamic package
-serving more rows than that holds one more dynamic model, ``"small"``, for its batches up to
-it (the runner picks the narrowest range, so batch 1 stays with its own model).
+``DECOMPOSED_RNN_MAX_BATCH`` rows (``DECOMPOSED_RNN_MAX_BATCH_BY_ISA`` for the vector ISA its
+kernels are built for, where it was measured otherwise) computes them decomposed (matmuls and
+fused pointwise ops), not by ATen's fused op, which sets up a oneDNN RNN primitive on every
+call; a dynamic package serving more rows than that holds one more dynamic model, ``"small"``,
+for its batches up to it (the runner picks the narrowest range, so batch 1 stays with its own
+model).
 
 A batch above ``CHUNK_BYTES`` (a dynamic one: ``SLICE_BYTES``) worth of the largest
 intermediate runs in chunks of rows (:func:`chunk_rows`): a static batch is traced so
@@ -92,6 +94,10 @@ DEFAULT_SPECIALIZE = (1,)
 # recurrent layers. p50 decomposed / fused, nn.LSTM(48, 128) one step (benchmarks/variants.py,
 # 2026-11-25, Xeon): batch 2 0.19, 8 0.35, 32 0.63, 64 0.83, 128 0.94, 192 1.01, 256 1.19.
 DECOMPOSED_RNN_MAX_BATCH = 128
+# The same per vector ISA where it was measured otherwise. AVX2 (AMD EPYC Zen 3, 2026-11-28, one
+# process, benchmarks/alternate.py --control): at batch 256 decomposed / fused 0.84 and 0.87
+# (1033 against 1187 us; ONNX Runtime 1048), with MKL's and oneDNN's generic paths on AMD.
+DECOMPOSED_RNN_MAX_BATCH_BY_ISA = {"avx2": 256}
 # Convolution work per row (2 x multiply-adds, at the example's shapes) from which a dynamic
 # package's latency models get an ATen-convolution twin (the module docstring). Set when the twin
 # won on the IMPALA ResNet (60 MFLOP of convolutions: 0.69x the `b1` model's batch-1 CPU time,
@@ -196,15 +202,18 @@ def plan_models(
     high: int,
     recurrent: bool = False,
     heavy_convolutions: bool = False,
+    vector_isa: str = "",
 ) -> list[ModelPlan]:
     """The models a package serving batches ``low..high`` holds under ``tuning`` (``recurrent``:
     its program calls one of ``RECURRENT_OPS``; ``heavy_convolutions``: its convolutions do at
-    least ATEN_CONVOLUTION_MIN_FLOPS per row)."""
+    least ATEN_CONVOLUTION_MIN_FLOPS per row; ``vector_isa``: the one its kernels are built for,
+    as the manifest records it)."""
     if tuning == "auto" and device != "cpu":
         tuning = "throughput"  # latency models are CPU builds
     if tuning == "throughput":
         return [ModelPlan("model", "throughput")]
     static = low == high
+    decomposed_max = DECOMPOSED_RNN_MAX_BATCH_BY_ISA.get(vector_isa, DECOMPOSED_RNN_MAX_BATCH)
     if tuning == "latency":
         bound = static and low <= BOUND_MAX_BATCH and _torch_compat.has_arrayref_entry_point()
         return [ModelPlan("model", "latency", low if static else None, bound)]
@@ -213,8 +222,8 @@ def plan_models(
     else:
         sizes = DEFAULT_SPECIALIZE if specialize is None else specialize
         plans = [ModelPlan("model", "throughput")]
-        if recurrent and high > DECOMPOSED_RNN_MAX_BATCH > low:
-            plans.append(ModelPlan("small", "throughput", batch_max=DECOMPOSED_RNN_MAX_BATCH))
+        if recurrent and high > decomposed_max > low:
+            plans.append(ModelPlan("small", "throughput", batch_max=decomposed_max))
         for size in sizes:
             if low <= size <= high:
                 plan = _specialised(f"b{size}", size)
@@ -228,7 +237,7 @@ def plan_models(
         return plans
     return [
         dataclasses.replace(p, decomposed=True)
-        if p.tuning == "throughput" and (p.batch or p.batch_max or high) <= DECOMPOSED_RNN_MAX_BATCH
+        if p.tuning == "throughput" and (p.batch or p.batch_max or high) <= decomposed_max
         else p
         for p in plans
     ]

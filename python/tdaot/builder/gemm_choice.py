@@ -3,9 +3,8 @@ what micro-kernels (tdaot.builder.tuning).
 
 The choice is made here, never by timing candidates on the build machine (what ``max_autotune``
 does by default): the template wherever it applies, ATen elsewhere, so the same inputs still
-give the same package. The template's cache blocking is derived from the
-build host's L1/L2 sizes, which is one more thing two build machines must share to produce
-identical bytes.
+give the same package. The template's cache blocking is derived from the build host's L1/L2
+sizes, which is one more thing two build machines must share to produce identical bytes.
 """
 
 from __future__ import annotations

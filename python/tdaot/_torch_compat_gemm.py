@@ -115,9 +115,9 @@ def float_gemm_register_block(
     (or of any number of rows, decided at run time: a dynamic batch, whose size hint is the
     example's) on the vector ISA ``isa`` with the register block ``block`` (rows, columns)
     wherever that divides its columns, for the duration: inductor's other fp32 blocks for that
-    ISA are kept off such products (it ranks them by size: AVX-512's 8x48, 8x32, then 16x16), and ``block``
-    is added for it where inductor has none (AVX2's are 4x24, 4x16 and 8x8). The others stay
-    eligible for the products this does not cover."""
+    ISA are kept off such products (it ranks them by size: AVX-512's 8x48, 8x32, then 16x16),
+    and ``block`` is added for it where inductor has none (AVX2's are 4x24, 4x16 and 8x8). The
+    others stay eligible for the products this does not cover."""
     import dataclasses
 
     from torch._inductor import cpu_vec_isa
@@ -126,8 +126,9 @@ def float_gemm_register_block(
     isa_class = getattr(cpu_vec_isa, isa)
     block = tuple(block)
 
-    def covered(m, n, dynamic_M=False) -> bool:
-        return (dynamic_M or m >= min_rows) and n % block[1] == 0
+    def covered(m, n, **check_kwargs) -> bool:
+        # A dynamic M's m is its size hint, not its rows: covered whatever it is.
+        return (check_kwargs.get("dynamic_M", False) or m >= min_rows) and n % block[1] == 0
 
     def is_block(config) -> bool:
         blocking = config.register_blocking
@@ -143,7 +144,7 @@ def float_gemm_register_block(
         check = config.extra_check
 
         def extra_check(config, m, n, k, *args, **kwargs):
-            if covered(m, n, kwargs.get("dynamic_M", False)):
+            if covered(m, n, **kwargs):
                 return False
             return check is None or check(config, m, n, k, *args, **kwargs)
 
@@ -154,9 +155,7 @@ def float_gemm_register_block(
         for configs in registered.values():
             configs[:] = [narrowed(config) for config in configs]
         if not has_block:
-            _float_configs_added(
-                registered, isa, block, lambda config, m, n, *a, **k: covered(m, n, k.get("dynamic_M", False))
-            )
+            _float_configs_added(registered, isa, block, lambda config, m, n, *a, **k: covered(m, n, **k))
         yield
 
 

@@ -140,7 +140,7 @@ def test_tuning_and_its_rewrite_change_the_cache_key(monkeypatch):
         )  # fmt: skip
         keys = {tuning: artifact_key(exported.program, manifest, tuning=tuning) for tuning in TUNINGS}
         # Keys are per model: "auto"'s first model is a throughput one that multiplies by
-        # reciprocals (tuning.AUTO_RECIPROCALS), "throughput"'s is inductor's own: three keys.
+        # reciprocals (ModelPlan.reciprocals), "throughput"'s is inductor's own: three keys.
         assert len(set(keys.values())) == 3
         assert keys["auto"] == artifact_key(exported.program, manifest)  # the default
     # The LSTM's rewrite is in the key (the ops it decomposes), so changing what the

@@ -66,8 +66,8 @@ def template_chosen(bound: bool = False) -> Iterator[None]:
     autotuning on. Of the candidates inductor then lists for a product, this keeps the C++
     template's where there is one, ATen's otherwise, so a single candidate remains and nothing is
     timed: the choice depends on the program and the target, not on how busy the build machine
-    was. ``bound``: the bound
-    run's accumulator on the stack and outputs kept in buffers of their own.
+    was. ``bound``: the bound run's accumulator on the stack and outputs kept in buffers of their
+    own.
     """
 
     def prefer_template(choices: list) -> list:

@@ -43,7 +43,7 @@ normalisation over the batch) is never chunked.
 ``"throughput"`` is inductor's own choice: matrix products call ATen (MKL), recurrent layers
 call ATen's fused RNN op (one oneDNN RNN primitive). Best from batch ~64 up. Under ``"auto"``
 a CPU throughput model also computes a division by a constant number as a multiplication by its
-reciprocal, as latency models do (``ModelPlan.reciprocals``, ``AUTO_RECIPROCALS``).
+reciprocal, as latency models do (``ModelPlan.reciprocals``; plan_models says what it gains).
 
 ``"latency"`` is for batch-1 control loops, where those library calls spend most of their
 time setting themselves up:
@@ -105,12 +105,6 @@ DECOMPOSED_RNN_MAX_BATCH_BY_ISA = {"avx2": 256}
 # (float_micro_kernels_in_registers, 6x16 on AVX2) the twin is 1.68x `b1` there (b1_routes.py
 # --clock cpu, one process), so no network measured gets one. Not measured on AVX-512 since.
 ATEN_CONVOLUTION_MIN_FLOPS = math.inf
-# A pixel policy's `/ 255` as `* (1 / 255)` in "auto"'s throughput models, p50 against the
-# division at batch 64 (2026-11-28, AMD EPYC Zen 3, AVX2): through the bench server
-# (benchmarks/variants.py, "reciprocal") conv policy 0.64x, Nature CNN 0.84x; in one process
-# (benchmarks/alternate.py --control) conv 0.97-1.04 (noise), Nature CNN 0.93. Results differ from
-# eager's division by at most an ulp of each quotient.
-AUTO_RECIPROCALS = True
 # Largest static batch compiled for the bound run: its intermediates live on the stack.
 # It is also the largest a specialised model gets the latency tuning for.
 BOUND_MAX_BATCH = 16
@@ -231,8 +225,12 @@ def plan_models(
                     # First: the full runtime's pick at that batch (module docstring).
                     plans.append(dataclasses.replace(plan, name=f"{plan.name}_aten", aten_convolutions=True))
                 plans.append(plan)
-    if AUTO_RECIPROCALS:
-        plans = [dataclasses.replace(p, reciprocals=True) if p.tuning == "throughput" else p for p in plans]
+    # A pixel policy's `/ 255` as `* (1 / 255)` in these throughput models, p50 against the
+    # division at batch 64 (2026-11-28, AMD EPYC Zen 3, AVX2): through the bench server
+    # (benchmarks/variants.py, "reciprocal") conv policy 0.64x, Nature CNN 0.84x; in one process
+    # (benchmarks/alternate.py --control) conv 0.97-1.04 (noise), Nature CNN 0.93. Results differ
+    # from eager's division by at most an ulp of each quotient.
+    plans = [dataclasses.replace(p, reciprocals=True) if p.tuning == "throughput" else p for p in plans]
     if not recurrent:
         return plans
     return [

@@ -59,15 +59,16 @@ std::string parse_line(const std::string& line, std::map<size_t, InplaceConstant
   const size_t open = line.find("constants_info_[");
   const size_t close = line.find("].", open);
   const size_t equals = line.find(" = ", close);
-  if (close == std::string::npos || equals == std::string::npos || line.back() != ';') {
-    return "an unexpected constant record: " + line;
-  }
   size_t index = 0;
-  try {
-    index = std::stoul(line.substr(open + 16, close - open - 16));
-  } catch (const std::exception&) {
-    return "an unexpected constant record: " + line;
+  bool record = close != std::string::npos && equals != std::string::npos && line.back() == ';';
+  if (record) {
+    try {
+      index = std::stoul(line.substr(open + 16, close - open - 16));
+    } catch (const std::exception&) {
+      record = false;
+    }
   }
+  if (!record) return "an unexpected constant record: " + line;
   const std::string field = line.substr(close + 2, equals - close - 2);
   const std::string value = line.substr(equals + 3, line.size() - equals - 4);
   InplaceConstants::Entry& e = entries[index];

@@ -72,20 +72,20 @@ def layout(variant: str):
     if variant == "default":
         yield
         return
-    options, tune = dict(tuning._OPTIONS["throughput"]), pipeline.tune_program
+    options, tune = dict(tuning._OPTIONS["throughput"]), pipeline.tune_plan
 
-    def tune_program(program, kind, bound=False, decomposed=False):
-        program = tune(program, kind, bound, decomposed)
-        if kind == "throughput" and variant == "first-nchw":
+    def tune_plan(program, plan):
+        program = tune(program, plan)
+        if plan.tuning == "throughput" and variant == "first-nchw":
             program = rewrites.apply(program, {torch.ops.aten.conv2d.default: _first_conv_nchw})
         return program
 
     tuning._OPTIONS["throughput"] = {**options, "layout_optimization": False}
-    pipeline.tune_program = tune_program
+    pipeline.tune_plan = tune_plan
     try:
         yield
     finally:
-        tuning._OPTIONS["throughput"], pipeline.tune_program = options, tune
+        tuning._OPTIONS["throughput"], pipeline.tune_plan = options, tune
 
 
 def build(net: str, variant: str, out: Path) -> None:

@@ -54,7 +54,10 @@ def artifact_key(
     options = (options or BuildOptions()).replace(**option_values)
     if plan is None:
         batch = manifest.batch
-        plan = plan_models(options.tuning, options.specialize, options.device, batch.min, batch.max)[0]
+        isa = manifest.cpu_isa
+        plan = plan_models(
+            options.tuning, options.specialize, options.device, batch.min, batch.max, vector_isa=isa
+        )[0]
     manifest = dataclasses.replace(manifest, models=())
     digest = hashlib.sha256()
 

@@ -143,7 +143,8 @@ def compile_package(
     """A one-model package of ``program`` at ``path`` built with ``options.tuning``
     ("throughput" or "latency"), carrying ``manifest`` sealed with the digests of its files.
     tdaot.build makes its packages of several models with :func:`build_package`."""
-    (plan,) = plan_models(options.tuning, (), manifest.device, manifest.batch.min, manifest.batch.max)[:1]
+    batch, isa = manifest.batch, manifest.cpu_isa
+    plan = plan_models(options.tuning, (), manifest.device, batch.min, batch.max, vector_isa=isa)[0]
     manifest = planned_manifest(manifest, [plan])
     folder = os.path.dirname(check_output_path(path))
     with tempfile.TemporaryDirectory(prefix=".tdaot-", dir=folder) as staging:

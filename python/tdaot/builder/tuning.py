@@ -43,7 +43,9 @@ normalisation over the batch) is never chunked.
 ``"throughput"`` is inductor's own choice: matrix products call ATen (MKL), recurrent layers
 call ATen's fused RNN op (one oneDNN RNN primitive). Best from batch ~64 up. Under ``"auto"``
 a CPU throughput model also computes a division by a constant number as a multiplication by its
-reciprocal, as latency models do (``ModelPlan.reciprocals``; plan_models says what it gains).
+reciprocal, as latency models do (``ModelPlan.reciprocals``; plan_models says what it gains),
+and with AVX2 kernels computes a linear layer of 5-15 out-features 16 wide
+(``ModelPlan.padded_products``; tdaot.builder.rewrites.NARROW_PRODUCT_COLUMNS says why).
 
 ``"latency"`` is for batch-1 control loops, where those library calls spend most of their
 time setting themselves up:
@@ -170,6 +172,8 @@ class ModelPlan:
     aten_convolutions: bool = False
     # A throughput model's divisions by constants as multiplications (the latency tuning's too).
     reciprocals: bool = False
+    # A throughput model's narrow linear layers computed 16 wide (rewrites.narrow_products_padded).
+    padded_products: bool = False
 
     def describe(self) -> dict:
         described = {"name": self.name, "tuning": self.tuning, "batch": self.batch, "bound": self.bound}
@@ -182,6 +186,8 @@ class ModelPlan:
             described["aten_convolutions"] = True
         if self.reciprocals:
             described["reciprocals"] = True
+        if self.padded_products:
+            described["padded_products"] = True
         return described
 
     def recurrent_decomposed(self) -> bool:
@@ -230,7 +236,12 @@ def plan_models(
     # (benchmarks/variants.py, "reciprocal") conv policy 0.64x, Nature CNN 0.84x; in one process
     # (benchmarks/alternate.py --control) conv 0.97-1.04 (noise), Nature CNN 0.93. Results differ
     # from eager's division by at most an ulp of each quotient.
-    plans = [dataclasses.replace(p, reciprocals=True) if p.tuning == "throughput" else p for p in plans]
+    # Narrow products padded: MKL's AVX2 path (AMD EPYC) only; not measured on an AVX-512 Xeon.
+    padded = vector_isa == "avx2"
+    plans = [
+        dataclasses.replace(p, reciprocals=True, padded_products=padded) if p.tuning == "throughput" else p
+        for p in plans
+    ]
     if not recurrent:
         return plans
     return [
@@ -339,31 +350,19 @@ def model_options(plan: ModelPlan) -> dict:
 
 
 def plan_key_parts(plan: ModelPlan) -> dict:
-    """``cache_key_parts`` of one model of a package."""
-    dynamic = plan.batch is None
-    return cache_key_parts(
-        plan.tuning, plan.bound, plan.decomposed, plan.aten_convolutions, plan.reciprocals, dynamic
-    )
-
-
-def cache_key_parts(
-    tuning: str,
-    bound: bool = False,
-    decomposed: bool = False,
-    aten_convolutions: bool = False,
-    reciprocals: bool = False,
-    dynamic: bool = False,
-) -> dict:
-    """Everything a model's tuning changes in its build, for the artifact cache key (``dynamic``:
-    the model's batch is)."""
-    parts: dict = {"tuning": tuning, "inductor": tuning_options(tuning)}
-    if tuning == "latency" or decomposed:
+    """Everything the tuning of one model of a package changes in its build, for the artifact
+    cache key."""
+    parts: dict = {"tuning": plan.tuning, "inductor": tuning_options(plan.tuning)}
+    latency = plan.tuning == "latency"
+    if plan.recurrent_decomposed():
         parts["decomposed"] = list(RECURRENT_OPS)
-    if tuning == "latency" or reciprocals:
-        parts["rewrites"] = ["divisions_as_multiplications"]
-    if tuning == "latency":
-        parts |= gemm_choice.key_parts(dynamic)
-    if bound:
+    named = ["divisions_as_multiplications"] * (latency or plan.reciprocals)
+    named += ["narrow_products_padded"] * plan.padded_products
+    if named:
+        parts["rewrites"] = named
+    if latency:
+        parts |= gemm_choice.key_parts(plan.batch is None)
+    if plan.bound:
         parts["bound"] = {
             **_BOUND_OPTIONS,
             "rewrites": [
@@ -375,12 +374,18 @@ def cache_key_parts(
                 "output_clones_kept",
             ],
         }
-        if aten_convolutions:
+        if plan.aten_convolutions:
             rewrites_done = parts["bound"]["rewrites"]
             parts["bound"]["rewrites"] = [r for r in rewrites_done if r not in _CONVOLUTION_REWRITES]
-    if aten_convolutions:
+    if plan.aten_convolutions:
         parts["aten_convolutions"] = True
     return parts
+
+
+def cache_key_parts(tuning: str, bound: bool = False, dynamic: bool = False, **plan_fields) -> dict:
+    """``plan_key_parts`` of a model of ``tuning`` (``dynamic``: its batch is; ``plan_fields``:
+    ModelPlan's other fields)."""
+    return plan_key_parts(ModelPlan("model", tuning, None if dynamic else 1, bound, **plan_fields))
 
 
 # The bound rewrites a model with ATen's convolutions skips.
@@ -388,35 +393,30 @@ _CONVOLUTION_REWRITES = ("convolutions_as_gemm", "channels_last_weights/2")
 
 
 def tune_plan(program: torch.export.ExportedProgram, plan: ModelPlan) -> torch.export.ExportedProgram:
-    """``tune_program`` for one model of a package."""
-    return tune_program(
-        program, plan.tuning, plan.bound, plan.decomposed, plan.aten_convolutions, plan.reciprocals
-    )
-
-
-def tune_program(
-    program: torch.export.ExportedProgram,
-    tuning: str,
-    bound: bool = False,
-    decomposed: bool = False,
-    aten_convolutions: bool = False,
-    reciprocals: bool = False,
-) -> torch.export.ExportedProgram:
-    """The program a model compiles: for "latency", recurrent ops decomposed and divisions by
-    constants as multiplications; for the bound run, convolutions as GEMMs too (unless
-    ``aten_convolutions``); ``decomposed``: recurrent ops decomposed (a throughput model of a
-    few rows); ``reciprocals``: divisions by constants as multiplications."""
+    """The program one model of a package compiles: for "latency", recurrent ops decomposed and
+    divisions by constants as multiplications; for the bound run, convolutions as GEMMs too
+    (unless ``aten_convolutions``); a throughput model's recurrent ops decomposed, divisions
+    rewritten and narrow linear layers computed 16 wide where its plan says so."""
     table: dict = {}
-    if tuning == "latency" or decomposed:
+    if plan.recurrent_decomposed():
         table |= _torch_compat.decompositions(program, RECURRENT_OPS)
-    if tuning == "latency" or reciprocals:
+    if plan.tuning == "latency" or plan.reciprocals:
         table |= rewrites.division_table(program)
-    if bound and not aten_convolutions:
+    if plan.padded_products:
+        table |= rewrites.narrow_product_table(program)
+    if plan.bound and not plan.aten_convolutions:
         table |= rewrites.convolution_table(program)
         # Before the retrace: conv2d_as_gemm picks each convolution's patch order by the layout
         # of its weight (a constant the retrace reads).
         program = rewrites.channels_last_weights(program)
     return rewrites.apply(program, table)  # in one retrace (rewrites.apply says why)
+
+
+def tune_program(
+    program: torch.export.ExportedProgram, tuning: str, bound: bool = False, **plan_fields
+) -> torch.export.ExportedProgram:
+    """``tune_plan`` for a model of ``tuning`` (``plan_fields``: ModelPlan's other fields)."""
+    return tune_plan(program, ModelPlan("model", tuning, None, bound, **plan_fields))
 
 
 @contextlib.contextmanager

@@ -22,6 +22,8 @@ from tdaot.builder.rewrites.programs import (
     convolutions_as_gemm,
     division_table,
     divisions_as_multiplications,
+    narrow_product_table,
+    narrow_products_padded,
 )
 
 # Every module rewrite, in the order they are applied.
@@ -46,5 +48,7 @@ __all__ = [
     "division_table",
     "divisions_as_multiplications",
     "for_export",
+    "narrow_product_table",
+    "narrow_products_padded",
     "rewrite_modules",
 ]

@@ -15,6 +15,9 @@ faster or allocation-free code. Each applies only to the ops it is written for.
   input element (the conv benchmark policy's ``pixels.float() / 255`` under an 8x8 kernel of
   stride 4: 3.5 times) the division was a fifth of the whole batch-1 call; with the
   multiplication that gather is a tenth of it (perf, benchmarks/README.md).
+- ``narrow_products_padded`` (throughput models with AVX2 kernels): a linear layer of
+  ``NARROW_PRODUCT_COLUMNS`` out-features (an action head: 6, 12, 15) computed 16 wide, its
+  weight and bias padded with zero rows in the graph, the extra columns sliced off.
 """
 
 from __future__ import annotations
@@ -176,6 +179,48 @@ def _reciprocal(divisor: object) -> float | None:
 def _division_as_multiplication(x, divisor):
     reciprocal = _reciprocal(divisor)
     return NotImplemented if reciprocal is None else torch.mul(x, reciprocal)
+
+
+# Out-features a throughput model's linear layer pads to PADDED_PRODUCT_COLUMNS. MKL's sgemm on
+# the AMD EPYC (Zen 3, AVX2, 2026-11-28, one thread, addmm alone, p50, alternating): a 256-in
+# layer of 12 out-features over 2048 rows 436 us, 16 wide 283 us; 64 rows 17.8 / 13.2, 256 rows
+# 77 / 59; 6, 8, 10 and 14 out-features alike (0.7-0.85x); at 1-4 padding costs (2-4x), at
+# 20-24 it is even. The padded weight costs one copy of 16 x in-features floats per call.
+NARROW_PRODUCT_COLUMNS = range(5, 16)
+PADDED_PRODUCT_COLUMNS = 16
+
+
+def narrow_products_padded(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """``program`` with its narrow linear layers computed 16 wide (unchanged without any)."""
+    return apply(program, narrow_product_table(program))
+
+
+def narrow_product_table(program: torch.export.ExportedProgram) -> dict:
+    """The decomposition entry of ``narrow_products_padded`` where ``program`` has a linear
+    layer of ``NARROW_PRODUCT_COLUMNS`` out-features (else empty)."""
+    linear = torch.ops.aten.linear.default
+    narrow = any(node.target is linear and _narrow(node.args[1]) for node in program.graph.nodes)
+    return {linear: _padded_linear} if narrow else {}
+
+
+def _narrow(weight: object) -> bool:
+    value = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else weight
+    return (
+        isinstance(value, torch.Tensor)
+        and value.dim() == 2
+        and value.dtype == torch.float32
+        and isinstance(value.shape[0], int)
+        and value.shape[0] in NARROW_PRODUCT_COLUMNS
+    )
+
+
+def _padded_linear(x, weight, bias=None):
+    if not _narrow(weight):  # the padded call below lands here too
+        return NotImplemented
+    extra = PADDED_PRODUCT_COLUMNS - weight.shape[0]
+    padded_bias = None if bias is None else F.pad(bias, (0, extra))
+    wide = F.linear(x, F.pad(weight, (0, 0, 0, extra)), padded_bias)
+    return wide[..., : weight.shape[0]].contiguous()
 
 
 def convolutions_as_gemm(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

@@ -8,6 +8,7 @@ tuning "latency" and with "auto" (three models).
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 
 sys.path.insert(0, str(ROOT / "benchmarks"))  # for `policies` (the benchmark's LSTM policy)
 
@@ -33,6 +36,9 @@ from tdaot.builder.tuning import (
     DECOMPOSED_RNN_MAX_BATCH_BY_ISA,
     RECURRENT_OPS,
     TUNINGS,
+    plan_key_parts,
+    plan_models,
+    tune_plan,
     tune_program,
 )
 from tdaot.cli import main
@@ -307,3 +313,74 @@ def test_config_tuning_default_entry_and_errors(tmp_path, capsys):
         "[tool.tdaot]\n[[tool.tdaot.artifact]]\nname = 'a'\nfactory = 'p.py:f'\ntuning = 'latency'\n"
     )
     assert [spec.tuning for spec in load_config(pyproject)] == ["latency"]
+
+
+class _Heads(torch.nn.Module):
+    """Linear layers of 12 and 6 (no bias) out-features, padded to 16; of 4 and 16, kept; the
+    12-wide one on a sequence too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.narrow, self.no_bias = torch.nn.Linear(32, 12), torch.nn.Linear(32, 6, bias=False)
+        self.tiny, self.full = torch.nn.Linear(32, 4), torch.nn.Linear(32, 16)
+
+    def forward(self, x, sequence):
+        return self.narrow(x), self.no_bias(x), self.tiny(x), self.full(x), self.narrow(sequence)
+
+
+def _linear_widths(program) -> list[int]:
+    linear = torch.ops.aten.linear.default
+    return [n.args[1].meta["val"].shape[0] for n in program.graph.nodes if n.target is linear]
+
+
+def test_avx2_throughput_models_compute_narrow_linear_layers_16_wide():
+    plans = plan_models("auto", (1, 64), "cpu", 1, 4096, vector_isa="avx2")
+    assert {p.name: p.padded_products for p in plans} == {"model": True, "b1": False, "b64": True}
+    for plan in plans:
+        named = plan_key_parts(plan).get("rewrites", [])
+        assert ("narrow_products_padded" in named) == plan.padded_products
+    # Measured on MKL's AVX2 path only: other kernels and explicit tunings keep inductor's.
+    assert not any(
+        p.padded_products for p in plan_models("auto", (1, 64), "cpu", 1, 4096, vector_isa="avx512")
+    )
+    assert not plan_models("throughput", None, "cpu", 1, 4096, vector_isa="avx2")[0].padded_products
+
+    x, sequence = torch.randn(64, 32), torch.randn(8, 5, 32)
+    program = torch.export.export(_Heads(), (x, sequence))
+    padded = tune_plan(program, plans[0])
+    assert _linear_widths(program) == [12, 6, 4, 16, 12]
+    assert _linear_widths(padded) == [16, 16, 4, 16, 16]
+    assert tune_plan(program, plans[1]) is not padded and _linear_widths(tune_plan(program, plans[1])) == [
+        12, 6, 4, 16, 12
+    ]  # fmt: skip
+    for want, got in zip(program.module()(x, sequence), padded.module()(x, sequence)):
+        assert got.shape == want.shape and got.is_contiguous()
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_a_padded_model_matches_eager_and_swaps_its_weights(tmp_path):
+    """End to end: the dynamic model of a 12-action head (padded where the kernels are AVX2)
+    matches eager at 64 rows, and a retrained policy's weights swap in."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ELU(), torch.nn.Linear(32, 12))
+    policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
+    example = TensorDict({"observation": torch.randn(4, 8)}, batch_size=[4])
+    artifact = tdaot.build(policy, example, tmp_path / "head.pt2", specialize=())
+    isa = artifact.manifest.cpu_isa
+    kernels = _kernel_source(artifact.path)
+    assert ("constant_pad_nd" in kernels) == (isa == "avx2"), isa
+    observation = torch.randn(64, 8)
+    native = tdaot.load(artifact.path)
+    with torch.no_grad():
+        want = net(observation)
+    torch.testing.assert_close(native(observation=observation)["action"], want, rtol=1e-5, atol=1e-6)
+
+    retrained = copy.deepcopy(policy)
+    with torch.no_grad():
+        for parameter in retrained.parameters():
+            parameter.mul_(-0.5)
+    tdaot.export_weights(retrained, base=artifact.path, out=tmp_path / "head-v2.tdw")
+    native.swap_weights(tmp_path / "head-v2.tdw")
+    with torch.no_grad():
+        want = retrained.module(observation)
+    torch.testing.assert_close(native(observation=observation)["action"], want, rtol=1e-5, atol=1e-6)

@@ -275,6 +275,7 @@ from tdaot._torch_compat_isa import (  # noqa: E402, F401
     picked_vector_isa,
     probed_vector_isas,
     short_loops_scalar,
+    tanh_within_3_5_ulp,
     vector_isas_limited_to,
 )
 

@@ -107,6 +107,43 @@ def short_loops_scalar() -> Iterator[None]:
         cpp.TilingSelect.select_tiling = original
 
 
+# at::vec's float tanh calls SLEEF's 1-ulp function, 22-24 ns a vector of 8 on an AMD EPYC (Zen 3,
+# AVX2); SLEEF's 3.5-ulp one takes 8.5 ns (2.25 ulp at most over [-10, 10], against tanh in double).
+# A decomposed LSTM spent 17 % of its 4096-row call in the first. Inductor's own alternative
+# (cpp.use_decompose_tanh, through exp) is off in torch for its error near zero (36 ulp here).
+_AVX2_FLOAT_TANH = "at::vec::Vectorized<float>(Sleef_tanhf8_u35({x}))"
+
+
+@contextlib.contextmanager
+def tanh_within_3_5_ulp() -> Iterator[None]:
+    """Inductor's AVX2 kernels computing a vector of 8 floats' tanh with SLEEF's 3.5-ulp
+    function, for the duration (the comment above); other vectors keep at::vec's."""
+    import torch
+    from torch._inductor.codegen import cpp
+    from torch._inductor.virtualized import V
+
+    original = cpp.CppVecOverrides.tanh
+
+    def tanh(x):
+        kernel = V.kernel
+        if (
+            getattr(x, "dtype", None) == torch.float32
+            and isinstance(kernel, cpp.CppVecKernel)
+            and type(kernel.vec_isa).__name__ == "VecAVX2"
+            and kernel._get_num_vectors(torch.float32) == 1
+        ):
+            return _AVX2_FLOAT_TANH.format(x=x)
+        return original(x)
+
+    # CppVecOverrides wraps its static methods when an instance is made (scalar arguments
+    # broadcast or sent to CppOverrides), so this one is wrapped as inductor's is.
+    cpp.CppVecOverrides.tanh = staticmethod(tanh)
+    try:
+        yield
+    finally:
+        cpp.CppVecOverrides.tanh = staticmethod(original)
+
+
 @functools.cache
 def probed_vector_isas() -> list:
     """Inductor's valid CPU vector ISAs, probed the way inductor means to: with libtorch linked.

@@ -295,6 +295,30 @@ def test_short_loops_are_left_scalar_on_avx2():
     torch.testing.assert_close(vector_out, scalar_out, rtol=0, atol=0)
 
 
+def _tanh_kernels(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # A float tanh (8 lanes) and a double one (left to at::vec), a tail of 5 in each row.
+    return torch.tanh(x * 3), torch.tanh(x.double())
+
+
+@pytest.mark.slow  # two small inductor compiles
+@pytest.mark.skipif("avx2" not in Path("/proc/cpuinfo").read_text(), reason="the host has no AVX2")
+def test_avx2_float_tanh_takes_sleefs_3_5_ulp_function():
+    x = torch.linspace(-4, 4, 6 * 21).reshape(6, 21)
+    x[0, :8] = torch.tensor([1e-7, -3e-5, 1e-3, 0.1, -0.5, 9.0, -20.0, 0.0])
+    plain_out, plain_code = _avx2_code(_tanh_kernels, (x,))
+    fast_out, fast_code = _avx2_code(_tanh_kernels, (x,), compat.tanh_within_3_5_ulp())
+    assert ".tanh()" in plain_code and "Sleef_tanhf8_u35" not in plain_code, _changed(
+        "tanh_within_3_5_ulp", "inductor no longer computes a float vector's tanh as at::vec's tanh()"
+    )
+    assert "Sleef_tanhf8_u35(" in fast_code
+    assert ".tanh()" in fast_code  # the double vectors keep at::vec's
+    exact = torch.tanh(x.double() * 3)
+    ulp = (fast_out[0].double() - exact).abs() / torch.finfo(torch.float32).eps / exact.abs().clamp_min(1e-30)
+    assert float(ulp.max()) <= 3.5 * 2, float(ulp.max())  # eps is 2 ulp of [1, 2): a loose bound
+    torch.testing.assert_close(fast_out[0], plain_out[0], rtol=5e-7, atol=1e-30)
+    torch.testing.assert_close(fast_out[1], plain_out[1], rtol=0, atol=0)
+
+
 def test_archive_round_trip(tmp_path):
     path = str(tmp_path / "package.pt2")
     compat.write_archive(path, {"data/a.txt": b"alpha", "data/b.bin": b"\x00\x01"})

@@ -162,8 +162,11 @@ def test_the_avx2_kernel_fixes_key_avx2_models_only(monkeypatch):
     from policies import conv_actor
     from tdaot.builder import targets
 
-    short_loops, byte_loads = "short_loops_scalar/1", "byte_loads_direct/1"
-    for make, avx2_fixes in ((tutorial_policy, [short_loops]), (conv_actor, [byte_loads, short_loops])):
+    short_loops, byte_loads, tanh = "short_loops_scalar/1", "byte_loads_direct/1", "tanh_within_3_5_ulp/1"
+    for make, avx2_fixes in (
+        (tutorial_policy, [short_loops, tanh]),
+        (conv_actor, [byte_loads, short_loops, tanh]),
+    ):
         policy, example = make()
         exported = export_policy(policy, example)
         for isa, fixes in (("avx2", avx2_fixes), ("avx512", []), ("", [])):

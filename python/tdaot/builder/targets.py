@@ -67,18 +67,20 @@ def compiling_for(target: CpuTarget) -> Iterator[None]:
         _torch_compat.vector_isas_limited_to(target.isa_classes),
         _torch_compat.byte_loads_direct(),
         _torch_compat.short_loops_scalar(),
+        _torch_compat.tanh_within_3_5_ulp(),
     ):
         yield
 
 
 def kernel_fixes(program, cpu_isa: str) -> list[str]:
     """tdaot's changes to inductor's kernels (``compiling_for``) that can change the code of
-    ``program`` built for the vector ISA ``cpu_isa`` (the manifest's), for its cache key. Both
+    ``program`` built for the vector ISA ``cpu_isa`` (the manifest's), for its cache key. All
     apply to AVX2 only: a model for another ISA keeps the key it had without them, and so does
-    an AVX2 model without 8-bit values in its graph, for the first."""
+    an AVX2 model without 8-bit values in its graph, for the first. (A tanh can come from
+    decompositions of many ops, so every AVX2 model's key names that fix.)"""
     if cpu_isa != "avx2":
         return []
-    fixes = ["short_loops_scalar/1"]
+    fixes = ["short_loops_scalar/1", "tanh_within_3_5_ulp/1"]
     byte_dtypes = (torch.uint8, torch.int8)
     for node in program.graph.nodes:
         values = node.meta.get("val")

@@ -356,8 +356,11 @@ def plan_key_parts(plan: ModelPlan) -> dict:
     latency = plan.tuning == "latency"
     if plan.recurrent_decomposed():
         parts["decomposed"] = list(RECURRENT_OPS)
-    named = ["divisions_as_multiplications"] * (latency or plan.reciprocals)
-    named += ["narrow_products_padded"] * plan.padded_products
+    named = []
+    if latency or plan.reciprocals:
+        named.append("divisions_as_multiplications")
+    if plan.padded_products:
+        named.append("narrow_products_padded")
     if named:
         parts["rewrites"] = named
     if latency:

@@ -132,19 +132,19 @@ def test_recurrent_policies_get_decomposed_models_for_few_rows(tuning, specializ
     assert [(p.name, p.batch, p.batch_max, p.decomposed) for p in plans] == expected
     assert all(p.recurrent_decomposed() for p in plans if p.tuning == "latency")
     assert DECOMPOSED_RNN_MAX_BATCH == 128
-    # The same for AVX-512 kernels; AVX2 ones decompose up to 256 rows.
+    # The same for AVX-512 kernels; AVX2 ones decompose at every batch.
     assert plan_models(tuning, specialize, "cpu", low, high, True, vector_isa="avx512") == plans
 
 
-def test_avx2_kernels_decompose_recurrent_layers_up_to_256_rows():
-    plans = plan_models("auto", None, "cpu", 1, 1 << 20, recurrent=True, vector_isa="avx2")
-    assert [(p.name, p.batch_max, p.decomposed) for p in plans] == [
-        ("model", None, False),
-        ("small", 256, True),
-        ("b1", None, False),
+def test_avx2_kernels_decompose_recurrent_layers_at_every_batch():
+    plans = plan_models("auto", (1, 64, 4096), "cpu", 1, 1 << 20, recurrent=True, vector_isa="avx2")
+    assert [(p.name, p.batch, p.batch_max, p.decomposed) for p in plans] == [
+        ("model", None, None, True),  # no "small" model beside it
+        ("b1", 1, None, False),  # latency: decomposed by its tuning
+        ("b64", 64, None, True),
+        ("b4096", 4096, None, True),
     ]
-    (whole,) = plan_models("auto", (), "cpu", 1, 200, recurrent=True, vector_isa="avx2")
-    assert whole.decomposed  # 200 rows at most: the one dynamic model decomposes
+    assert all(p.recurrent_decomposed() for p in plans)
 
 
 @pytest.mark.parametrize(

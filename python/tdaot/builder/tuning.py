@@ -97,9 +97,11 @@ DEFAULT_SPECIALIZE = (1,)
 # 2026-11-25, Xeon): batch 2 0.19, 8 0.35, 32 0.63, 64 0.83, 128 0.94, 192 1.01, 256 1.19.
 DECOMPOSED_RNN_MAX_BATCH = 128
 # The same per vector ISA where it was measured otherwise. AVX2 (AMD EPYC Zen 3, 2026-11-28, one
-# process, benchmarks/alternate.py --control): at batch 256 decomposed / fused 0.84 and 0.87
-# (1033 against 1187 us; ONNX Runtime 1048), with MKL's and oneDNN's generic paths on AMD.
-DECOMPOSED_RNN_MAX_BATCH_BY_ISA = {"avx2": 256}
+# process, benchmarks/alternate.py --control), decomposed / fused: 0.84 and 0.87 at batch 256
+# (1033 against 1187 us; ONNX Runtime 1048), with MKL's and oneDNN's generic paths on AMD; and
+# once a tanh took SLEEF's 3.5-ulp function (_torch_compat.tanh_within_3_5_ulp), 0.86 and 0.91 at
+# 4096 (ONNX Runtime 1.02-1.07x the decomposed model): AVX2 kernels decompose at every batch.
+DECOMPOSED_RNN_MAX_BATCH_BY_ISA = {"avx2": math.inf}
 # Convolution work per row (2 x multiply-adds, at the example's shapes) from which a dynamic
 # package's latency models get an ATen-convolution twin (the module docstring). Set when the twin
 # won on the IMPALA ResNet (60 MFLOP of convolutions: 0.69x the `b1` model's batch-1 CPU time,

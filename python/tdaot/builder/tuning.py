@@ -79,7 +79,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -358,11 +358,7 @@ def plan_key_parts(plan: ModelPlan) -> dict:
     latency = plan.tuning == "latency"
     if plan.recurrent_decomposed():
         parts["decomposed"] = list(RECURRENT_OPS)
-    named = []
-    if latency or plan.reciprocals:
-        named.append("divisions_as_multiplications")
-    if plan.padded_products:
-        named.append("narrow_products_padded")
+    named = [name for name, _ in _table_rewrites(plan)]
     if named:
         parts["rewrites"] = named
     if latency:
@@ -397,6 +393,17 @@ def cache_key_parts(tuning: str, bound: bool = False, dynamic: bool = False, **p
 _CONVOLUTION_REWRITES = ("convolutions_as_gemm", "channels_last_weights/2")
 
 
+def _table_rewrites(plan: ModelPlan) -> list[tuple[str, Callable]]:
+    """The program rewrites ``plan`` takes that are decomposition tables: each one's name in the
+    cache key and the function giving its table for a program (one decision for both)."""
+    chosen = []
+    if plan.tuning == "latency" or plan.reciprocals:
+        chosen.append(("divisions_as_multiplications", rewrites.division_table))
+    if plan.padded_products:
+        chosen.append(("narrow_products_padded", rewrites.narrow_product_table))
+    return chosen
+
+
 def tune_plan(program: torch.export.ExportedProgram, plan: ModelPlan) -> torch.export.ExportedProgram:
     """The program one model of a package compiles: for "latency", recurrent ops decomposed and
     divisions by constants as multiplications; for the bound run, convolutions as GEMMs too
@@ -405,10 +412,8 @@ def tune_plan(program: torch.export.ExportedProgram, plan: ModelPlan) -> torch.e
     table: dict = {}
     if plan.recurrent_decomposed():
         table |= _torch_compat.decompositions(program, RECURRENT_OPS)
-    if plan.tuning == "latency" or plan.reciprocals:
-        table |= rewrites.division_table(program)
-    if plan.padded_products:
-        table |= rewrites.narrow_product_table(program)
+    for _, table_for in _table_rewrites(plan):
+        table |= table_for(program)
     if plan.bound and not plan.aten_convolutions:
         table |= rewrites.convolution_table(program)
         # Before the retrace: conv2d_as_gemm picks each convolution's patch order by the layout

@@ -112,7 +112,7 @@ def test_latency_package_uses_the_cpp_gemm_template_and_is_sealed(latency_projec
     assert "micro_gemm" in source  # inductor's C++ GEMM template, not ATen's addmm
     # Its fp32 micro-kernels with their accumulators in registers (tdaot._torch_compat_gemm):
     # a torch that renders the body otherwise leaves it as it was, and this says so.
-    assert _torch_compat_gemm._REGISTER_BODY in source and _torch_compat_gemm._LAMBDA_BODY not in source, (
+    assert _torch_compat_gemm.REGISTER_BODY in source and _torch_compat_gemm.LAMBDA_BODY not in source, (
         f"torch {torch.__version__} renders inductor's fp32 micro-kernel otherwise: "
         "tdaot._torch_compat.float_micro_kernels_in_registers replaced nothing"
     )

@@ -101,8 +101,8 @@ def _break(name: str, monkeypatch) -> str:
 def _avx2_manifest(device: str = "cpu", isa: str = "avx2") -> Manifest:
     return Manifest(
         inputs=(), outputs=(), batch=tdaot.manifest.BatchRange(1, 1), interaction_type="deterministic",
-        device=device, cpu_target="x86-64-v3", cpu_isa=isa, torch_version="", tensordict_version="",
-        tdaot_version="", source=Source("Policy"),
+        device=device, cpu_target="x86-64-v3", cpu_isa=isa, torch_version=torch.__version__,
+        tensordict_version="0.14.3", tdaot_version="0.2.0", source=Source("Policy"),
     )  # fmt: skip
 
 
@@ -319,6 +319,16 @@ def test_a_narrow_padded_product_is_listed_where_a_plan_pads_it():
     )
     padded = ModelPlan("model", "throughput", padded_products=True, reciprocals=True)
     planned = planned_manifest(manifest, [padded], exported.program)
-    assert planned.numerics == ("narrow_products_padded",)  # no division in this program
+    # No division in this program; an AVX2 model may take the tanh (the package lists it only
+    # where its code does).
+    assert planned.numerics == ("tanh_within_3_5_ulp", "narrow_products_padded")
     exact = planned_manifest(manifest, [dataclasses.replace(padded, exact_math=True)], exported.program)
     assert exact.numerics == ()
+
+
+def test_a_patchs_change_to_results_is_listed_only_where_the_compiled_code_holds_it():
+    planned = ("tanh_within_3_5_ulp", "divisions_as_multiplications")
+    without = {"data/aotinductor/model/k.kernel.cpp": b"at::vec::tanh(x)", "a.so": b"Sleef_tanhf8_u35"}
+    assert patches.numerics_in_code(planned, without) == ("divisions_as_multiplications",)
+    within = {**without, "data/aotinductor/b1/k.kernel.cpp": b"Sleef_tanhf8_u35(x)"}
+    assert patches.numerics_in_code(planned, within) == planned

@@ -155,33 +155,6 @@ def test_tuning_and_its_rewrite_change_the_cache_key(monkeypatch):
     assert artifact_key(exported.program, manifest, tuning="latency") != before
 
 
-def test_the_avx2_kernel_fixes_key_avx2_models_only(monkeypatch):
-    from examples.policies import tutorial_policy
-
-    from policies import conv_actor
-    from tdaot.builder import targets
-
-    short_loops, byte_loads, tanh = "short_loops_scalar/1", "byte_loads_direct/1", "tanh_within_3_5_ulp/1"
-    for make, avx2_fixes in (
-        (tutorial_policy, [short_loops, tanh]),
-        (conv_actor, [byte_loads, short_loops, tanh]),
-    ):
-        policy, example = make()
-        exported = export_policy(policy, example)
-        for isa, fixes in (("avx2", avx2_fixes), ("avx512", []), ("", [])):
-            manifest = Manifest(
-                inputs=exported.inputs, outputs=exported.outputs, batch=exported.batch,
-                interaction_type="deterministic", device="cpu", cpu_target="native", cpu_isa=isa,
-                torch_version="", tensordict_version="", tdaot_version="", source=Source("Policy"),
-            )  # fmt: skip
-            assert targets.kernel_fixes(exported.program, isa) == fixes
-            key = artifact_key(exported.program, manifest)
-            monkeypatch.setattr(tdaot.builder.cache, "kernel_fixes", lambda program, isa: [])
-            # Where no fix applies the key is what it was before them.
-            assert (artifact_key(exported.program, manifest) == key) == (not fixes)
-            monkeypatch.undo()
-
-
 def test_latency_lstm_is_decomposed_and_matches_eager(tmp_path):
     from policies import lstm_policy
 

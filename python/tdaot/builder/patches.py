@@ -25,7 +25,7 @@ import functools
 import hashlib
 import importlib.util
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,8 +43,9 @@ class Patch:
     """One patch of torch's internals: its name (tdaot._torch_compat's function), what the build
     loses without it, which models it is in force for (``where``; ``isas``: only those built for
     one of these vector ISAs, as the manifest names them; empty: any), how it changes results from
-    torch's own (a name of ``NUMERICS``, or "": it does not) and its check of the installed torch
-    (None: torch has what it needs; else what differs)."""
+    torch's own (a name of ``NUMERICS``, or "": it does not) and the text it leaves in a model's
+    C++ where it did (``mark``), and its check of the installed torch (None: torch has what it
+    needs; else what differs)."""
 
     name: str
     without: str
@@ -52,6 +53,7 @@ class Patch:
     where: str = EVERY
     isas: tuple[str, ...] = ()
     numerics: str = ""
+    mark: str = ""
 
 
 PATCHES: tuple[Patch, ...] = (
@@ -93,6 +95,7 @@ PATCHES: tuple[Patch, ...] = (
         checks.tanh_within_3_5_ulp_lacks,
         isas=("avx2",),
         numerics="tanh_within_3_5_ulp",
+        mark="Sleef_tanhf8_u35",
     ),
     Patch(
         "gemm_choices_filtered",
@@ -222,6 +225,15 @@ def numerics(patch_names: Iterable[str], rewrites: Iterable[str]) -> tuple[str, 
     in force and the program rewrites ``rewrites`` made."""
     made = {patch(name).numerics for name in patch_names} | set(rewrites)
     return tuple(name for name in NUMERICS if name in made)
+
+
+def numerics_in_code(names: Iterable[str], records: Mapping[str, bytes]) -> tuple[str, ...]:
+    """Of the changes to results ``names`` a package's models were built to take, those its
+    compiled code holds: a patch's change only where its mark is in one of the C++ sources among
+    ``records`` (a model without a float tanh has no 3.5-ulp one)."""
+    marks = {p.numerics: p.mark.encode() for p in PATCHES if p.numerics and p.mark}
+    sources = [data for name, data in records.items() if name.endswith(".cpp")]
+    return tuple(n for n in names if n not in marks or any(marks[n] in source for source in sources))
 
 
 @functools.cache

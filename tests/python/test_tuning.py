@@ -223,7 +223,8 @@ def test_latency_compile_setup_works_in_a_fresh_process():
     # The fixture's process imported inductor first; a `tdaot build --tuning latency` has not.
     code = (
         "import tdaot.builder.tuning as t\n"
-        "with t.compiling_with(t.ModelPlan('model', 'latency')):\n"
+        "from tdaot.builder import patches\n"
+        "with t.compiling_with(t.ModelPlan('model', 'latency'), [p.name for p in patches.PATCHES]):\n"
         "    from torch._inductor.select_algorithm import get_algorithm_selector_cache as c\n"
         "    inside = len(c().preprocessing_fns)\n"
         "assert len(c().preprocessing_fns) == inside - 1\n"

@@ -148,33 +148,43 @@ def with_state(program: torch.export.ExportedProgram, values: dict) -> torch.exp
 # --- inductor -----------------------------------------------------------------------------
 
 
-def aoti_compile_and_package(program: torch.export.ExportedProgram, package_path: str, configs: dict) -> None:
+def aoti_compile_and_package(
+    program: torch.export.ExportedProgram, package_path: str, configs: dict, choose_wrapper: bool = True
+) -> None:
     """AOTInductor: compile ``program`` into a .pt2 package at ``package_path`` holding one
     model named "model" (torch.aot_compile's files packaged by package_aoti, as
-    torch._inductor.aoti_compile_and_package does without its minifier hooks)."""
+    torch._inductor.aoti_compile_and_package does without its minifier hooks).
+    ``choose_wrapper``: the patch ``wrapper_chosen`` (tdaot.builder.patches) is in force."""
+    from torch._inductor.package import package_aoti
+
+    module = program.module(check_guards=False)
+    args, kwargs = program.example_inputs
+    options = {**configs, "aot_inductor.package": True}
+    with _wrapper_chosen(configs) if choose_wrapper else contextlib.nullcontext():
+        files = torch._inductor.aot_compile(module, args, kwargs, options=options)
+    # package_aoti copies the files at once: the inductor cache may overwrite them later.
+    package_aoti(package_path, files)
+
+
+@contextlib.contextmanager
+def _wrapper_chosen(configs: dict) -> Iterator[None]:
+    """Inductor picks the CPU wrapper generator (the stack-allocating array-ref one with
+    aot_inductor.allow_stack_allocation) once per process, when it first registers its backends:
+    set for the duration to the one ``configs`` ask for, and restored after."""
     import dataclasses
 
     from torch._inductor.codegen import common
     from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
     from torch._inductor.codegen.cpp_wrapper_cpu_array_ref import CppWrapperCpuArrayRef
-    from torch._inductor.package import package_aoti
 
-    module = program.module(check_guards=False)
-    args, kwargs = program.example_inputs
-    # Inductor picks the CPU wrapper generator (the stack-allocating array-ref one with
-    # aot_inductor.allow_stack_allocation) once per process, when it first registers its
-    # backends: set for each compile to the one its options ask for, and restored after.
     common.init_backend_registration()
     saved = common.device_codegens["cpu"]
     wrapper = CppWrapperCpuArrayRef if configs.get("aot_inductor.allow_stack_allocation") else CppWrapperCpu
     common.device_codegens["cpu"] = dataclasses.replace(saved, cpp_wrapper_codegen=wrapper)
     try:
-        options = {**configs, "aot_inductor.package": True}
-        files = torch._inductor.aot_compile(module, args, kwargs, options=options)
+        yield
     finally:
         common.device_codegens["cpu"] = saved
-    # package_aoti copies the files at once: the inductor cache may overwrite them later.
-    package_aoti(package_path, files)
 
 
 @contextlib.contextmanager
@@ -273,6 +283,7 @@ from tdaot._torch_compat_gemm import (  # noqa: E402, F401
 from tdaot._torch_compat_isa import (  # noqa: E402, F401
     byte_loads_direct,
     picked_vector_isa,
+    picked_vector_isa_class,
     probed_vector_isas,
     short_loops_scalar,
     tanh_within_3_5_ulp,

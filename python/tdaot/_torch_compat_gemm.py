@@ -181,7 +181,7 @@ def one_row_gemm_blocks(columns: dict[str, int]) -> Iterator[None]:
 # on those stores). The replacement does the same fused multiply-adds in the same order, so the
 # results are bit for bit the same. In a Nature CNN's batch-1 convolutions on an AVX2 CPU: 30-35
 # GFLOP/s -> 38-62 (4x16 block), 72-75 (6x16).
-_LAMBDA_BODY = """    Vectorized va;
+LAMBDA_BODY = """    Vectorized va;
     at::vec::VectorizedN<float, COLS> vb;
     at::vec::VectorizedN<float, ROWS*COLS> vc;
     auto loadc = [&](auto i) {
@@ -224,7 +224,7 @@ _LAMBDA_BODY = """    Vectorized va;
     c10::ForcedUnroll<ROWS * COLS>{}(storec);
 }
 """
-_REGISTER_BODY = """    Vectorized vc[ROWS * COLS];
+REGISTER_BODY = """    Vectorized vc[ROWS * COLS];
     #pragma GCC unroll 64
     for (int i = 0; i < ROWS * COLS; ++i) {
         if constexpr (accum) vc[i] = Vectorized::loadu(C + (i / COLS) * ldc + (i % COLS) * VLEN);
@@ -259,7 +259,7 @@ def float_micro_kernels_in_registers() -> Iterator[None]:
     original = cls.codegen_define
 
     def codegen_define(self, kernel) -> str:
-        return original(self, kernel).replace(_LAMBDA_BODY, _REGISTER_BODY)
+        return original(self, kernel).replace(LAMBDA_BODY, REGISTER_BODY)
 
     cls.codegen_define = codegen_define
     try:

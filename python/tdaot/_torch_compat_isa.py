@@ -202,3 +202,12 @@ def picked_vector_isa() -> str:
 
     isa = cpu_vec_isa.pick_vec_isa()
     return str(isa) if isa else ""
+
+
+def picked_vector_isa_class() -> str:
+    """The class name of the vector ISA inductor generates CPU kernels for now ("VecAVX2"; ""
+    when scalar)."""
+    from torch._inductor import cpu_vec_isa
+
+    isa = cpu_vec_isa.pick_vec_isa()
+    return type(isa).__name__ if isa else ""

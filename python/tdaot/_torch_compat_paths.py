@@ -51,13 +51,10 @@ def compile_commands_run_by(runner: CompileRunner) -> Iterator[None]:
     """Each C++ command inductor runs (a compile or a link: ``cmd_line`` in ``cwd``) goes to
     ``runner(cmd_line, cwd, plain)`` for the duration, where ``plain`` is inductor's own runner
     (which raises its CppCompileError). The command text inductor hashes into its file names is
-    left as it is. Without that function (another torch), the commands run as they are."""
+    left as it is."""
     from torch._inductor import cpp_builder
 
-    plain = getattr(cpp_builder, "_run_compile_cmd", None)
-    if plain is None:
-        yield
-        return
+    plain = cpp_builder._run_compile_cmd
     cpp_builder._run_compile_cmd = lambda cmd_line, cwd: runner(cmd_line, cwd, plain)
     try:
         yield

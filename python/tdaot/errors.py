@@ -238,6 +238,13 @@ class ReproducibilityWarning(UserWarning):
     path and differ from a build elsewhere."""
 
 
+class CompatWarning(UserWarning):
+    """The installed torch differs from what one of tdaot's patches of its internals expects (an
+    attribute missing, another signature, the text it replaces not found): the package is built
+    without that patch, and its manifest does not list it. The message names the patch, the
+    torch version and what differs (tdaot.builder.patches lists every patch)."""
+
+
 def exit_code(error: BaseException) -> int:
     """The ``tdaot`` command's exit status for ``error``: 2 for usage errors, 1 otherwise."""
     return error.exit_code if isinstance(error, TdaotError) else 1
@@ -248,6 +255,7 @@ __all__ = [
     "BoundKeyError",
     "BuildError",
     "CliError",
+    "CompatWarning",
     "CompileError",
     "ConfigError",
     "ContractError",

@@ -23,6 +23,10 @@ Inputs and outputs are listed in the compiled model's positional order. ``custom
 (optional, written only when non-empty) names the operators from outside torch the
 compiled model calls, which the runner must find registered before it loads the model.
 ``contract`` (optional) is the robot deployment contract (:mod:`tdaot.contract`).
+``patches`` and ``numerics`` (optional: absent in packages built before tdaot recorded them) are
+arrays of distinct names: tdaot's patches of torch's internals in force while the models compiled,
+and the changes to results beyond torch's own the models take (tdaot.builder.patches has both
+tables; empty under ``exact_math``).
 ``files`` (version 2) holds the sha256 of every file in the package by its name inside the
 archive (without the archive's top folder), except the metadata JSONs that carry the
 manifest itself and the zip writer's bookkeeping records (:func:`digest_exempt`); the
@@ -235,6 +239,11 @@ class Manifest:
     files: dict[str, str] = field(default_factory=dict, hash=False)
     # The models the package holds (absent in older packages: one model, "model").
     models: tuple[ModelSpec, ...] = ()
+    # tdaot's patches of torch's internals in force while the models compiled, and the changes to
+    # results beyond torch's own the models take (tdaot.builder.patches); None: not recorded (a
+    # package built before tdaot recorded them).
+    patches: tuple[str, ...] | None = None
+    numerics: tuple[str, ...] | None = None
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -276,6 +285,11 @@ class Manifest:
             lines.append(f"    {model.name:<15} batch {served}, {model.tuning}{lite}{sliced}")
         if any(model.lite is not None for model in self.models):
             lines.append(f"  lite runtime      {self.lite_batches_described()}")
+        if self.patches is not None:
+            lines.append(f"  torch patches     {', '.join(self.patches) or 'none'}")
+        if self.numerics is not None:
+            numerics = ", ".join(self.numerics) or "none: torch's own results (as inductor computes them)"
+            lines.append(f"  numerics          {numerics}")
         width = max(len(s.key) for s in (*self.inputs, *self.outputs))
         for title, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
             lines.append(f"  {title}")
@@ -320,6 +334,11 @@ class Manifest:
             data["models"] = [model.to_dict() for model in self.models]
         else:
             del data["models"]  # a package of one model named "model"
+        for recorded in ("patches", "numerics"):
+            if data[recorded] is None:
+                del data[recorded]  # not recorded
+            else:
+                data[recorded] = list(data[recorded])
         return {**self.extra, **data}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -385,6 +404,8 @@ class Manifest:
                 )
                 for m in data.get("models") or ()
             ),
+            patches=None if data.get("patches") is None else tuple(data["patches"]),
+            numerics=None if data.get("numerics") is None else tuple(data["numerics"]),
             schema_version=data["schema_version"],
             extra={k: v for k, v in data.items() if k not in known},
         )

@@ -202,13 +202,13 @@ def test_micro_kernel_bodies_are_replaced_where_inductor_renders_the_known_one(m
 
     from tdaot import _torch_compat_gemm as gemm
 
-    rendered = {"text": "head\n" + gemm._LAMBDA_BODY + "tail\n"}
+    rendered = {"text": "head\n" + gemm.LAMBDA_BODY + "tail\n"}
     monkeypatch.setattr(
         cpp_micro_gemm.CppMicroGemmFP32Vec, "codegen_define", lambda self, kernel: rendered["text"]
     )
     with compat.float_micro_kernels_in_registers():
         out = cpp_micro_gemm.CppMicroGemmFP32Vec.codegen_define(None, None)
-        assert out == "head\n" + gemm._REGISTER_BODY + "tail\n"
+        assert out == "head\n" + gemm.REGISTER_BODY + "tail\n"
         rendered["text"] = "another body\n"
         assert cpp_micro_gemm.CppMicroGemmFP32Vec.codegen_define(None, None) == "another body\n"
     assert cpp_micro_gemm.CppMicroGemmFP32Vec.codegen_define(None, None) == "another body\n"

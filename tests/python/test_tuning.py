@@ -112,7 +112,7 @@ def test_latency_package_uses_the_cpp_gemm_template_and_is_sealed(latency_projec
     assert "micro_gemm" in source  # inductor's C++ GEMM template, not ATen's addmm
     # Its fp32 micro-kernels with their accumulators in registers (tdaot._torch_compat_gemm):
     # a torch that renders the body otherwise leaves it as it was, and this says so.
-    assert _torch_compat_gemm._REGISTER_BODY in source and _torch_compat_gemm._LAMBDA_BODY not in source, (
+    assert _torch_compat_gemm.REGISTER_BODY in source and _torch_compat_gemm.LAMBDA_BODY not in source, (
         f"torch {torch.__version__} renders inductor's fp32 micro-kernel otherwise: "
         "tdaot._torch_compat.float_micro_kernels_in_registers replaced nothing"
     )
@@ -153,33 +153,6 @@ def test_tuning_and_its_rewrite_change_the_cache_key(monkeypatch):
     before = artifact_key(exported.program, manifest, tuning="latency")
     monkeypatch.setattr(tdaot.builder.tuning, "RECURRENT_OPS", RECURRENT_OPS[:1])
     assert artifact_key(exported.program, manifest, tuning="latency") != before
-
-
-def test_the_avx2_kernel_fixes_key_avx2_models_only(monkeypatch):
-    from examples.policies import tutorial_policy
-
-    from policies import conv_actor
-    from tdaot.builder import targets
-
-    short_loops, byte_loads, tanh = "short_loops_scalar/1", "byte_loads_direct/1", "tanh_within_3_5_ulp/1"
-    for make, avx2_fixes in (
-        (tutorial_policy, [short_loops, tanh]),
-        (conv_actor, [byte_loads, short_loops, tanh]),
-    ):
-        policy, example = make()
-        exported = export_policy(policy, example)
-        for isa, fixes in (("avx2", avx2_fixes), ("avx512", []), ("", [])):
-            manifest = Manifest(
-                inputs=exported.inputs, outputs=exported.outputs, batch=exported.batch,
-                interaction_type="deterministic", device="cpu", cpu_target="native", cpu_isa=isa,
-                torch_version="", tensordict_version="", tdaot_version="", source=Source("Policy"),
-            )  # fmt: skip
-            assert targets.kernel_fixes(exported.program, isa) == fixes
-            key = artifact_key(exported.program, manifest)
-            monkeypatch.setattr(tdaot.builder.cache, "kernel_fixes", lambda program, isa: [])
-            # Where no fix applies the key is what it was before them.
-            assert (artifact_key(exported.program, manifest) == key) == (not fixes)
-            monkeypatch.undo()
 
 
 def test_latency_lstm_is_decomposed_and_matches_eager(tmp_path):
@@ -250,7 +223,8 @@ def test_latency_compile_setup_works_in_a_fresh_process():
     # The fixture's process imported inductor first; a `tdaot build --tuning latency` has not.
     code = (
         "import tdaot.builder.tuning as t\n"
-        "with t.compiling_with(t.ModelPlan('model', 'latency')):\n"
+        "from tdaot.builder import patches\n"
+        "with t.compiling_with(t.ModelPlan('model', 'latency'), [p.name for p in patches.PATCHES]):\n"
         "    from torch._inductor.select_algorithm import get_algorithm_selector_cache as c\n"
         "    inside = len(c().preprocessing_fns)\n"
         "assert len(c().preprocessing_fns) == inside - 1\n"

@@ -125,6 +125,12 @@ struct Manifest {
   std::vector<std::string> custom_ops;
   // The robot deployment contract (tdaot/contract.h; the optional top-level "contract").
   std::optional<Contract> contract;
+  // tdaot's patches of torch's internals in force while the models compiled, and the changes to
+  // results beyond torch's own the models take ("tanh_within_3_5_ulp", ...), by name (the
+  // optional top-level "patches" and "numerics": distinct names; nullopt where the build did not
+  // record them, an empty list where there were none). Information only: nothing loads by them.
+  std::optional<std::vector<std::string>> patches;
+  std::optional<std::vector<std::string>> numerics;
   // The sha256 (64 lowercase hex digits) of every file in the package, by its name inside the
   // archive without the archive's top folder ("data/aotinductor/model/<hash>.wrapper.so").
   // Not listed: the AOTInductor metadata JSONs that carry this manifest (a file cannot hold

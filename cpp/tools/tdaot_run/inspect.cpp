@@ -88,6 +88,13 @@ ExitCode inspect(const InspectOptions& options) {
     row("recurrent",
         state + (m.recurrent->is_init.empty() ? "" : "; is_init " + m.recurrent->is_init));
   }
+  const auto names = [](const std::vector<std::string>& list, const std::string& none) {
+    std::string text;
+    for (const auto& name : list) text += (text.empty() ? "" : ", ") + name;
+    return text.empty() ? none : text;
+  };
+  if (m.patches) row("torch patches", names(*m.patches, "none"));
+  if (m.numerics) row("numerics", names(*m.numerics, "none: torch's own results"));
   print_models(m.models);
   if (m.contract) {
     std::cout << "contract (map and clip applied inside the package)\n" << m.contract->describe();

@@ -4,7 +4,9 @@ The key hashes everything that changes the artifact: the exported program (graph
 signature, range constraints, every parameter, buffer and constant), the manifest
 (keys, shapes, batch range, interaction type, device, CPU target and ISA, torch,
 tensordict and tdaot versions, source), every BuildOptions field that changes the package,
-the inductor options they select and the tuning's graph rewrite.
+the inductor options they select, the tuning's graph rewrites, the patches of torch's internals in
+force for the model and the source of tdaot's code generation and patches
+(tdaot.builder.patches.code_digest: an edit there gives new keys).
 A hit copies the cached package into place; nothing is compiled.
 
 A specialised model's bound attempt that AOTInductor refused (the array-ref entry point does
@@ -27,16 +29,12 @@ from pathlib import Path
 
 import torch
 
+from tdaot.builder import patches
 from tdaot.builder.inductor_configs import inductor_configs
 from tdaot.builder.options import BuildOptions
-from tdaot.builder.targets import kernel_fixes
 from tdaot.builder.tuning import ModelPlan, plan_key_parts, plan_models
 from tdaot.cache_folder import copy_atomically, default_cache_dir, write_atomically
 from tdaot.manifest import Manifest
-
-# Bump when the build itself changes what a given key produces.
-# 3: each model records its tuning for export_weights (tdaot.builder.weights.check_tuning).
-CACHE_FORMAT = 3
 
 
 def artifact_key(
@@ -56,9 +54,17 @@ def artifact_key(
         batch = manifest.batch
         isa = manifest.cpu_isa
         plan = plan_models(
-            options.tuning, options.specialize, options.device, batch.min, batch.max, vector_isa=isa
+            options.tuning,
+            options.specialize,
+            options.device,
+            batch.min,
+            batch.max,
+            vector_isa=isa,
+            exact_math=options.exact_math,
         )[0]
-    manifest = dataclasses.replace(manifest, models=())
+    # The package's other models are not in the key, nor what they add to its lists of patches
+    # and numerics: this model's patches are.
+    manifest = dataclasses.replace(manifest, models=(), patches=None, numerics=None)
     digest = hashlib.sha256()
 
     def add(label: str, data: bytes) -> None:
@@ -66,16 +72,14 @@ def artifact_key(
         digest.update(f"{label}:{len(data)}:".encode())
         digest.update(data)
 
-    add("format", str(CACHE_FORMAT).encode())
+    add("code", patches.code_digest().encode())
     add("manifest", manifest.to_json(indent=1).encode())
     add("options", json.dumps(options.artifact_key(), sort_keys=True, default=str).encode())
     add("model", json.dumps(plan.describe(), sort_keys=True).encode())
     add("inductor", json.dumps(inductor_configs(manifest, options, plan), sort_keys=True).encode())
     tuning = plan_key_parts(plan)
     add("tuning", json.dumps(tuning, sort_keys=True).encode())
-    fixes = kernel_fixes(program, manifest.cpu_isa)
-    if fixes:  # only where they can change the code: other keys stay as they were
-        add("kernel fixes", json.dumps(fixes).encode())
+    add("patches", json.dumps(patches.in_force(plan, manifest)).encode())
     add("graph", str(program.graph).encode())
     add("signature", str(program.graph_signature).encode())
     add("ranges", str(sorted((str(k), str(v)) for k, v in program.range_constraints.items())).encode())

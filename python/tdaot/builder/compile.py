@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import tempfile
@@ -10,7 +11,7 @@ import time
 import torch
 
 from tdaot import _torch_compat
-from tdaot.builder import compile_log, lite
+from tdaot.builder import compile_log, lite, patches
 from tdaot.builder.cache import artifact_key
 from tdaot.builder.compiler_cache import compiles_through_ccache
 from tdaot.builder.export import tracing_noise_silenced
@@ -24,6 +25,7 @@ from tdaot.builder.tuning import (
     compiling_with,
     plan_key_parts,
     plan_models,
+    rewrites_made,
     tune_plan,
 )
 from tdaot.builder.weights_format import program_record
@@ -57,19 +59,20 @@ def compile_model(
     if refusal is not None:
         raise CompileError(refusal)
     started, ok = time.perf_counter(), False
+    applied = patches.in_force(plan, manifest)  # those torch does not take: warned by the build
     try:
         program = tune_plan(program, plan)
         with (
             tracing_noise_silenced(),
-            compiling_for(target),
-            compiling_with(plan),
+            compiling_for(target, applied),
+            compiling_with(plan, applied),
             # A path of the model's key: the same bytes from any cache setting (inductor_dir).
-            build_cache_dir(_compile_key(program, manifest, options, plan)),
-            compiles_through_ccache(),
+            build_cache_dir(_compile_key(program, manifest, options, plan), move_torch="torch_at" in applied),
+            compiles_through_ccache() if "compile_commands_run_by" in applied else contextlib.nullcontext(),
         ):
             configs = inductor_configs(manifest, options, plan)
             configs["aot_inductor.metadata"] = {METADATA_KEY: manifest.to_json(), **record}
-            _torch_compat.aoti_compile_and_package(program, staging, configs)
+            _torch_compat.aoti_compile_and_package(program, staging, configs, "wrapper_chosen" in applied)
         ok = True
     except Exception as err:  # noqa: BLE001 - reported with the inductor error's first line
         first = next((ln for ln in str(err).splitlines() if ln.strip()), type(err).__name__)
@@ -116,8 +119,16 @@ def compile_package(
     ("throughput" or "latency"), carrying ``manifest`` sealed with the digests of its files.
     tdaot.build makes its packages of several models with :func:`build_package`."""
     batch, isa = manifest.batch, manifest.cpu_isa
-    plan = plan_models(options.tuning, (), manifest.device, batch.min, batch.max, vector_isa=isa)[0]
-    manifest = planned_manifest(manifest, [plan])
+    plan = plan_models(
+        options.tuning,
+        (),
+        manifest.device,
+        batch.min,
+        batch.max,
+        vector_isa=isa,
+        exact_math=options.exact_math,
+    )[0]
+    manifest = planned_manifest(manifest, [plan], program)
     folder = os.path.dirname(check_output_path(path))
     with tempfile.TemporaryDirectory(prefix=".tdaot-", dir=folder) as staging:
         unit = unit_path(staging, plan.name)
@@ -126,10 +137,20 @@ def compile_package(
     return path
 
 
-def planned_manifest(manifest: Manifest, plans: list[ModelPlan]) -> Manifest:
-    """``manifest`` listing the models ``plans`` make, checked by the runtime's own parser before
-    a long compile."""
-    planned = dataclasses.replace(manifest, models=model_specs(manifest, plans))
+def planned_manifest(
+    manifest: Manifest, plans: list[ModelPlan], program: torch.export.ExportedProgram
+) -> Manifest:
+    """``manifest`` listing the models ``plans`` make of ``program`` (as exported), the patches in
+    force for them and their changes to results (tdaot.builder.patches), checked by the runtime's
+    own parser before a long compile."""
+    applied = patches.in_force_for(plans, manifest)
+    rewritten = [name for plan in plans for name in rewrites_made(program, plan)]
+    planned = dataclasses.replace(
+        manifest,
+        models=model_specs(manifest, plans),
+        patches=applied,
+        numerics=patches.numerics(applied, rewritten),
+    )
     planned.validated(sealed=False)
     return planned
 

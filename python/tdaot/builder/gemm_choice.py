@@ -10,7 +10,7 @@ sizes, which is one more thing two build machines must share to produce identica
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from tdaot import _torch_compat
 
@@ -51,7 +51,6 @@ def key_parts(dynamic_rows: bool) -> dict:
             "block": list(AVX2_GEMM_REGISTER_BLOCK),
             "min_rows": AVX2_GEMM_BLOCK_MIN_ROWS,
         },
-        "micro_kernels": "registers/1",
     }
     if dynamic_rows:
         parts["register_blocks_take_dynamic_rows"] = True
@@ -59,7 +58,7 @@ def key_parts(dynamic_rows: bool) -> dict:
 
 
 @contextlib.contextmanager
-def template_chosen(bound: bool = False) -> Iterator[None]:
+def template_chosen(bound: bool = False, patches: Collection[str] = ()) -> Iterator[None]:
     """Inductor's GEMM choice made deterministic, for the duration of a compile.
 
     ``TEMPLATE_OPTIONS`` (passed to the compile with the other inductor options) turn GEMM
@@ -67,24 +66,36 @@ def template_chosen(bound: bool = False) -> Iterator[None]:
     template's where there is one, ATen's otherwise, so a single candidate remains and nothing is
     timed: the choice depends on the program and the target, not on how busy the build machine
     was. ``bound``: the bound run's accumulator on the stack and outputs kept in buffers of their
-    own.
+    own. Only the patches named in ``patches`` (those in force, tdaot.builder.patches) are applied.
     """
 
     def prefer_template(choices: list) -> list:
         templates = [c for c in choices if _torch_compat.is_cpp_gemm_template(c)]
         return templates[:1] if templates else choices[:1]
 
+    applied = {
+        "gemm_choices_filtered": lambda: _torch_compat.gemm_choices_filtered(prefer_template),
+        "float_gemm_register_block": lambda: _register_blocks(),
+        "one_row_gemm_blocks": lambda: _torch_compat.one_row_gemm_blocks(ONE_ROW_GEMM_COLUMNS),
+        "float_micro_kernels_in_registers": _torch_compat.float_micro_kernels_in_registers,
+    }
+    if bound:
+        applied["gemm_accumulator_on_stack"] = _torch_compat.gemm_accumulator_on_stack
+        applied["output_clones_kept"] = _torch_compat.output_clones_kept
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_torch_compat.gemm_choices_filtered(prefer_template))
-        stack.enter_context(_torch_compat.float_gemm_register_block(GEMM_REGISTER_BLOCK, GEMM_BLOCK_MIN_ROWS))
-        stack.enter_context(
-            _torch_compat.float_gemm_register_block(
-                AVX2_GEMM_REGISTER_BLOCK, AVX2_GEMM_BLOCK_MIN_ROWS, "VecAVX2"
-            )
-        )
-        stack.enter_context(_torch_compat.one_row_gemm_blocks(ONE_ROW_GEMM_COLUMNS))
-        stack.enter_context(_torch_compat.float_micro_kernels_in_registers())
-        if bound:
-            stack.enter_context(_torch_compat.gemm_accumulator_on_stack())
-            stack.enter_context(_torch_compat.output_clones_kept())
+        for name, enter in applied.items():
+            if name in patches:
+                stack.enter_context(enter())
+        yield
+
+
+@contextlib.contextmanager
+def _register_blocks() -> Iterator[None]:
+    """The fp32 register blocks of AVX-512 and AVX2 products (the constants above)."""
+    with (
+        _torch_compat.float_gemm_register_block(GEMM_REGISTER_BLOCK, GEMM_BLOCK_MIN_ROWS),
+        _torch_compat.float_gemm_register_block(
+            AVX2_GEMM_REGISTER_BLOCK, AVX2_GEMM_BLOCK_MIN_ROWS, "VecAVX2"
+        ),
+    ):
         yield

@@ -57,9 +57,10 @@ def private_dir(path: str) -> str | None:
 
 
 @contextlib.contextmanager
-def build_cache_dir(key: str, root: str = BUILD_CACHE_DIR) -> Iterator[str]:
+def build_cache_dir(key: str, root: str = BUILD_CACHE_DIR, move_torch: bool = True) -> Iterator[str]:
     """Inductor's cache at ``root``/``key`` (a model's cache key) for the duration (see the
-    module's docstring); yields the directory the compile used."""
+    module's docstring); yields the directory the compile used. ``move_torch``: the compile
+    commands name torch through ``root``'s link (the patch ``torch_at``, tdaot.builder.patches)."""
     refusal = private_dir(root) if hasattr(os, "getuid") else "this platform has no file owners"
     if refusal is not None:
         own = inductor_cache_dir()
@@ -78,7 +79,10 @@ def build_cache_dir(key: str, root: str = BUILD_CACHE_DIR) -> Iterator[str]:
         try:
             shutil.rmtree(folder, ignore_errors=True)  # a crashed build's leftovers
             os.mkdir(folder, 0o700)
-            with inductor_cache_at(folder), torch_at(_torch_link(root)):
+            with (
+                inductor_cache_at(folder),
+                torch_at(_torch_link(root)) if move_torch else contextlib.nullcontext(),
+            ):
                 yield folder
         finally:
             shutil.rmtree(folder, ignore_errors=True)

@@ -317,6 +317,13 @@ class BuildOptions:
         in_artifact=False,
         shown_default="1",  # None: tdaot.builder.tuning.DEFAULT_SPECIALIZE
     )
+    exact_math: bool = option(
+        False,
+        "no change to results beyond torch's own: no 3.5-ulp tanh on AVX2, no division by a constant "
+        "as a multiplication, no narrow linear layer padded 16 wide (slower; the manifest's numerics "
+        "lists what a package takes)",
+        _check_flag,
+    )
     contract: Contract | None = option(
         None,
         "the robot deployment contract compiled into the package (tdaot.Contract; on the command "

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 
 from tdaot import _torch_compat
-from tdaot.builder import lite
+from tdaot.builder import lite, patches
 from tdaot.errors import BuildError
 from tdaot.manifest import BOOKKEEPING_RECORDS, METADATA_KEY, Manifest, digest_exempt
 
@@ -69,6 +69,10 @@ def write_package(
                 )
                 for spec in manifest.models
             ),
+        )
+    if manifest.numerics is not None:  # planned as the models may take them: as they do
+        manifest = dataclasses.replace(
+            manifest, numerics=patches.numerics_in_code(manifest.numerics, records)
         )
     files = {
         name: hashlib.sha256(data).hexdigest() for name, data in records.items() if not digest_exempt(name)

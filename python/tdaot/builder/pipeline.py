@@ -27,7 +27,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from tdaot._version import __version__
-from tdaot.builder import lite
+from tdaot.builder import lite, patches
 from tdaot.builder.cache import ArtifactCache, artifact_key, remember_refusal, remembered_refusal
 from tdaot.builder.compile import build_package, compile_model, known_refusal, planned_manifest, unit_path
 from tdaot.builder.export import ExportedPolicy, Traces
@@ -105,6 +105,10 @@ def build(
     report("exporting")
     packages = package_plans(policy, example, options, recorded_factory(factory))
     package = next(packages)
+    # Once a build, not once a model: the patches of tdaot's table this torch does not take.
+    patches.warn_lacking(
+        (name for plan in package.models for name in patches.concerned(plan, package.manifest)), stacklevel=2
+    )
     source = package.manifest.source
     exported_at = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=".tdaot-", dir=os.path.dirname(path)) as staging:
@@ -174,7 +178,7 @@ def _package_plan(traces: Traces, factory: str | None) -> PackagePlan:
     models = tuple(_plans(traces.main, options, manifest.cpu_isa))
     if options.require_lite and not any(plan.tuning == "latency" for plan in models):
         raise BuildError(lite.no_specialised_model(traces.module_class))  # before compiling
-    return PackagePlan(traces, models, planned_manifest(manifest, list(models)), options)
+    return PackagePlan(traces, models, planned_manifest(manifest, list(models), traces.main.program), options)
 
 
 def static_fallback_message(source: Source, err: CompileError, fallback: PackagePlan) -> str:
@@ -230,7 +234,9 @@ def _manifest(exported: ExportedPolicy, options: BuildOptions, source: Source) -
         interaction_type=options.interaction_type,
         device=options.device,
         cpu_target=target.name,
-        cpu_isa=vector_isa(target) if options.device == "cpu" else "",
+        cpu_isa=vector_isa(target, limited=not patches.lacking(["vector_isas_limited_to"]))
+        if options.device == "cpu"
+        else "",
         torch_version=torch.__version__,
         tensordict_version=tensordict.__version__,
         tdaot_version=__version__,
@@ -262,7 +268,15 @@ def _plans(exported: ExportedPolicy, options: BuildOptions, vector_isa: str) -> 
     recurrent = calls_recurrent_ops(program)
     heavy = convolution_flops(program) >= ATEN_CONVOLUTION_MIN_FLOPS
     plans = plan_models(
-        options.tuning, options.specialize, options.device, batch.min, batch.max, recurrent, heavy, vector_isa
+        options.tuning,
+        options.specialize,
+        options.device,
+        batch.min,
+        batch.max,
+        recurrent,
+        heavy,
+        vector_isa,
+        options.exact_math,
     )
     # A dynamic model runs a call larger than the chunk in slices (tdaot.builder.tuning).
     rows = exported.chunk_rows

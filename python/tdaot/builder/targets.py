@@ -9,7 +9,7 @@ and runs on any AVX2 robot computer.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -60,37 +60,34 @@ def inductor_options(target: CpuTarget) -> dict:
 
 
 @contextlib.contextmanager
-def compiling_for(target: CpuTarget) -> Iterator[None]:
-    """Inductor configured to generate code for ``target`` only, for the duration."""
-    with (
-        _torch_compat.inductor_config(inductor_options(target)),
-        _torch_compat.vector_isas_limited_to(target.isa_classes),
-        _torch_compat.byte_loads_direct(),
-        _torch_compat.short_loops_scalar(),
-        _torch_compat.tanh_within_3_5_ulp(),
-    ):
+def compiling_for(target: CpuTarget, patches: Collection[str] = ()) -> Iterator[None]:
+    """Inductor configured to generate code for ``target`` only, for the duration, with those of
+    tdaot's kernel patches named in ``patches`` (the patches in force, tdaot.builder.patches)."""
+    applied = {
+        "vector_isas_limited_to": lambda: _torch_compat.vector_isas_limited_to(target.isa_classes),
+        "byte_loads_direct": _torch_compat.byte_loads_direct,
+        "short_loops_scalar": _torch_compat.short_loops_scalar,
+        "tanh_within_3_5_ulp": _torch_compat.tanh_within_3_5_ulp,
+    }
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_torch_compat.inductor_config(inductor_options(target)))
+        for name, enter in applied.items():
+            if name in patches:
+                stack.enter_context(enter())
         yield
 
 
-def kernel_fixes(program, cpu_isa: str) -> list[str]:
-    """tdaot's changes to inductor's kernels (``compiling_for``) that can change the code of
-    ``program`` built for the vector ISA ``cpu_isa`` (the manifest's), for its cache key. All
-    apply to AVX2 only: a model for another ISA keeps the key it had without them, and so does
-    an AVX2 model without 8-bit values in its graph, for the first. (A tanh can come from
-    decompositions of many ops, so every AVX2 model's key names that fix.)"""
-    if cpu_isa != "avx2":
-        return []
-    fixes = ["short_loops_scalar/1", "tanh_within_3_5_ulp/1"]
-    byte_dtypes = (torch.uint8, torch.int8)
-    for node in program.graph.nodes:
-        values = node.meta.get("val")
-        for value in values if isinstance(values, (list, tuple)) else (values,):
-            if isinstance(value, torch.Tensor) and value.dtype in byte_dtypes:
-                return ["byte_loads_direct/1", *fixes]
-    return fixes
-
-
-def vector_isa(target: CpuTarget) -> str:
-    """The vector ISA inductor generates kernels for ("" when scalar), as the manifest records it."""
-    with compiling_for(target):
-        return _torch_compat.picked_vector_isa()
+def vector_isa(target: CpuTarget, limited: bool = True) -> str:
+    """The vector ISA inductor generates kernels for ("" when scalar), as the manifest records it
+    (``limited``: inductor's ISAs limited to the target's, the patch vector_isas_limited_to).
+    Without the limit, a target that pins ISAs is refused where inductor would pick another."""
+    with compiling_for(target, ("vector_isas_limited_to",) if limited else ()):
+        picked = _torch_compat.picked_vector_isa_class()
+        isa = _torch_compat.picked_vector_isa()
+    if not limited and target.isa_classes is not None and picked and picked not in target.isa_classes:
+        raise BuildError(
+            f"cpu_target {target.name!r} needs tdaot's patch 'vector_isas_limited_to', which does not "
+            f"fit torch {torch.__version__}: inductor would build {picked} kernels, which the target "
+            "lacks; build with cpu_target='native' on the target machine"
+        )
+    return isa

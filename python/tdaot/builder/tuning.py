@@ -79,7 +79,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -176,20 +176,17 @@ class ModelPlan:
     reciprocals: bool = False
     # A throughput model's narrow linear layers computed 16 wide (rewrites.narrow_products_padded).
     padded_products: bool = False
+    # No change to results beyond torch's own (BuildOptions.exact_math; patches.NUMERICS).
+    exact_math: bool = False
 
     def describe(self) -> dict:
         described = {"name": self.name, "tuning": self.tuning, "batch": self.batch, "bound": self.bound}
         # Only where set: the other models' cache keys stay what they were.
         if self.batch_max is not None:
             described["batch_max"] = self.batch_max
-        if self.decomposed:
-            described["decomposed"] = True
-        if self.aten_convolutions:
-            described["aten_convolutions"] = True
-        if self.reciprocals:
-            described["reciprocals"] = True
-        if self.padded_products:
-            described["padded_products"] = True
+        for flag in ("decomposed", "aten_convolutions", "reciprocals", "padded_products", "exact_math"):
+            if getattr(self, flag):
+                described[flag] = True
         return described
 
     def recurrent_decomposed(self) -> bool:
@@ -205,11 +202,16 @@ def plan_models(
     recurrent: bool = False,
     heavy_convolutions: bool = False,
     vector_isa: str = "",
+    exact_math: bool = False,
 ) -> list[ModelPlan]:
     """The models a package serving batches ``low..high`` holds under ``tuning`` (``recurrent``:
     its program calls one of ``RECURRENT_OPS``; ``heavy_convolutions``: its convolutions do at
     least ATEN_CONVOLUTION_MIN_FLOPS per row; ``vector_isa``: the one its kernels are built for,
-    as the manifest records it)."""
+    as the manifest records it; ``exact_math``: every model is built with no change to results
+    beyond torch's own)."""
+    if exact_math:
+        plans = plan_models(tuning, specialize, device, low, high, recurrent, heavy_convolutions, vector_isa)
+        return [dataclasses.replace(p, exact_math=True) for p in plans]
     if tuning == "auto" and device != "cpu":
         tuning = "throughput"  # latency models are CPU builds
     if tuning == "throughput":
@@ -384,8 +386,7 @@ def plan_key_parts(plan: ModelPlan) -> dict:
 
 
 def cache_key_parts(tuning: str, bound: bool = False, dynamic: bool = False, **plan_fields) -> dict:
-    """``plan_key_parts`` of a model of ``tuning`` (``dynamic``: its batch is; ``plan_fields``:
-    ModelPlan's other fields)."""
+    """``plan_key_parts`` of a model of ``tuning`` (``dynamic``: its batch is; ``plan_fields``: the rest)."""
     return plan_key_parts(ModelPlan("model", tuning, None if dynamic else 1, bound, **plan_fields))
 
 
@@ -395,13 +396,21 @@ _CONVOLUTION_REWRITES = ("convolutions_as_gemm", "channels_last_weights/2")
 
 def _table_rewrites(plan: ModelPlan) -> list[tuple[str, Callable]]:
     """The program rewrites ``plan`` takes that are decomposition tables: each one's name in the
-    cache key and the function giving its table for a program (one decision for both)."""
+    cache key and the function giving its table for a program (one decision for both). Both
+    change results (tdaot.builder.patches.NUMERICS): none under ``exact_math``."""
     chosen = []
+    if plan.exact_math:
+        return []
     if plan.tuning == "latency" or plan.reciprocals:
         chosen.append(("divisions_as_multiplications", rewrites.division_table))
     if plan.padded_products:
         chosen.append(("narrow_products_padded", rewrites.narrow_product_table))
     return chosen
+
+
+def rewrites_made(program: torch.export.ExportedProgram, plan: ModelPlan) -> list[str]:
+    """The names of the table rewrites ``plan`` takes that change something in ``program``."""
+    return [name for name, table_for in _table_rewrites(plan) if table_for(program)]
 
 
 def tune_plan(program: torch.export.ExportedProgram, plan: ModelPlan) -> torch.export.ExportedProgram:
@@ -430,11 +439,12 @@ def tune_program(
 
 
 @contextlib.contextmanager
-def compiling_with(plan: ModelPlan) -> Iterator[None]:
+def compiling_with(plan: ModelPlan, patches: Collection[str] = ()) -> Iterator[None]:
     """Inductor's GEMM choice for ``plan``, for the duration of a compile: for a latency model,
-    the C++ template wherever it applies (tdaot.builder.gemm_choice)."""
+    the C++ template wherever it applies (tdaot.builder.gemm_choice), with those of its patches
+    named in ``patches`` (the patches in force)."""
     if plan.tuning != "latency":
         yield
         return
-    with gemm_choice.template_chosen(plan.bound):
+    with gemm_choice.template_chosen(plan.bound, patches):
         yield

@@ -112,6 +112,8 @@ std::string Manifest::to_json(int indent) const {
   }
   if (!custom_ops.empty()) out["custom_ops"] = custom_ops;
   if (contract) out["contract"] = detail::contract_to_json(*contract);
+  if (patches) out["patches"] = *patches;  // absent: not recorded
+  if (numerics) out["numerics"] = *numerics;
   if (!files.empty()) out["files"] = files;  // empty: unsealed
   for (const auto& [name, value] : extra) out[name] = nlohmann::ordered_json::parse(value);
   return out.dump(indent);

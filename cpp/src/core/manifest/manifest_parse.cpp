@@ -315,6 +315,28 @@ std::vector<std::string> parse_custom_ops(const Parser& p, const json& root) {
   return ops;
 }
 
+// The optional "patches" or "numerics" list (`field`): distinct names of [A-Za-z0-9_]+; nullopt
+// when absent or null (a package built before tdaot recorded them).
+std::optional<std::vector<std::string>> parse_names(const Parser& p, const json& root,
+                                                    const char* field) {
+  auto it = root.find(field);
+  if (it == root.end() || it->is_null()) return std::nullopt;
+  const json& list = p.array(*it, field);
+  std::vector<std::string> names;
+  std::unordered_set<std::string> seen;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = Parser::index(field, i);
+    std::string name = p.text(list[i], where);
+    const auto is_name_char = [](unsigned char c) { return std::isalnum(c) || c == '_'; };
+    if (!std::all_of(name.begin(), name.end(), is_name_char)) {
+      p.fail(where, "'" + name + "' is not a name of letters, digits and underscores");
+    }
+    if (!seen.insert(name).second) p.fail(where, "'" + name + "' is listed twice");
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
 // A file name as package.cpp finds it in the archive (without the top folder): relative, '/'
 // separated, no empty, "." or ".." part. Package reading refuses such entries anyway; a manifest
 // naming one can only be a forgery or a writer's bug.
@@ -413,6 +435,8 @@ Manifest parse_manifest(const std::string& text, const std::string& origin, Seal
   m.recurrent = parse_recurrent(p, root, m);
   m.custom_ops = parse_custom_ops(p, root);
   m.contract = detail::parse_contract(p, root, m);
+  m.patches = parse_names(p, root, "patches");
+  m.numerics = parse_names(p, root, "numerics");
   m.files = parse_files(p, root, sealing);
   for (const auto& [name, value] : root.items()) {
     if (std::find(kFields.begin(), kFields.end(), name) == kFields.end()) {

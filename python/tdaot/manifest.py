@@ -23,7 +23,10 @@ Inputs and outputs are listed in the compiled model's positional order. ``custom
 (optional, written only when non-empty) names the operators from outside torch the
 compiled model calls, which the runner must find registered before it loads the model.
 ``contract`` (optional) is the robot deployment contract (:mod:`tdaot.contract`).
-``files`` (version 2) holds the sha256 of every file in the package by its name inside the
+``weights_sha256`` (optional) is the digest of every tensor a weight file of the package's
+unchanged policy holds (tdaot.builder.weights_digest): what a freshly loaded package reports
+as its live weights; absent where the build could not load a model to compute it (such a
+package cannot swap weights). ``files`` (version 2) holds the sha256 of every file in the package by its name inside the
 archive (without the archive's top folder), except the metadata JSONs that carry the
 manifest itself and the zip writer's bookkeeping records (:func:`digest_exempt`); the
 runner checks every digest before it loads the library. Version 1 had no ``files``.
@@ -235,6 +238,9 @@ class Manifest:
     files: dict[str, str] = field(default_factory=dict, hash=False)
     # The models the package holds (absent in older packages: one model, "model").
     models: tuple[ModelSpec, ...] = ()
+    # The digest of the weights the package was built with (tdaot.builder.weights_digest);
+    # None until the package is built, or where the build could not compute it.
+    weights_sha256: str | None = None
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -263,6 +269,8 @@ class Manifest:
             lines.append(f"  custom ops        {', '.join(self.custom_ops)}")
         if self.files:
             lines.append(f"  files             {len(self.files)} with sha256 digests")
+            swap = self.weights_sha256 or "none recorded (cannot swap weights)"
+            lines.append(f"  weights sha256    {swap}")
         if self.contract:
             lines += ["  contract", *("  " + line for line in self.contract.describe())]
         if self.models:
@@ -320,6 +328,8 @@ class Manifest:
             data["models"] = [model.to_dict() for model in self.models]
         else:
             del data["models"]  # a package of one model named "model"
+        if self.weights_sha256 is None:
+            del data["weights_sha256"]  # not built yet, or not computable where it was built
         return {**self.extra, **data}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -385,6 +395,7 @@ class Manifest:
                 )
                 for m in data.get("models") or ()
             ),
+            weights_sha256=data.get("weights_sha256"),
             schema_version=data["schema_version"],
             extra={k: v for k, v in data.items() if k not in known},
         )

@@ -34,6 +34,7 @@ from tdaot.builder.export import ExportedPolicy, Traces
 from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
 from tdaot.builder.targets import CPU_TARGETS, vector_isa
+from tdaot.builder.weights_format import program_weights
 from tdaot.builder.tuning import (
     ATEN_CONVOLUTION_MIN_FLOPS,
     ModelPlan,
@@ -119,7 +120,7 @@ def build(
                 message = static_fallback_message(source, err, fallback)
                 warnings.warn(message, StaticBatchWarning, stacklevel=2)
                 package = fallback
-        build_package(units, package.manifest, path, package.options)
+        build_package(units, package.manifest, path, package.options, program_weights(package.traces.main.program))
     if all(hits):
         report("cached")
     if options.save_exported:

@@ -113,6 +113,7 @@ std::string Manifest::to_json(int indent) const {
   if (!custom_ops.empty()) out["custom_ops"] = custom_ops;
   if (contract) out["contract"] = detail::contract_to_json(*contract);
   if (!files.empty()) out["files"] = files;  // empty: unsealed
+  if (!weights_sha256.empty()) out["weights_sha256"] = weights_sha256;
   for (const auto& [name, value] : extra) out[name] = nlohmann::ordered_json::parse(value);
   return out.dump(indent);
 }

@@ -26,10 +26,11 @@ compiled model calls, which the runner must find registered before it loads the 
 ``weights_sha256`` (optional) is the digest of every tensor a weight file of the package's
 unchanged policy holds (tdaot.builder.weights_digest): what a freshly loaded package reports
 as its live weights; absent where the build could not load a model to compute it (such a
-package cannot swap weights). ``files`` (version 2) holds the sha256 of every file in the package by its name inside the
-archive (without the archive's top folder), except the metadata JSONs that carry the
-manifest itself and the zip writer's bookkeeping records (:func:`digest_exempt`); the
-runner checks every digest before it loads the library. Version 1 had no ``files``.
+package cannot swap weights). ``files`` (version 2) holds the sha256 of every file in the
+package by its name inside the archive (without the archive's top folder), except the
+metadata JSONs that carry the manifest itself and the zip writer's bookkeeping records
+(:func:`digest_exempt`); the runner checks every digest before it loads the library.
+Version 1 had no ``files``.
 
 The C++ parser (``cpp/src/manifest.cpp``, bound as ``tdaot._C``) is the one definition of a
 valid manifest: :meth:`Manifest.from_json` and :func:`read_manifest` read every manifest

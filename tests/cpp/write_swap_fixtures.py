@@ -106,11 +106,15 @@ def derived_constant(tensors: dict[str, torch.Tensor], prefix: str) -> str:
     """The first floating constant under ``prefix`` that no weights/ entry holds (a prepacked
     GEMM weight of the latency model): the lifted-constant check has no twin to compare it with."""
     weights = [v for k, v in tensors.items() if k.startswith("weights/")]
+
+    def lifted(value: torch.Tensor) -> bool:
+        same = (w for w in weights if w.dtype == value.dtype and w.shape == value.shape)
+        return any(torch.equal(w, value) for w in same)
+
     for key in sorted(tensors):
         value = tensors[key]
-        if key.startswith(prefix) and value.is_floating_point() and value.numel():
-            if not any(w.dtype == value.dtype and w.shape == value.shape and torch.equal(w, value) for w in weights):
-                return key
+        if key.startswith(prefix) and value.is_floating_point() and value.numel() and not lifted(value):
+            return key
     raise SystemExit(f"no constant under {prefix!r} is derived from the weights")
 
 

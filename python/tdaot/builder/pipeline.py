@@ -34,7 +34,6 @@ from tdaot.builder.export import ExportedPolicy, Traces
 from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
 from tdaot.builder.targets import CPU_TARGETS, vector_isa
-from tdaot.builder.weights_format import program_weights
 from tdaot.builder.tuning import (
     ATEN_CONVOLUTION_MIN_FLOPS,
     ModelPlan,
@@ -43,6 +42,7 @@ from tdaot.builder.tuning import (
     plan_models,
     tune_plan,
 )
+from tdaot.builder.weights_format import program_weights
 from tdaot.errors import BuildError, CompileError, SpecialisationWarning, StaticBatchWarning
 from tdaot.manifest import Manifest, Source, read_manifest
 
@@ -120,7 +120,8 @@ def build(
                 message = static_fallback_message(source, err, fallback)
                 warnings.warn(message, StaticBatchWarning, stacklevel=2)
                 package = fallback
-        build_package(units, package.manifest, path, package.options, program_weights(package.traces.main.program))
+        weights = program_weights(package.traces.main.program)
+        build_package(units, package.manifest, path, package.options, weights)
     if all(hits):
         report("cached")
     if options.save_exported:

@@ -230,7 +230,7 @@ def _tensors(path):
 
 
 def _rewrite(tmp_path, weight_file, change, base=None, name="bad.tdw"):
-    """A weight file like ``weight_file`` with ``change(tensors)`` applied, digests recomputed,
+    """A weight file like ``weight_file`` with ``change(tensors)`` applied, its digest recomputed,
     made for ``base`` ((file sha256, manifest sha256)) or for weight_file's package."""
     tensors = _tensors(weight_file[0])
     change(tensors)
@@ -629,7 +629,7 @@ def _unsigned(path, tmp_path):
 
 
 def _forged(path, tmp_path):
-    """``path`` with a tensor changed, its digests recomputed and its signatures kept."""
+    """``path`` with a tensor changed, its digest recomputed and its signatures kept."""
 
     def change(tensors):
         key = _first(tensors, "weights/")

@@ -157,7 +157,8 @@ TEST(WeightSwap, AChangedDerivedConstantChangesTheReportedDigest) {
   policy.swap_weights(derived);  // not refused: no check before the digest's sees the change
   EXPECT_NE(policy.weights_sha256(), pinned);
   EXPECT_EQ(policy.weights_sha256(), verify_weights(derived).weights_sha256);
-  EXPECT_FALSE(equal(policy.run_positional(observation(1)), genuine.run_positional(observation(1))));
+  EXPECT_FALSE(
+      equal(policy.run_positional(observation(1)), genuine.run_positional(observation(1))));
 }
 
 // A package whose manifest records no weights digest (an earlier tdaot's, or one whose models
@@ -176,8 +177,9 @@ TEST(WeightSwap, APackageWithoutAWeightsDigestCannotSwap) {
     const auto error = catch_error<WeightsError>([&] { policy.swap_weights(path); });
     ASSERT_TRUE(error) << path;
     EXPECT_EQ(error->path(), path);
-    EXPECT_TRUE(Contains(error->what(), "weight file '" + path + "' cannot be swapped into package '" +
-                                            package + "': its manifest records no weights digest"));
+    EXPECT_TRUE(Contains(error->what(), "weight file '" + path +
+                                            "' cannot be swapped into package '" + package +
+                                            "': its manifest records no weights digest"));
   }
   EXPECT_TRUE(equal(policy.run_positional(observation(1)), before));
 }

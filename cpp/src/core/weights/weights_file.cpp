@@ -255,7 +255,8 @@ WeightFile check_bytes(const std::string& bytes, const std::string& path,
     refuse_weights(path, "",
                    std::string("has format '") + kWeightsFormat1 +
                        "', whose weights digest leaves its models' constants out; this runtime "
-                       "reads '" + kWeightsFormat + "' (export it again with tdaot.export_weights)");
+                       "reads '" + kWeightsFormat +
+                       "' (export it again with tdaot.export_weights)");
   }
   if (format != kWeightsFormat) {
     refuse_weights(path, "",

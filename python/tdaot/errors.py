@@ -245,6 +245,12 @@ class CompatWarning(UserWarning):
     torch version and what differs (tdaot.builder.patches lists every patch)."""
 
 
+class WeightSwapWarning(UserWarning):
+    """The build could not compute the package's weights digest (a model it cannot load on this
+    host, e.g. one compiled for another architecture): the package records none and cannot swap
+    weights. The message names the package and why."""
+
+
 def exit_code(error: BaseException) -> int:
     """The ``tdaot`` command's exit status for ``error``: 2 for usage errors, 1 otherwise."""
     return error.exit_code if isinstance(error, TdaotError) else 1
@@ -286,5 +292,6 @@ __all__ = [
     "TorchMismatchError",
     "UnknownKeyError",
     "UsageError",
+    "WeightSwapWarning",
     "WeightsError",
 ]

@@ -27,6 +27,10 @@ compiled model calls, which the runner must find registered before it loads the 
 arrays of distinct names: tdaot's patches of torch's internals in force while the models compiled,
 and the changes to results beyond torch's own the models take (tdaot.builder.patches has both
 tables; empty under ``exact_math``).
+``weights_sha256`` (optional) is the digest of every tensor a weight file of the package's
+unchanged policy holds (tdaot.builder.weights_digest): what a freshly loaded package reports
+as its live weights; absent where the build could not load a model to compute it (such a
+package cannot swap weights).
 ``files`` (version 2) holds the sha256 of every file in the package by its name inside the
 archive (without the archive's top folder), except the metadata JSONs that carry the
 manifest itself and the zip writer's bookkeeping records (:func:`digest_exempt`); the
@@ -244,6 +248,9 @@ class Manifest:
     # package built before tdaot recorded them).
     patches: tuple[str, ...] | None = None
     numerics: tuple[str, ...] | None = None
+    # The digest of the weights the package was built with (tdaot.builder.weights_digest);
+    # None until the package is built, or where the build could not compute it.
+    weights_sha256: str | None = None
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -272,6 +279,8 @@ class Manifest:
             lines.append(f"  custom ops        {', '.join(self.custom_ops)}")
         if self.files:
             lines.append(f"  files             {len(self.files)} with sha256 digests")
+            swap = self.weights_sha256 or "none recorded (cannot swap weights)"
+            lines.append(f"  weights sha256    {swap}")
         if self.contract:
             lines += ["  contract", *("  " + line for line in self.contract.describe())]
         if self.models:
@@ -339,6 +348,8 @@ class Manifest:
                 del data[recorded]  # not recorded
             else:
                 data[recorded] = list(data[recorded])
+        if self.weights_sha256 is None:
+            del data["weights_sha256"]  # not built yet, or not computable where it was built
         return {**self.extra, **data}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -406,6 +417,7 @@ class Manifest:
             ),
             patches=None if data.get("patches") is None else tuple(data["patches"]),
             numerics=None if data.get("numerics") is None else tuple(data["numerics"]),
+            weights_sha256=data.get("weights_sha256"),
             schema_version=data["schema_version"],
             extra={k: v for k, v in data.items() if k not in known},
         )

@@ -142,6 +142,48 @@ TEST(WeightSwap, ARefusedFileNamesItselfAndTheOldWeightsKeepServing) {
   EXPECT_TRUE(Contains(error->what(), "was made for the package of sha256 " + policy.sha256()));
 }
 
+// Issue 56: tutorial_v2_derived.tdw holds tutorial_v2.tdw's weights/ entries and one derived
+// constant of the batch-1 model changed by +100 (write_swap_fixtures.py). The lifted-constant
+// check has nothing to compare it with, so it swaps in; the digest the policy reports covers
+// that constant, so it is not the genuine file's and a pin on that one fails.
+TEST(WeightSwap, AChangedDerivedConstantChangesTheReportedDigest) {
+  const std::string derived = test::package_path("tutorial_v2_derived.tdw");
+  const std::string pinned = verify_weights(weights()).weights_sha256;
+  const Policy genuine(tutorial());
+  EXPECT_EQ(genuine.weights_sha256(), genuine.manifest().weights_sha256);
+  genuine.swap_weights(weights());
+  EXPECT_EQ(genuine.weights_sha256(), pinned);
+  const Policy policy(tutorial());
+  policy.swap_weights(derived);  // not refused: no check before the digest's sees the change
+  EXPECT_NE(policy.weights_sha256(), pinned);
+  EXPECT_EQ(policy.weights_sha256(), verify_weights(derived).weights_sha256);
+  EXPECT_FALSE(
+      equal(policy.run_positional(observation(1)), genuine.run_positional(observation(1))));
+}
+
+// A package whose manifest records no weights digest (an earlier tdaot's, or one whose models
+// the build could not load) reports none and refuses every swap naming itself and the file,
+// before the file is read.
+TEST(WeightSwap, APackageWithoutAWeightsDigestCannotSwap) {
+  test::TempDir dir;
+  const std::string package = dir.file("no_digest.pt2");
+  test::rewrite_manifest(tutorial(), package,
+                         [](nlohmann::json& manifest) { manifest.erase("weights_sha256"); });
+  const Policy policy(package);
+  EXPECT_EQ(policy.weights_sha256(), "");
+  const auto before = policy.run_positional(observation(1));
+  const std::string missing = dir.file("missing.tdw");
+  for (const std::string& path : {weights(), missing}) {
+    const auto error = catch_error<WeightsError>([&] { policy.swap_weights(path); });
+    ASSERT_TRUE(error) << path;
+    EXPECT_EQ(error->path(), path);
+    EXPECT_TRUE(Contains(error->what(), "weight file '" + path +
+                                            "' cannot be swapped into package '" + package +
+                                            "': its manifest records no weights digest"));
+  }
+  EXPECT_TRUE(equal(policy.run_positional(observation(1)), before));
+}
+
 TEST(WeightSwap, RollbackWithoutASwapIsRefused) {
   const Policy policy(tutorial());
   const auto error = catch_error<WeightsError>([&] { policy.rollback_weights(); });

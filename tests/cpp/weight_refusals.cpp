@@ -50,7 +50,7 @@ std::string mixed_constants(const fixtures::TempDir& dir, const std::string& wei
         continue;
       }
       // The constant lifted from `other`: one low bit of its first element flipped (a finite
-      // value stays finite), the content digest recomputed, the weights digest left as it was.
+      // value stays finite), the digest recomputed: only the lifted-constant check refuses it.
       const uint64_t begin = header.at(name).at("data_offsets").at(0).get<uint64_t>();
       bytes[8 + header_size + begin] = static_cast<char>(bytes[8 + header_size + begin] ^ 1);
       auto copy = std::shared_ptr<void>(std::malloc(constant.nbytes), [](void* p) { std::free(p); });
@@ -58,8 +58,8 @@ std::string mixed_constants(const fixtures::TempDir& dir, const std::string& wei
       static_cast<unsigned char*>(copy.get())[0] ^= 1;
       constant.data = copy;
       const std::string digest = detail::canonical_digest(file.tensors);
-      const size_t at = bytes.find(file.content_sha256);
-      if (at == std::string::npos || at > 8 + header_size) throw std::runtime_error("no content digest");
+      const size_t at = bytes.find(file.weights_sha256);
+      if (at == std::string::npos || at > 8 + header_size) throw std::runtime_error("no digest");
       bytes.replace(at, digest.size(), digest);
       const std::string path = dir.file("mixed_constants.tdw");
       fixtures::write_file(path, bytes);
@@ -88,17 +88,28 @@ std::vector<Refusal> hostile_files(const fixtures::TempDir& dir, const std::stri
   fixtures::write_file(outside, safetensors(one, 8));
   std::string constant;
   const std::string mixed = mixed_constants(dir, weights, &constant);
+  const std::string format_1 = older_format(dir, weights);
   return {{directory, "", "is a directory, not a weight file"},
           {"/dev/zero", "", "is not a regular file"},
           {fifo, "", "is not a regular file"},
           {overlapping, "weights/b", "overlaps tensor 'weights/a' (bytes 0..8 and 0..8 of the data)"},
           {outside, "weights/a", "has data_offsets [0, 16], outside the file's 8 data bytes"},
-          {mixed, constant, "differs from 'weights/"}};
+          {mixed, constant, "differs from 'weights/"},
+          {format_1, "",
+           "has format 'tdaot-weights/1', whose weights digest leaves its models' constants out; "
+           "this runtime reads 'tdaot-weights/2' (export it again with tdaot.export_weights)"}};
 }
 
-namespace {
-
-}  // namespace
+std::string older_format(const fixtures::TempDir& dir, const std::string& weights) {
+  std::string bytes = fixtures::read_file(weights);
+  const std::string format = "\"tdaot-weights/2\"";
+  const size_t at = bytes.find(format);
+  if (at == std::string::npos) throw std::runtime_error("no format in '" + weights + "'");
+  bytes.replace(at, format.size(), "\"tdaot-weights/1\"");  // same length: the header stays valid
+  const std::string path = dir.file("format_1.tdw");
+  fixtures::write_file(path, bytes);
+  return path;
+}
 
 std::vector<Refusal> damaged_files(const fixtures::TempDir& dir, const std::string& weights,
                                    const std::string& transposed) {

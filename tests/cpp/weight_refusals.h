@@ -28,15 +28,18 @@ std::vector<Refusal> damaged_files(const fixtures::TempDir& dir, const std::stri
 
 // Hostile files, refused by both runtimes before anything is loaded (issue 38): a directory,
 // /dev/zero, a FIFO (neither read nor waited on), two entries sharing bytes, an entry past the
-// file's end, and mixed_constants' file. Part of damaged_files.
+// file's end, mixed_constants' file and older_format's. Part of damaged_files.
 std::vector<Refusal> hostile_files(const fixtures::TempDir& dir, const std::string& weights);
 
 // A copy of `weights` in `dir` whose first model constant lifted from a weight (the same
-// bytes as a weights/ entry) has one bit flipped, its content digest recomputed and its
-// weights digest unchanged (so the file's weights digest no longer covers what the model would
-// run); `tensor` gets the constant's entry name.
+// bytes as a weights/ entry) has one bit flipped and its digest recomputed: every other check
+// passes, the lifted-constant check refuses it naming the constant; `tensor` gets its entry name.
 std::string mixed_constants(const fixtures::TempDir& dir, const std::string& weights,
                             std::string* tensor);
+
+// A copy of `weights` in `dir` labelled with the older format "tdaot-weights/1" (whose weights
+// digest covered the weights/ entries alone), refused by its format name.
+std::string older_format(const fixtures::TempDir& dir, const std::string& weights);
 
 // A copy of `path` in `dir` with its last byte flipped; returns its path.
 std::string flip_last_byte(const fixtures::TempDir& dir, const std::string& path);

@@ -9,7 +9,11 @@
   (``"built"``, for rollback); ``weights_sha256``: the file's weights digest;
 - tutorial_v2_transposed.tdw: tutorial_v2.tdw with the batch-1 model's first weight stored
   transposed (same bytes, a shape the model does not take), its digests rewritten so that it
-  passes every check but the shape one (weight_refusals.cpp: both runtimes refuse it).
+  passes every check but the shape one (weight_refusals.cpp: both runtimes refuse it);
+- tutorial_v2_derived.tdw (issue 56): tutorial_v2.tdw with the same weights/ entries and one
+  derived constant of the batch-1 model (one no weights/ entry holds: the lifted-constant check
+  cannot compare it) changed by +100, written with tdaot's own writer. It swaps in; the digest
+  the policy then reports is not tutorial_v2.tdw's (test_weights.cpp, lite/test_lite_weights.cpp).
 
 Usage: write_swap_fixtures.py PACKAGES_DIR.
 """
@@ -23,6 +27,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 TRANSPOSED = "model/b1/module_module_0_module_0_weight"
+DERIVED_MODEL = "model/b1/"
 STEPS = 3
 
 
@@ -84,7 +89,33 @@ def main(out: Path) -> int:
             value = value.reshape(value.shape[::-1]) if key == TRANSPOSED else value
             models.setdefault(model, {})[constant] = value
     write_weight_file(out / "tutorial_v2_transposed.tdw", plain, models, *package_identity(package))
+
+    key = derived_constant(tensors, DERIVED_MODEL)
+    _, model, constant = key.split("/", 2)
+    models = {}
+    for name, value in tensors.items():
+        if name.startswith("model/"):
+            _, owner, entry = name.split("/", 2)
+            models.setdefault(owner, {})[entry] = value
+    models[model][constant] = models[model][constant] + 100
+    write_weight_file(out / "tutorial_v2_derived.tdw", plain, models, *package_identity(package))
     return 0
+
+
+def derived_constant(tensors: dict[str, torch.Tensor], prefix: str) -> str:
+    """The first floating constant under ``prefix`` that no weights/ entry holds (a prepacked
+    GEMM weight of the latency model): the lifted-constant check has no twin to compare it with."""
+    weights = [v for k, v in tensors.items() if k.startswith("weights/")]
+
+    def lifted(value: torch.Tensor) -> bool:
+        same = (w for w in weights if w.dtype == value.dtype and w.shape == value.shape)
+        return any(torch.equal(w, value) for w in same)
+
+    for key in sorted(tensors):
+        value = tensors[key]
+        if key.startswith(prefix) and value.is_floating_point() and value.numel() and not lifted(value):
+            return key
+    raise SystemExit(f"no constant under {prefix!r} is derived from the weights")
 
 
 if __name__ == "__main__":

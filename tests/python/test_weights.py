@@ -18,23 +18,28 @@ import pytest
 import safetensors.torch
 import torch
 from conftest import ROOT
+from examples.policies import tutorial_policy
 from tensordict import TensorDict
 
 import tdaot
 from tdaot import _C, _torch_compat
+from tdaot.builder.cache import ArtifactCache
 from tdaot.builder.export import export_policy
 from tdaot.builder.weights import package_identity
 from tdaot.builder.weights_format import (
+    FORMAT,
     RECORD_KEY,
     SIGNATURES_KEY,
     canonical_digest,
     program_weights,
+    read_metadata,
     signing_payload,
     write_signatures,
     write_weight_file,
 )
 from tdaot.cli import main
 from tdaot.signing import key_id
+from tdaot.tools import find
 
 OBSERVATIONS = {
     1: torch.randn(1, 3, generator=torch.Generator().manual_seed(1)),
@@ -100,17 +105,13 @@ def assert_equal(actual, expected):
         assert torch.equal(actual[key], expected[key]), key
 
 
-def test_a_fresh_package_reports_the_digest_export_weights_gives_its_weights(tutorial):
+def test_a_fresh_package_reports_the_digest_export_weights_gives_its_unchanged_policy(tutorial, tmp_path):
+    """The digest a fresh package reports (its manifest's weights_sha256) is the one exporting the
+    unchanged policy gives: of its weights and every constant of every model. Exported in a
+    process that imported only tdaot: the batch-1 model links no libtorch, and torch's container
+    runner finds its shim functions only once libtorch's symbols are global, which `import
+    tdaot` alone no longer does (no torch)."""
     policy, example, artifact = tutorial
-    native = tdaot.load(artifact.path)
-    program = export_policy(policy, example).program
-    assert native.weights_sha256 == canonical_digest(program_weights(program))
-
-
-def test_export_weights_reads_a_bound_model_in_a_process_that_imported_only_tdaot(tutorial, tmp_path):
-    # The batch-1 model links no libtorch: torch's container runner finds its shim functions only
-    # once libtorch's symbols are global, which `import tdaot` alone no longer does (no torch).
-    _, _, artifact = tutorial
     assert any(model.lite is not None and model.lite.runs for model in artifact.manifest.models)
     script = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
@@ -124,7 +125,14 @@ def test_export_weights_reads_a_bound_model_in_a_process_that_imported_only_tdao
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    assert out.stat().st_size > 0
+    exported = read_metadata(out)["tdaot.weights_sha256"]
+    native = tdaot.load(artifact.path)
+    assert native.weights_sha256 == artifact.manifest.weights_sha256 == exported
+    assert native.weights_sha256 == tdaot.verify_weights(str(out))["weights_sha256"]
+    # More than the policy's weights: every tensor of the file, the models' constants included.
+    weights_only = canonical_digest(program_weights(export_policy(policy, example).program))
+    assert exported != weights_only
+    assert any(name.startswith("model/b1/") for name in _tensors(str(out)))
 
 
 def test_swapped_weights_match_the_retrained_policy_on_every_model(native, retrained, weight_file):
@@ -222,7 +230,7 @@ def _tensors(path):
 
 
 def _rewrite(tmp_path, weight_file, change, base=None, name="bad.tdw"):
-    """A weight file like ``weight_file`` with ``change(tensors)`` applied, digests recomputed,
+    """A weight file like ``weight_file`` with ``change(tensors)`` applied, its digest recomputed,
     made for ``base`` ((file sha256, manifest sha256)) or for weight_file's package."""
     tensors = _tensors(weight_file[0])
     change(tensors)
@@ -275,6 +283,128 @@ def test_a_refused_tensor_is_named_and_the_old_weights_keep_serving(native, weig
     assert path in str(caught.value) and key in str(caught.value) and caught.value.tensor == key
     for batch in OBSERVATIONS:
         assert_equal(outputs(native, batch), before[batch])
+
+
+def _derived(tensors, prefix):
+    """The first floating constant under ``prefix`` that no weights/ entry holds (a prepacked
+    GEMM weight of the latency model): the lifted-constant check has no twin to compare it with."""
+    weights = [value for key, value in tensors.items() if key.startswith("weights/")]
+
+    def lifted(value: torch.Tensor) -> bool:
+        same = (w for w in weights if w.dtype == value.dtype and w.shape == value.shape)
+        return any(torch.equal(w, value) for w in same)
+
+    return next(
+        key
+        for key in sorted(tensors)
+        if key.startswith(prefix) and tensors[key].is_floating_point() and not lifted(tensors[key])
+    )
+
+
+def _swapped_by_tdaot_run(package, weights) -> str:
+    """The digest ``tdaot-run swap`` reports after swapping ``weights`` into ``package``."""
+    done = subprocess.run(
+        [find("tdaot-run"), "swap", str(package), str(weights), "--batch", "1"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = rf"after swapping in {re.escape(str(weights))}: weights sha256 ([0-9a-f]{{64}})"
+    found = re.search(after, done.stdout)
+    assert found, done.stdout
+    return found.group(1)
+
+
+def test_a_changed_derived_constant_is_not_reported_as_the_genuine_weights(
+    native, tutorial, weight_file, tmp_path
+):
+    """Issue 56: a copy of a genuine weight file, written with tdaot's own writer, with the same
+    weights/ section and one derived constant of the batch-1 model changed by +100. No check
+    before the digest's sees it (it swaps in), but the digest the policy then reports covers it:
+    a service that pinned the genuine file's digest sees another one, in Python and tdaot-run."""
+    genuine, pinned = weight_file
+    tensors = _tensors(genuine)
+    key = _derived(tensors, "model/b1/")
+
+    def plus_100(t):
+        t[key] = t[key] + 100
+
+    changed = _rewrite(tmp_path, weight_file, plus_100, name="derived.tdw")
+    assert {k: v for k, v in _tensors(changed).items() if k.startswith("weights/")}.keys() == {
+        k for k in tensors if k.startswith("weights/")
+    }
+    assert all(torch.equal(v, tensors[k]) for k, v in _tensors(changed).items() if k.startswith("weights/"))
+    native.swap_weights(changed)  # the lifted-constant check has nothing to compare it with
+    reported = native.weights_sha256
+    assert reported != pinned
+    assert reported == tdaot.verify_weights(changed)["weights_sha256"]
+    trusted = tdaot.load(tutorial[2].path)
+    trusted.swap_weights(genuine)
+    assert trusted.weights_sha256 == pinned
+    # What runs differs: the changed constant reaches the batch-1 model.
+    assert not torch.equal(outputs(native, 1)["loc"], outputs(trusted, 1)["loc"])
+    assert _swapped_by_tdaot_run(tutorial[2].path, genuine) == pinned
+    assert _swapped_by_tdaot_run(tutorial[2].path, changed) == reported != pinned
+
+
+def test_a_file_of_the_first_format_is_refused_by_its_format_name(native, weight_file, tmp_path):
+    """tdaot-weights/1's weights digest left the models' constants out: its files are refused by
+    name, before any digest is trusted, by the runtime and by signing_payload."""
+    data = open(weight_file[0], "rb").read()
+    assert data.count(FORMAT.encode()) == 1
+    old = tmp_path / "format-1.tdw"
+    old.write_bytes(data.replace(FORMAT.encode(), b"tdaot-weights/1"))
+    before = outputs(native, 1)
+    message = "has format 'tdaot-weights/1', whose weights digest leaves its models' constants out"
+    with pytest.raises(tdaot.WeightsError, match=f"weight file '{re.escape(str(old))}' {message}") as caught:
+        native.swap_weights(str(old))
+    assert caught.value.path == str(old)
+    assert_equal(outputs(native, 1), before)
+    refused = f"weight file '{re.escape(str(old))}' is a tdaot-weights/1 file"
+    with pytest.raises(tdaot.WeightsError, match=refused):
+        signing_payload(old)
+
+
+def test_cache_hits_record_the_weights_digest_and_a_model_not_loadable_here_leaves_it_out(
+    tmp_path, monkeypatch
+):
+    """The digest is computed from the units whether compiled or copied from the cache. Where the
+    build cannot load a model to read its constants (another architecture's), the package records
+    none, the build says so (WeightSwapWarning naming the package and why), and the package
+    reports no digest and refuses every swap naming itself."""
+    policy, example = tutorial_policy()
+    cache = ArtifactCache(tmp_path / "cache")
+    compiled = tdaot.build(policy, example, tmp_path / "a.pt2", tuning="throughput", cache=cache)
+    hit = tdaot.build(policy, example, tmp_path / "b.pt2", tuning="throughput", cache=cache)
+    assert not compiled.cache_hit and hit.cache_hit
+    assert hit.manifest.weights_sha256 == compiled.manifest.weights_sha256
+    assert len(hit.manifest.weights_sha256) == 64
+    assert tdaot.load(hit.path).weights_sha256 == hit.manifest.weights_sha256
+
+    def unloadable(records):
+        raise RuntimeError("Failed to load model: wrong ELF class: ELFCLASS32")
+
+    monkeypatch.setattr(_torch_compat, "compiled_constants", unloadable)
+    path = tmp_path / "c.pt2"
+    with pytest.warns(
+        tdaot.WeightSwapWarning,
+        match=rf"package '{re.escape(str(path))}' records no weights digest and cannot swap weights: "
+        r"its model 'model' cannot be loaded on this host to read its constants "
+        r"\(Failed to load model: wrong ELF",
+    ):
+        artifact = tdaot.build(policy, example, path, tuning="throughput", cache=cache)
+    monkeypatch.undo()
+    assert artifact.cache_hit and artifact.manifest.weights_sha256 is None
+    assert "weights sha256    none recorded (cannot swap weights)" in artifact.manifest.describe()
+    native = tdaot.load(path)
+    assert native.weights_sha256 == ""
+    weights = tmp_path / "any.tdw"  # refused before it is read: it need not exist
+    with pytest.raises(
+        tdaot.WeightsError,
+        match=rf"weight file '{re.escape(str(weights))}' cannot be swapped into package "
+        rf"'{re.escape(str(path))}': its manifest records no weights digest",
+    ) as caught:
+        native.swap_weights(str(weights))
+    assert caught.value.path == str(weights)
 
 
 def test_refused_files_leave_the_old_weights_serving(native, weight_file, tmp_path):
@@ -404,6 +534,13 @@ def test_the_signed_bytes_are_the_same_in_python_and_cpp_and_exclude_signatures(
     path = weight_file[0]
     payload = signing_payload(path)
     assert payload == _C.weights_signing_payload(path)
+    metadata = read_metadata(path)
+    assert payload == (
+        f"{FORMAT}\nbase_sha256 {metadata['tdaot.base_sha256']}\n"
+        f"base_manifest_sha256 {metadata['tdaot.base_manifest_sha256']}\n"
+        f"weights_sha256 {weight_file[1]}\n"
+    ).encode()
+    assert weight_file[1] == canonical_digest(_tensors(path)) == metadata["tdaot.weights_sha256"]
     with safetensors.safe_open(path, "pt") as file:
         metadata = file.metadata()
     signed = tmp_path / "signed.tdw"
@@ -492,7 +629,7 @@ def _unsigned(path, tmp_path):
 
 
 def _forged(path, tmp_path):
-    """``path`` with a tensor changed, its digests recomputed and its signatures kept."""
+    """``path`` with a tensor changed, its digest recomputed and its signatures kept."""
 
     def change(tensors):
         key = _first(tensors, "weights/")

@@ -138,6 +138,11 @@ struct Manifest {
   // .data/serialization_id). Policy verifies every digest before it loads the library.
   // Empty in an unsealed manifest.
   std::map<std::string, std::string> files;
+  // The digest (64 lowercase hex digits) of every tensor a weight file of the package's
+  // unchanged policy holds: what a freshly loaded policy reports as weights_sha256 (the
+  // optional top-level "weights_sha256"). Empty where the build could not compute it (a model
+  // it could not load): such a package cannot swap weights.
+  std::string weights_sha256;
   // Top-level fields this runtime does not know (tolerated for forward compatibility), each as
   // its JSON text, so that to_json writes them back. Unknown fields inside known objects are
   // ignored and dropped.

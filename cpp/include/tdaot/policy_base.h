@@ -42,11 +42,13 @@ class PolicyBase {
   // path and binding alike), never a mix. Throws WeightsError naming the file and tensor (or the
   // model whose weights cannot be swapped and why), or SignatureError naming the file; the live
   // weights then keep serving unchanged. Safe to call while other threads run the policy;
-  // swaps and rollbacks are serialised.
+  // swaps and rollbacks are serialised. A package whose manifest records no weights_sha256
+  // cannot swap: WeightsError naming it and the file, before the file is read.
   void swap_weights(const std::string& weights_path) const;
-  // The sha256 of the live weights (tdaot.export_weights's digest of the policy's parameters
-  // and buffers); for a package as loaded, of the weights it was built with ("" for a package
-  // built before weight swap existed).
+  // The digest of the live weights (tdaot.export_weights's: of every tensor of the weight file,
+  // the policy's parameters and buffers and every model's constants, so it covers every byte
+  // the models run); for a package as loaded, its manifest's weights_sha256 ("" for a package
+  // that records none, which cannot swap weights).
   std::string weights_sha256() const;
   // Makes the weights live before the last swap (or rollback) live again. Throws WeightsError
   // when there are none (nothing swapped yet).

@@ -7,6 +7,8 @@ import dataclasses
 import os
 import tempfile
 import time
+import warnings
+from collections.abc import Mapping
 
 import torch
 
@@ -28,8 +30,9 @@ from tdaot.builder.tuning import (
     rewrites_made,
     tune_plan,
 )
-from tdaot.builder.weights_format import program_record
-from tdaot.errors import CompileError
+from tdaot.builder.weights_digest import built_weights_sha256
+from tdaot.builder.weights_format import program_record, program_weights
+from tdaot.errors import CompileError, WeightSwapWarning
 from tdaot.manifest import METADATA_KEY, BatchRange, Manifest, ModelSpec
 
 ARCHIVE_NAME = "package"
@@ -133,7 +136,7 @@ def compile_package(
     with tempfile.TemporaryDirectory(prefix=".tdaot-", dir=folder) as staging:
         unit = unit_path(staging, plan.name)
         compile_model(program, manifest, options, plan, unit)
-        build_package({plan.name: (unit, plan)}, manifest, path, options)
+        build_package({plan.name: (unit, plan)}, manifest, path, options, program_weights(program))
     return path
 
 
@@ -167,11 +170,17 @@ def unit_path(staging: str, name: str) -> str:
 
 
 def build_package(
-    units: dict[str, tuple[str, ModelPlan]], manifest: Manifest, path: str, options: BuildOptions
+    units: dict[str, tuple[str, ModelPlan]],
+    manifest: Manifest,
+    path: str,
+    options: BuildOptions,
+    weights: Mapping[str, torch.Tensor],
 ) -> Manifest:
     """The package at ``path`` of the one-model packages ``units`` (model name -> the unit's
-    file and the plan it was built as), carrying ``manifest`` with its ``models`` set from them,
-    sealed with the digests of its files; returns that manifest.
+    file and the plan it was built as), carrying ``manifest`` with its ``models`` set from them
+    and its ``weights_sha256`` computed from the policy's ``weights`` (by name) and the units'
+    constants (tdaot.builder.weights_digest; left out with a WeightSwapWarning where a model
+    cannot be loaded here), sealed with the digests of its files; returns that manifest.
 
     Each model records whether it runs on the lite runtime (tdaot.builder.lite); a
     specialised model that does not is a LiteWarning, or with ``options.require_lite`` a
@@ -182,11 +191,18 @@ def build_package(
     """
     path = check_output_path(path)
     built = [plan for _, plan in units.values()]
-    manifest = dataclasses.replace(manifest, models=model_specs(manifest, built))
+    files = {name: unit for name, (unit, _) in units.items()}
+    digest, why = built_weights_sha256(weights, files, manifest)
+    if digest is None and manifest.device == "cpu":
+        warnings.warn(
+            f"package {path!r} records no weights digest and cannot swap weights: {why}",
+            WeightSwapWarning,
+            stacklevel=3,  # the caller of tdaot.build
+        )
+    manifest = dataclasses.replace(manifest, models=model_specs(manifest, built), weights_sha256=digest)
     # Under the fixed archive name too (unit_path says why), beside its destination.
     with tempfile.TemporaryDirectory(prefix=".tdaot-", dir=os.path.dirname(path)) as folder:
         staging = os.path.join(folder, ARCHIVE_NAME + ".pt2")
-        files = {name: unit for name, (unit, _) in units.items()}
         sealed = write_package(files, manifest, staging, bound={plan.name: plan.bound for plan in built})
         # Before the package is in place: with require_lite, a package that fails it is not left.
         lite.check(sealed, options.require_lite, stacklevel=4)  # the caller of tdaot.build

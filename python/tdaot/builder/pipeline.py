@@ -42,6 +42,7 @@ from tdaot.builder.tuning import (
     plan_models,
     tune_plan,
 )
+from tdaot.builder.weights_format import program_weights
 from tdaot.errors import BuildError, CompileError, SpecialisationWarning, StaticBatchWarning
 from tdaot.manifest import Manifest, Source, read_manifest
 
@@ -123,7 +124,8 @@ def build(
                 message = static_fallback_message(source, err, fallback)
                 warnings.warn(message, StaticBatchWarning, stacklevel=2)
                 package = fallback
-        build_package(units, package.manifest, path, package.options)
+        weights = program_weights(package.traces.main.program)
+        build_package(units, package.manifest, path, package.options, weights)
     if all(hits):
         report("cached")
     if options.save_exported:

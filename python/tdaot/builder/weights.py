@@ -41,8 +41,9 @@ def export_weights(
     sign_key: str | os.PathLike | None = None,
 ) -> str:
     """Writes the weights of ``policy`` (same architecture as the package ``base`` was built
-    from, e.g. retrained) to the weight file ``out`` for ``base``'s hot swap; returns their
-    sha256 (what ``native.weights_sha256`` reports once they are live).
+    from, e.g. retrained) to the weight file ``out`` for ``base``'s hot swap; returns its
+    weights digest (of every tensor of the file, the models' constants included: what
+    ``native.weights_sha256`` reports once it is live).
 
     Raises :class:`tdaot.WeightsError` naming the first difference when the policy's exported
     structure (parameter and buffer names, shapes, dtypes, graph) is not the base package's.

@@ -6,10 +6,11 @@ Entries: ``weights/<name>`` (the policy's parameters and buffers by torch.export
 AOTInductor's internal name, packed ones included). Metadata: ``tdaot.format``,
 ``tdaot.base_sha256`` (the package file it was made for), ``tdaot.base_manifest_sha256`` (that
 package's manifest bytes: what a swap matches, since signing a package changes its file but not
-its manifest), ``tdaot.weights_sha256``
-(:func:`canonical_digest` of the ``weights/`` entries, names without the prefix),
-``tdaot.content_sha256`` (of every entry) and, reserved for signatures, ``tdaot.signatures``,
-which nothing digested or signed includes (:func:`signing_payload`).
+its manifest), ``tdaot.weights_sha256`` (:func:`canonical_digest` of every entry, by its full
+name: the ``weights/`` entries and every model's constants, so the digest a policy reports once
+the file is live covers every byte its models run) and, reserved for signatures,
+``tdaot.signatures``, which nothing digested or signed includes (:func:`signing_payload`).
+Format 1 digested the ``weights/`` entries alone; its files are refused by their format name.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from safetensors import safe_open
 
 from tdaot.errors import WeightsError
 
-FORMAT = "tdaot-weights/1"
+FORMAT = "tdaot-weights/2"
+# Files of format 1: their weights digest left the models' constants out.
+FORMAT_1 = "tdaot-weights/1"
 SIGNATURES_KEY = "tdaot.signatures"
-# Keys of each compiled model's AOTInductor metadata: the digest of the weights it was built
-# with (what Policy::weights_sha256 reports before any swap; the C++ runtime reads this key)
-# and what export_weights checks a new policy against (program_record).
-WEIGHTS_SHA256_KEY = "tdaot.weights_sha256"
+# The key of each compiled model's AOTInductor metadata holding what export_weights checks a
+# new policy against (program_record).
 RECORD_KEY = "tdaot.weights"
 
 _DTYPE_CODES = {
@@ -76,15 +77,35 @@ def graph_digest(program: torch.export.ExportedProgram) -> str:
 
 
 def program_record(program: torch.export.ExportedProgram, **build: object) -> dict[str, str]:
-    """The metadata a compiled model carries for weight swaps: its weights' digest, and its
-    graph digest, tensor table (name -> [dtype, shape]) and ``build`` values as JSON."""
+    """The metadata a compiled model carries for weight swaps: its graph digest, tensor table
+    (name -> [dtype, shape]) and ``build`` values as JSON."""
     weights = program_weights(program)
     record = {
         "graph": graph_digest(program),
         "tensors": {name: [str(value.dtype), list(value.shape)] for name, value in weights.items()},
         **build,
     }
-    return {WEIGHTS_SHA256_KEY: canonical_digest(weights), RECORD_KEY: json.dumps(record, sort_keys=True)}
+    return {RECORD_KEY: json.dumps(record, sort_keys=True)}
+
+
+def file_tensors(
+    weights: Mapping[str, torch.Tensor], models: Mapping[str, Mapping[str, torch.Tensor]]
+) -> dict[str, torch.Tensor]:
+    """Every tensor of a weight file by its entry name: ``weights/<name>`` for each of
+    ``weights`` and ``model/<model>/<constant>`` for each model's constants."""
+    tensors = {f"weights/{name}": value for name, value in weights.items()}
+    for model, constants in models.items():
+        tensors.update({f"model/{model}/{name}": value for name, value in constants.items()})
+    return tensors
+
+
+def weights_digest(
+    weights: Mapping[str, torch.Tensor], models: Mapping[str, Mapping[str, torch.Tensor]]
+) -> str:
+    """The weights digest of a weight file of ``weights`` and ``models`` (as
+    :func:`write_weight_file` takes them): :func:`canonical_digest` of every tensor it holds.
+    What a policy reports as ``weights_sha256`` while those weights are live."""
+    return canonical_digest(file_tensors(weights, models))
 
 
 def write_weight_file(
@@ -96,19 +117,17 @@ def write_weight_file(
 ) -> str:
     """Writes a weight file of ``weights`` (by name) and each model's constants (by internal
     name) made for the package of sha256 ``base_sha256`` whose manifest bytes have sha256
-    ``base_manifest_sha256`` (tdaot.builder.weights.package_identity); returns the weights' digest. Checks
-    nothing about the values (tdaot.export_weights does)."""
-    tensors = {f"weights/{name}": value for name, value in weights.items()}
-    for model, constants in models.items():
-        tensors.update({f"model/{model}/{name}": value for name, value in constants.items()})
+    ``base_manifest_sha256`` (tdaot.builder.weights.package_identity); returns the weights'
+    digest (:func:`weights_digest`: of every tensor the file holds). Checks nothing about the
+    values (tdaot.export_weights does)."""
+    tensors = file_tensors(weights, models)
     tensors = {name: value.detach().to("cpu").contiguous() for name, value in tensors.items()}
-    weights_sha256 = canonical_digest({name: tensors[f"weights/{name}"] for name in weights})
+    weights_sha256 = canonical_digest(tensors)
     metadata = {
         "tdaot.format": FORMAT,
         "tdaot.base_sha256": base_sha256,
         "tdaot.base_manifest_sha256": base_manifest_sha256,
         "tdaot.weights_sha256": weights_sha256,
-        "tdaot.content_sha256": canonical_digest(tensors),
     }
     safetensors.torch.save_file(tensors, os.fspath(path), metadata=metadata)
     return weights_sha256
@@ -121,6 +140,12 @@ def read_metadata(path: str | os.PathLike) -> dict[str, str]:
             metadata = file.metadata() or {}
     except Exception as err:  # noqa: BLE001 - safetensors raises several unrelated types
         raise WeightsError(f"weight file {os.fspath(path)!r} cannot be read: {err}", os.fspath(path)) from err
+    if metadata.get("tdaot.format") == FORMAT_1:
+        raise WeightsError(
+            f"weight file {os.fspath(path)!r} is a {FORMAT_1} file, whose weights digest leaves its "
+            f"models' constants out; this tdaot reads {FORMAT} (export it again with tdaot.export_weights)",
+            os.fspath(path),
+        )
     if metadata.get("tdaot.format") != FORMAT:
         raise WeightsError(
             f"weight file {os.fspath(path)!r} is not a {FORMAT} file (make it with tdaot.export_weights)",
@@ -136,13 +161,12 @@ def signing_payload(path: str | os.PathLike) -> bytes:
     ``tdaot::weights_signing_payload``."""
     metadata = read_metadata(path)
     tensors = safetensors.torch.load_file(os.fspath(path))
-    if canonical_digest(tensors) != metadata.get("tdaot.content_sha256"):
+    if canonical_digest(tensors) != metadata.get("tdaot.weights_sha256"):
         raise WeightsError(f"weight file {os.fspath(path)!r} does not match its digest", os.fspath(path))
     return (
         f"{FORMAT}\nbase_sha256 {metadata['tdaot.base_sha256']}\n"
         f"base_manifest_sha256 {metadata['tdaot.base_manifest_sha256']}\n"
         f"weights_sha256 {metadata['tdaot.weights_sha256']}\n"
-        f"content_sha256 {metadata['tdaot.content_sha256']}\n"
     ).encode()
 
 

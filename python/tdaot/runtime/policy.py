@@ -139,8 +139,9 @@ class Policy(TensorDictModuleBase):
 
     @property
     def weights_sha256(self) -> str:
-        """sha256 of the live weights (as :func:`tdaot.export_weights` returns it); for the
-        package as loaded, of the weights it was built with."""
+        """Digest of the live weights (as :func:`tdaot.export_weights` returns it: of every
+        tensor of the weight file, the models' constants included); for the package as loaded,
+        its manifest's ``weights_sha256`` ("" where it records none: it cannot swap weights)."""
         return self._policy.weights_sha256
 
     def __repr__(self) -> str:

@@ -113,6 +113,19 @@ TEST(LiteWeightSwap, ARefusedFileNamesItselfAndTheTensorAndTheOldWeightsKeepRunn
   EXPECT_TRUE(Contains(error->what(), "was made for the package of sha256 " + policy.sha256()));
 }
 
+// Issue 56, as test_weights.cpp: one derived constant of the batch-1 model changed by +100
+// under tutorial_v2.tdw's weights/ entries swaps in and reports another digest than that file.
+TEST(LiteWeightSwap, AChangedDerivedConstantChangesTheReportedDigest) {
+  const lite::Policy policy(tutorial());
+  EXPECT_EQ(policy.weights_sha256(), policy.manifest().weights_sha256);
+  const std::string pinned = expected().at("weights_sha256").get<std::string>();
+  policy.swap_weights(weights());
+  EXPECT_EQ(policy.weights_sha256(), pinned);
+  policy.swap_weights(pkg("tutorial_v2_derived.tdw"));
+  EXPECT_NE(policy.weights_sha256(), pinned);
+  EXPECT_EQ(policy.weights_sha256().size(), 64u);
+}
+
 TEST(LiteWeightSwap, RollbackWithoutASwapIsRefused) {
   const lite::Policy policy(tutorial());
   const auto error = catch_error<WeightsError>([&] { policy.rollback_weights(); });

@@ -115,6 +115,7 @@ std::string Manifest::to_json(int indent) const {
   if (patches) out["patches"] = *patches;  // absent: not recorded
   if (numerics) out["numerics"] = *numerics;
   if (!files.empty()) out["files"] = files;  // empty: unsealed
+  if (!weights_sha256.empty()) out["weights_sha256"] = weights_sha256;
   for (const auto& [name, value] : extra) out[name] = nlohmann::ordered_json::parse(value);
   return out.dump(indent);
 }

@@ -389,6 +389,17 @@ std::map<std::string, std::string> parse_files(const Parser& p, const json& root
   return digests;
 }
 
+// The optional "weights_sha256": 64 lowercase hex digits; empty when absent or null.
+std::string parse_weights_sha256(const Parser& p, const json& root) {
+  const auto it = root.find("weights_sha256");
+  if (it == root.end() || it->is_null()) return {};
+  std::string hex = p.string(*it, "weights_sha256");
+  if (!detail::is_sha256_hex(hex) || detail::lowercase(hex) != hex) {
+    p.fail("weights_sha256", "'" + hex + "' is not a sha256 digest (64 lowercase hex digits)");
+  }
+  return hex;
+}
+
 }  // namespace
 
 Manifest Manifest::from_json(const std::string& text, const std::string& origin) {
@@ -438,6 +449,7 @@ Manifest parse_manifest(const std::string& text, const std::string& origin, Seal
   m.patches = parse_names(p, root, "patches");
   m.numerics = parse_names(p, root, "numerics");
   m.files = parse_files(p, root, sealing);
+  m.weights_sha256 = parse_weights_sha256(p, root);
   for (const auto& [name, value] : root.items()) {
     if (std::find(kFields.begin(), kFields.end(), name) == kFields.end()) {
       m.extra.emplace(name, value.dump());

@@ -53,11 +53,11 @@ inline std::string unknown_dtype_message(const std::string& name) {
 }
 
 // The top-level fields of schema 2; any other is kept in Manifest::extra.
-inline constexpr std::array<std::string_view, 19> kFields{
+inline constexpr std::array<std::string_view, 20> kFields{
     "schema_version", "inputs",        "outputs",       "batch",  "models",
     "interaction_type", "device",      "cpu_target",    "cpu_isa", "torch_version",
     "tensordict_version", "tdaot_version", "source",    "recurrent", "custom_ops",
-    "contract", "files", "patches", "numerics"};
+    "contract", "files", "patches", "numerics", "weights_sha256"};
 
 // The tunings a model may have been built with (tdaot.builder.tuning).
 inline constexpr std::array<std::string_view, 2> kTunings{"throughput", "latency"};

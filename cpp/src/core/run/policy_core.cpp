@@ -18,13 +18,12 @@ PolicyCore::PolicyCore(const Package& package, const PackageOptions& options)
       manifest(package.manifest()),
       // The package was just verified with the same keys, so they load.
       trusted_keys(load_public_keys(options.trusted_keys, path)),
-      ledger_(std::string()) {
-  const auto built_with = package.metadata().find(kWeightsMetadataKey);
-  if (built_with != package.metadata().end()) built_with_weights = built_with->second;
-  ledger_ = WeightsLedger(built_with_weights);
-}
+      // The digest of every tensor a weight file of the unchanged policy holds ("" where the
+      // build could not compute it: such a package cannot swap weights).
+      ledger_(manifest.weights_sha256) {}
 
 void PolicyCore::swap_weights(const WeightFile& file) const {
+  check_swappable(file.path, path, manifest.weights_sha256);
   const std::lock_guard<std::mutex> lock(weights_mutex_);
   const auto per_model = check_swap(file, manifest_sha256, model_names(), swap_targets());
   // Everything is checked: until the runtime has applied it, there is nothing to roll back to.
@@ -91,6 +90,8 @@ std::vector<int64_t> PolicyBase::batch_sizes() const { return core().batch_sizes
 
 void PolicyBase::swap_weights(const std::string& weights_path) const {
   const detail::PolicyCore& self = core();
+  // A package that cannot swap is refused before the file is read.
+  detail::check_swappable(weights_path, self.path, self.manifest.weights_sha256);
   self.swap_weights(detail::read_swap_file(weights_path, self.trusted_keys));
 }
 

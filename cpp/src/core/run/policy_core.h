@@ -49,8 +49,6 @@ class PolicyCore {
   // PackageOptions::trusted_keys as loaded with the package: swap_weights checks weight files
   // against these, whatever happens to the key files later.
   std::vector<PublicKey> trusted_keys;
-  // The weights digest the package was built with ("" before tdaot recorded it).
-  std::string built_with_weights;
   // The specs of the loaded models, in the order of the runtime's own model list; filled by the
   // runtime once its models are loaded.
   std::vector<const ModelSpec*> loaded_specs;

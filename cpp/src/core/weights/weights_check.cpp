@@ -66,8 +66,8 @@ void check_model(const WeightFile& file, const SwapTarget& target,
                      "has shape " + format_shape(tensor.shape) + ", but model '" + target.name +
                          "' takes " + format_shape(constant.shape));
     }
-    // The constant lifted from a weight the file also holds: the same bytes, else the weights
-    // digest (what the policy reports once swapped) would not describe what the model runs.
+    // The constant lifted from a weight the file also holds: the same bytes, else the file was
+    // edited or mixed (the weights digest covers both, so this only refuses it sooner, by name).
     if (constant.fqn.empty()) continue;
     const auto weight = file.tensors.find("weights/" + constant.fqn);
     if (weight == file.tensors.end() || weight->second.dtype != tensor.dtype ||
@@ -109,6 +109,18 @@ std::vector<std::map<std::string, WeightTensor>> check_swap(
     check_model(file, target, per_model.back());
   }
   return per_model;
+}
+
+void check_swappable(const std::string& weights_path, const std::string& package_path,
+                     const std::string& manifest_weights_sha256) {
+  if (!manifest_weights_sha256.empty()) return;
+  throw WeightsError(weights_path, "",
+                     "weight file '" + weights_path + "' cannot be swapped into package '" +
+                         package_path +
+                         "': its manifest records no weights digest (it was built by an earlier "
+                         "tdaot, or where one of its models could not be loaded, e.g. for "
+                         "another architecture), so no digest could say which weights it runs; "
+                         "build it again on a host that loads its models to swap its weights");
 }
 
 void WeightsLedger::swapped(const std::string& sha256) {

@@ -14,10 +14,6 @@
 
 namespace tdaot::detail {
 
-// The package metadata key (each model's AOTInductor metadata) holding the sha256 of the
-// weights it was built with, as canonical_digest computes it.
-inline constexpr const char* kWeightsMetadataKey = "tdaot.weights_sha256";
-
 // One constant a model takes: the dtype, shape and strides of its live value (empty strides:
 // contiguous). A swap hands the model its new value in those strides (in_layout).
 struct ConstantInfo {
@@ -26,8 +22,9 @@ struct ConstantInfo {
   std::vector<int64_t> strides;
   // The original name (AOTInductor's "original FQN": the parameter or buffer it was lifted
   // from), or empty. A swap requires the file's model/<m>/<constant> to hold the same bytes as
-  // its weights/<fqn> when the file has one, so that the weights digest a policy reports covers
-  // the constants the model runs.
+  // its weights/<fqn> when the file has one: an edited or mixed file is refused naming the
+  // constant (the weights digest covers every constant anyway; this is the earlier, more
+  // specific refusal for the constants lifted 1:1 from a weight).
   std::string fqn;
 };
 // A model's constants by AOTInductor's internal name.
@@ -49,6 +46,13 @@ struct SwapTarget {
 std::vector<std::map<std::string, WeightTensor>> check_swap(
     const WeightFile& file, const std::string& manifest_sha256,
     const std::vector<std::string>& package_models, const std::vector<SwapTarget>& targets);
+
+// Throws WeightsError naming the weight file `weights_path` and the package `package_path` when
+// the package records no weights digest (`manifest_weights_sha256` empty: built by an earlier
+// tdaot, or where a model of it could not be loaded): no digest could then say which weights it
+// runs, so it cannot swap weights.
+void check_swappable(const std::string& weights_path, const std::string& package_path,
+                     const std::string& manifest_weights_sha256);
 
 // Which weights are live (their sha256) and which were before, for weights_sha256 and rollback.
 // Not synchronised: the caller holds its swap lock.

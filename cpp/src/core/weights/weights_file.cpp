@@ -169,13 +169,10 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
   return parsed;
 }
 
-// sha256 over entries in name order, as canonical_digest, straight from the file's bytes.
-std::string digest_entries(const std::map<std::string, Entry>& entries, const std::string& bytes,
-                           const std::string& strip_prefix) {
+// sha256 over every entry in name order, as canonical_digest, straight from the file's bytes.
+std::string digest_entries(const std::map<std::string, Entry>& entries, const std::string& bytes) {
   Sha256 digest;
-  for (const auto& [full, entry] : entries) {
-    if (full.rfind(strip_prefix, 0) != 0) continue;
-    const std::string name = full.substr(strip_prefix.size());
+  for (const auto& [name, entry] : entries) {
     std::string shape;
     for (size_t i = 0; i < entry.tensor.shape.size(); ++i) {
       shape += (i ? "," : "") + std::to_string(entry.tensor.shape[i]);
@@ -254,6 +251,13 @@ WeightFile check_bytes(const std::string& bytes, const std::string& path,
     }
   }
   const std::string format = metadata_entry(file, "tdaot.format");
+  if (format == kWeightsFormat1) {
+    refuse_weights(path, "",
+                   std::string("has format '") + kWeightsFormat1 +
+                       "', whose weights digest leaves its models' constants out; this runtime "
+                       "reads '" + kWeightsFormat +
+                       "' (export it again with tdaot.export_weights)");
+  }
   if (format != kWeightsFormat) {
     refuse_weights(path, "",
                    "has format '" + format + "'; this runtime reads '" + kWeightsFormat + "'");
@@ -261,21 +265,17 @@ WeightFile check_bytes(const std::string& bytes, const std::string& path,
   file.base_sha256 = metadata_entry(file, "tdaot.base_sha256");
   file.base_manifest_sha256 = metadata_entry(file, "tdaot.base_manifest_sha256");
   file.weights_sha256 = metadata_entry(file, "tdaot.weights_sha256");
-  file.content_sha256 = metadata_entry(file, "tdaot.content_sha256");
-  const std::string content = digest_entries(entries, bytes, "");
-  if (content != file.content_sha256) {
+  const std::string content = digest_entries(entries, bytes);
+  if (content != file.weights_sha256) {
     refuse_weights(path, "", "does not match its digest: its tensors hash to " + content +
-                         ", its header records " + file.content_sha256 + " (corrupted or edited)");
+                         ", its header records " + file.weights_sha256 + " (corrupted or edited)");
   }
   for (const auto& [name, entry] : entries) {
     if (!all_finite(entry.tensor.dtype, bytes.data() + entry.begin, entry.tensor.nbytes)) {
       refuse_weights(path, name, "holds values that are not finite (NaN or infinity)");
     }
   }
-  if (digest_entries(entries, bytes, "weights/") != file.weights_sha256) {
-    refuse_weights(path, "", "does not match its weights digest " + file.weights_sha256);
-  }
-  // The signature, over the header's digests, before a tensor is materialised.
+  // The signature, over the header's digest, before a tensor is materialised.
   if (trusted != nullptr && !trusted->empty()) verify_weights_signature(file, *trusted);
   for (auto& [name, entry] : entries) {
     WeightTensor tensor = std::move(entry.tensor);
@@ -322,7 +322,7 @@ std::string canonical_digest(const std::map<std::string, WeightTensor>& tensors)
 std::string weights_signing_payload(const WeightFile& file) {
   return std::string(kWeightsFormat) + "\nbase_sha256 " + file.base_sha256 +
          "\nbase_manifest_sha256 " + file.base_manifest_sha256 + "\nweights_sha256 " +
-         file.weights_sha256 + "\ncontent_sha256 " + file.content_sha256 + "\n";
+         file.weights_sha256 + "\n";
 }
 
 std::string verify_weights_signature(const WeightFile& file,

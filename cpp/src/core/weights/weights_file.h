@@ -10,9 +10,11 @@
 // and metadata "tdaot.format" (kWeightsFormat), "tdaot.base_sha256" (the package file it was
 // made for), "tdaot.base_manifest_sha256" (that package's manifest bytes: what a swap checks,
 // since signing the package changes its file but not its manifest), "tdaot.weights_sha256"
-// (canonical_digest of the weights/ entries, names without the prefix), "tdaot.content_sha256"
-// (canonical_digest of every entry) and, reserved for signatures, "tdaot.signatures": never
-// part of what is digested or signed (weights_signing_payload).
+// (canonical_digest of every entry by its full name: the weights/ entries and every model's
+// constants, so that the digest a policy reports once the file is live covers every byte its
+// models run) and, reserved for signatures, "tdaot.signatures": never part of what is digested
+// or signed (weights_signing_payload). Format 1 (kWeightsFormat1) digested the weights/
+// entries alone; its files are refused by their format name.
 // python/tdaot/builder/weights_format.py is the Python twin.
 #pragma once
 
@@ -28,7 +30,9 @@
 
 namespace tdaot::detail {
 
-inline constexpr const char* kWeightsFormat = "tdaot-weights/1";
+inline constexpr const char* kWeightsFormat = "tdaot-weights/2";
+// The format before: its weights digest left the models' constants out.
+inline constexpr const char* kWeightsFormat1 = "tdaot-weights/1";
 // The largest weight file read (its bytes are held in memory while read and checked).
 inline constexpr uint64_t kMaxWeightFileBytes = uint64_t{16} << 30;
 // The metadata entry holding the file's signatures (signature.h's JSON list, as a string).
@@ -47,15 +51,14 @@ struct WeightFile {
   std::string path;
   std::string base_sha256;
   std::string base_manifest_sha256;
-  std::string weights_sha256;
-  std::string content_sha256;
+  std::string weights_sha256;  // canonical_digest of every tensor, checked when read
   std::map<std::string, std::string> metadata;   // every "__metadata__" entry
   std::map<std::string, WeightTensor> tensors;   // by full name
 };
 
 // Reads and checks `path`: a regular file of at most kMaxWeightFileBytes (a directory, device or
 // FIFO is refused before a byte is read); safetensors structure (header, byte ranges inside the
-// file, no two entries sharing a byte), tdaot's metadata, both digests, every value finite,
+// file, no two entries sharing a byte), tdaot's metadata, its digest, every value finite,
 // all on the file's bytes before any tensor is copied out (memory: about twice the file). Throws
 // WeightsError naming the file and the tensor at fault.
 WeightFile read_weight_file(const std::string& path);

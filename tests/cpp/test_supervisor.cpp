@@ -271,6 +271,22 @@ TEST(Supervisor, RowsAreSupervisedAndResetOnTheirOwn) {
   EXPECT_EQ(s.state(0).steps, 2);
 }
 
+TEST(Supervisor, TheContractDescribesIt) {
+  Contract contract = *manifest().contract;
+  Supervisor s;
+  s.blend_seconds = 1.0;
+  s.start_gain_fraction = 0.5;
+  s.low = {{-1.0, -0.5}, true};
+  s.high = {{1.0}, false};
+  s.max_velocity = {{20.0}, false};
+  s.fallback = "damp";
+  contract.supervisor = s;
+  EXPECT_NE(contract.describe().find("  supervisor soft start 1 s from gain 0.5, low [-1, -0.5], high 1, "
+                                     "max_velocity 20 rad/s, fallback damp\n"),
+            std::string::npos)
+      << contract.describe();
+}
+
 TEST(Supervisor, ModesHaveTheirNames) {
   EXPECT_STREQ(supervisor_mode_name(SupervisorMode::running), "running");
   EXPECT_STREQ(supervisor_mode_name(SupervisorMode::blending), "blending");

@@ -104,6 +104,11 @@ def run(args: argparse.Namespace) -> int:
 
     command = _command(args.velocity_command)
     size = _size(args.video_size)
+    if args.reference and args.scenario:
+        raise CliError(
+            f"--reference compares an undisturbed run with the eager twin; --scenario {args.scenario} "
+            "disturbs it: run them separately"
+        )
     module = manifest = None
     if args.reference:  # the eager policy first: a rehearsal without it would be wasted
         manifest = read_manifest(args.package)

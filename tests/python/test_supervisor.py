@@ -41,7 +41,12 @@ def _policy_target(q) -> list[float]:
 
 
 def _with(contract: tdaot.Contract, **changes) -> dict:
-    return dict(control_dt=contract.control_dt, inputs=contract.inputs, outputs=contract.outputs, **changes)
+    return {
+        "control_dt": contract.control_dt,
+        "inputs": contract.inputs,
+        "outputs": contract.outputs,
+        **changes,
+    }
 
 
 @pytest.mark.parametrize(

@@ -35,9 +35,9 @@ def _observation(q=(0.0, 0.0), dq=(0.0, 0.0)) -> torch.Tensor:
     return obs
 
 
-def _policy_target(q) -> list[float]:
-    """The arm policy's target for joint positions q at rest: 0.25 * -2 * (q - default) + default."""
-    return [DEFAULT[j] - 0.5 * (q[j] - DEFAULT[j]) for j in range(2)]
+def _policy_target(q, dq=(0.0, 0.0)) -> list[float]:
+    """The arm policy's target: default + 0.25 * (-2 * (q - default) - 0.5 * 0.1 * dq)."""
+    return [DEFAULT[j] + 0.25 * (-2.0 * (q[j] - DEFAULT[j]) - 0.05 * dq[j]) for j in range(2)]
 
 
 def _with(contract: tdaot.Contract, **changes) -> dict:
@@ -202,7 +202,7 @@ def test_a_velocity_over_its_cap_damps_until_reset(arm):
     q = (0.4, -0.3)
     out = s.step(observation=_observation(q, dq=(1.9, -2.9)))
     assert s.supervisor.mode == "running"
-    assert out["action"][0].tolist() == pytest.approx(_policy_target(q), abs=1e-6)
+    assert out["action"][0].tolist() == pytest.approx(_policy_target(q, (1.9, -2.9)), abs=1e-6)
     out = s.step(observation=_observation(q, dq=(0.0, -3.5)))
     assert (s.supervisor.mode, s.supervisor.gain_scale, s.supervisor.damping_scale) == ("damped", 0.0, 1.0)
     assert out["action"][0].tolist() == pytest.approx(q, abs=1e-6)  # the measured positions

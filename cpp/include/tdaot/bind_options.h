@@ -22,7 +22,7 @@ struct BindOptions {
   // has one; `enabled = false` leaves it out, `config` replaces it. Allocation-free per run; its
   // per-row state is BindingBase::supervisor(row). A package without a contract has none (a
   // `config` for it throws ContractError).
-  SupervisorOptions supervisor;
+  SupervisorOptions supervisor{};
 };
 
 }  // namespace tdaot

@@ -36,7 +36,7 @@ struct SupervisorOptions {
   bool enabled = true;  // false: none, even when the contract has one
   // Replaces the contract's supervisor (checked by Contract::check_supervisor at bind: a
   // ContractError naming the field); a package with a contract but no supervisor gets this one.
-  std::optional<Supervisor> config;
+  std::optional<Supervisor> config{};
 };
 
 }  // namespace tdaot

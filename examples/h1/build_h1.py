@@ -43,10 +43,10 @@ CONTROL_DT = 0.02
 GAIT_PERIOD = 0.8
 # The supervisor of the joint targets (docs/contract.md, "Supervisor"): a 1 s soft start from
 # the pose the robot is in, the MJCF's joint ranges as limits, and the damp fallback when a joint
-# moves faster than MAX_JOINT_VELOCITY rad/s (walking at 0.5 m/s peaks near 10 rad/s) or the
+# moves faster than MAX_JOINT_VELOCITY rad/s (walking at 0.5 m/s peaks near 6.4 rad/s) or the
 # pelvis tilts more than MAX_TILT rad.
 BLEND_SECONDS = 1.0
-MAX_JOINT_VELOCITY = 20.0
+MAX_JOINT_VELOCITY = 10.0
 MAX_TILT = 0.8
 
 

@@ -3,9 +3,10 @@
 contract carries (examples/h1/build_h1.py: a 1 s soft start, the MJCF's joint ranges, the damp
 fallback over a joint velocity cap or a tilt), through tdaot-rehearse and the lite runtime:
 
-- crouch-start: started 0.3 rad deeper into its default angles, the soft start lowers the
-  largest joint torque of the first second against the policy's targets at full gains
-  (--no-supervisor), and the robot stands;
+- the start: from the MJCF's initial pose the soft start lowers the largest joint torque of the
+  first second against the policy's targets at full gains (--no-supervisor); crouch-start (0.3
+  rad deeper into the default angles): it removes the torque step at the switch, and the robot
+  stands;
 - push: a sideways shove over the velocity cap takes the damp fallback (not thrown: no torque
   spike, no flight), where without it the policy fights the shove;
 - nan: a NaN observation halfway takes the fallback and no non-finite target reaches a motor;
@@ -83,28 +84,40 @@ def test_the_contract_carries_the_supervisor(h1):
     assert supervisor.low[3] == pytest.approx(-0.26) and supervisor.high[3] == pytest.approx(2.05)  # a knee
 
 
-def test_a_soft_start_from_a_crouch_lowers_the_first_seconds_torque(h1, tmp_path):
-    soft, rows, text = _rehearse(h1, tmp_path, "--seconds", "3", "--scenario", "crouch-start")
-    hard, hard_rows, hard_text = _rehearse(
-        h1, tmp_path, "--seconds", "3", "--scenario", "crouch-start", "--no-supervisor"
-    )
+def test_a_soft_start_takes_the_h1_over_gently(h1, tmp_path):
+    """From the MJCF's initial pose (legs straight: the knees 0.3 rad from their default angle)
+    the soft start lowers the first second's largest joint torque; from a crouch 0.3 rad deeper
+    into the default angles it removes the torque step at the switch (a target at the measured
+    pose), and the robot stands either way. (From the crouch the first second's peak is not lower:
+    a target at the measured pose holds no weight at first, docs/contract.md.)"""
+    soft, rows, text = _rehearse(h1, tmp_path, "--seconds", "2")
+    hard, hard_rows, hard_text = _rehearse(h1, tmp_path, "--seconds", "2", "--no-supervisor")
     print(text, hard_text, sep="\n")
     assert "first second   peak joint torque" in text and "supervisor     running, no fallback" in text
-    assert soft["start_peak_torque"] < 0.7 * hard["start_peak_torque"], (soft, hard)
+    assert soft["start_peak_torque"] < 0.5 * hard["start_peak_torque"], (soft, hard)
     assert soft["falls"] == 0 and soft["supervisor"] == "running" and soft["fallback_at"] == -1
-    assert soft["blended"] >= 50 and hard["blended"] == 0 and hard["supervisor"] == "none"
-    # The trajectory: the soft start's first second blending with its gain scale, then running;
-    # the policy's first target starts from the crouch, where the unsupervised one jumps.
+    assert soft["blended"] == 50 and hard["blended"] == 0 and hard["supervisor"] == "none"
+    # The trajectory: the first second blending with its gain scale, then running.
     assert [row["supervisor"] for row in rows[:50]] == ["blending"] * 50
     assert rows[-1]["supervisor"] == "running" and rows[-1]["gain_scale"] == 1.0
+    assert {row["supervisor"] for row in hard_rows} == {"none"}
+
+    crouched, rows, text = _rehearse(h1, tmp_path, "--seconds", "3", "--scenario", "crouch-start")
+    jumped, jumped_rows, jumped_text = _rehearse(
+        h1, tmp_path, "--seconds", "3", "--scenario", "crouch-start", "--no-supervisor"
+    )
+    print(text, jumped_text, sep="\n")
+    assert crouched["handover_torque"] < 0.1 * jumped["handover_torque"], (crouched, jumped)
+    assert crouched["falls"] == jumped["falls"] == 0 and crouched["final_height"] > 1.0
+    # The crouch: each non-zero default angle 0.3 rad deeper, at rest.
+    assert rows[0]["q.left_knee_joint"] == pytest.approx(0.6) and rows[0]["q.left_hip_yaw_joint"] == 0.0
     joints = [c.removeprefix("q.") for c in rows[0] if c.startswith("q.")]
     first_move = max(abs(rows[0][f"target.{j}"] - rows[0][f"q.{j}"]) for j in joints)
-    hard_move = max(abs(hard_rows[0][f"target.{j}"] - hard_rows[0][f"q.{j}"]) for j in joints)
-    assert first_move < 0.05 * hard_move, (first_move, hard_move)
-    # tau is what the simulator applied for the row's targets: kp (target - q) - kd dq at rest.
-    kp = {"left_knee_joint": 200.0, "left_hip_pitch_joint": 150.0}
-    for j, gain in kp.items():
-        row = hard_rows[0]
+    jump = max(abs(jumped_rows[0][f"target.{j}"] - jumped_rows[0][f"q.{j}"]) for j in joints)
+    assert first_move < 0.05 * jump, (first_move, jump)
+    # tau is what the simulator applied for the row's targets: kp (target - q) - kd dq, at rest.
+    for j, gain in {"left_knee_joint": 200.0, "left_hip_pitch_joint": 150.0}.items():
+        row = jumped_rows[0]
         assert row[f"dq.{j}"] == 0.0
         assert row[f"tau.{j}"] == pytest.approx(
             gain * (row[f"target.{j}"] - row[f"q.{j}"]), rel=1e-6, abs=1e-6

@@ -264,6 +264,7 @@ Summary run(const Options& options, std::ostream& log) {
       for (size_t i = 0; i < joints.size(); ++i) {
         const double torque = std::abs(robot.last_torque(i));
         summary.peak_torque = std::max(summary.peak_torque, torque);
+        if (step == 0) summary.handover_torque = std::max(summary.handover_torque, torque);
         if (first_second && torque > summary.start_peak_torque) {
           summary.start_peak_torque = torque;
           summary.start_peak_joint = joints.names[i];

@@ -76,6 +76,7 @@ struct Summary {
   std::string start_peak_joint;
   double start_min_height = 0.0;
   double start_end_height = 0.0;
+  double handover_torque = 0.0;    // the largest joint torque of the first control step (the switch)
   double peak_torque = 0.0;        // the whole run's largest joint torque
   std::string scenario;
   std::string supervisor;          // the supervisor's last state ("running"...); "none" without one

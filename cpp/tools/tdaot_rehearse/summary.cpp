@@ -25,8 +25,10 @@ std::string format_summary(const Summary& s) {
     std::snprintf(text, sizeof text, "base           fixed (no free joint): no distance, height or falls\n");
   }
   out << text;
-  std::snprintf(text, sizeof text, "first second   peak joint torque %.1f N m (%s), base height min %.3f m, at 1 s %.3f m\n",
-                s.start_peak_torque, s.start_peak_joint.empty() ? "-" : s.start_peak_joint.c_str(),
+  std::snprintf(text, sizeof text,
+                "first second   peak joint torque %.1f N m (%s; %.1f N m in the first control step), base height "
+                "min %.3f m, at 1 s %.3f m\n",
+                s.start_peak_torque, s.start_peak_joint.empty() ? "-" : s.start_peak_joint.c_str(), s.handover_torque,
                 s.start_min_height, s.start_end_height);
   out << text;
   if (s.supervisor == "none") {
@@ -70,7 +72,7 @@ std::string summary_json(const Summary& s) {
                 "\"real_time_factor\": %.9g, \"policy_us_mean\": %.9g, \"policy_us_max\": %.9g, "
                 "\"joints\": %lld, \"observations\": %lld, \"runtime\": \"%s\", \"model\": \"%s\", "
                 "\"start_peak_torque\": %.9g, \"start_peak_joint\": \"%s\", \"start_min_height\": %.9g, "
-                "\"start_end_height\": %.9g, \"peak_torque\": %.9g, \"scenario\": \"%s\", \"supervisor\": \"%s\", "
+                "\"start_end_height\": %.9g, \"handover_torque\": %.9g, \"peak_torque\": %.9g, \"scenario\": \"%s\", \"supervisor\": \"%s\", "
                 "\"fallback_at\": %.9g, \"blended\": %lld, \"clipped\": %lld, \"fallback\": %lld, "
                 "\"nonfinite_targets\": %lld}",
                 s.simulated_s, static_cast<long long>(s.physics_steps), static_cast<long long>(s.control_steps),
@@ -80,7 +82,7 @@ std::string summary_json(const Summary& s) {
                 static_cast<long long>(s.interventions.rate_limited), s.wall_s, s.real_time_factor,
                 s.policy_us_mean, s.policy_us_max, static_cast<long long>(s.joints),
                 static_cast<long long>(s.observations), s.runtime.c_str(), s.model.c_str(), s.start_peak_torque,
-                s.start_peak_joint.c_str(), s.start_min_height, s.start_end_height, s.peak_torque,
+                s.start_peak_joint.c_str(), s.start_min_height, s.start_end_height, s.handover_torque, s.peak_torque,
                 s.scenario.c_str(), s.supervisor.c_str(), s.fallback_at,
                 static_cast<long long>(s.interventions.blended), static_cast<long long>(s.interventions.clipped),
                 static_cast<long long>(s.interventions.fallback), static_cast<long long>(s.nonfinite_targets));

@@ -218,7 +218,10 @@ void TargetSupervisor::apply(const std::vector<const void*>& inputs,
         double target = safe_[at];
         if (damp) {
           const double q = measured(inputs, positions_, row, j) + offset_[static_cast<size_t>(j)];
-          if (std::isfinite(q)) target = clip(j, q);
+          if (std::isfinite(q)) {
+            target = clip(j, q);
+            if (target != q) clipped = true;
+          }
         }
         last_[at] = target;
         store_element(targets, output_dtype_, base + j, target);

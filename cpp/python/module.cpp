@@ -76,7 +76,59 @@ py::dict interventions_dict(const tdaot::Interventions& counts) {
   py::dict result;
   result["nonfinite"] = counts.nonfinite;
   result["rate_limited"] = counts.rate_limited;
+  result["blended"] = counts.blended;
+  result["clipped"] = counts.clipped;
+  result["fallback"] = counts.fallback;
   return result;
+}
+
+// A number or a list of numbers (a tdaot.Supervisor field, as its to_dict() gives it).
+tdaot::SignalValues signal_values(const py::handle& value) {
+  tdaot::SignalValues result;
+  if (py::isinstance<py::float_>(value) || py::isinstance<py::int_>(value)) {
+    result.values.push_back(value.cast<double>());
+    return result;
+  }
+  result.per_element = true;
+  result.values = value.cast<std::vector<double>>();
+  return result;
+}
+
+// How bind() and Session() choose the supervisor: None (the contract's), False (none), or a
+// tdaot.Supervisor's to_dict() (it replaces the contract's; checked by the runtime).
+tdaot::SupervisorOptions supervisor_options(const py::object& supervisor) {
+  tdaot::SupervisorOptions options;
+  if (supervisor.is_none()) return options;
+  if (py::isinstance<py::bool_>(supervisor)) {
+    options.enabled = supervisor.cast<bool>();
+    return options;
+  }
+  const py::dict fields = supervisor.cast<py::dict>();
+  tdaot::Supervisor config;
+  for (const auto& [name_handle, value] : fields) {
+    const std::string name = name_handle.cast<std::string>();
+    if (value.is_none()) continue;
+    if (name == "output") config.output = value.cast<std::string>();
+    else if (name == "blend_seconds") config.blend_seconds = value.cast<double>();
+    else if (name == "blend_max_velocity") config.blend_max_velocity = signal_values(value);
+    else if (name == "start_gain_fraction") config.start_gain_fraction = value.cast<double>();
+    else if (name == "low") config.low = signal_values(value);
+    else if (name == "high") config.high = signal_values(value);
+    else if (name == "margin") config.margin = value.cast<double>();
+    else if (name == "max_velocity") config.max_velocity = signal_values(value);
+    else if (name == "max_tilt") config.max_tilt = value.cast<double>();
+    else if (name == "max_rate_limited_steps") config.max_rate_limited_steps = value.cast<int64_t>();
+    else if (name == "fallback") config.fallback = value.cast<std::string>();
+    else throw tdaot::ContractError("supervisor", "contract supervisor: unknown field '" + name + "'");
+  }
+  options.config = std::move(config);
+  return options;
+}
+
+// A row's supervisor state as (mode name, gain_scale, damping_scale, blend, steps).
+py::tuple supervisor_tuple(const tdaot::SupervisorState& state) {
+  return py::make_tuple(tdaot::supervisor_mode_name(state.mode), state.gain_scale,
+                        state.damping_scale, state.blend, state.steps);
 }
 
 // The load options' one definition is tdaot::PolicyOptions: the binding's defaults, tdaot.load's
@@ -179,17 +231,21 @@ PYBIND11_MODULE(_C, m) {
           "Runs with inputs in manifest order; returns outputs in manifest order.")
       .def(
           "bind",
-          [](const tdaot::Policy& p, int64_t batch, bool cuda_graph, bool envelope) {
+          [](const tdaot::Policy& p, int64_t batch, bool cuda_graph, bool envelope,
+             const py::object& supervisor) {
             tdaot::BindOptions options;
             options.cuda_graph = cuda_graph;
             options.envelope = envelope;
+            options.supervisor = supervisor_options(supervisor);
             py::gil_scoped_release unlocked;
             return p.bind(batch, options);
           },
           py::arg("batch"), py::arg("cuda_graph") = false, py::arg("envelope") = false,
+          py::arg("supervisor") = py::none(),
           "Preallocated inputs and outputs for `batch` rows (tdaot::Binding); cuda_graph: "
           "capture the run as a CUDA graph and replay it per call (CUDA packages); envelope: "
-          "the safety envelope around every run (interventions counts).")
+          "the safety envelope around every run (interventions counts); supervisor: None (the "
+          "contract's), False (none) or a Supervisor's fields (replacing it).")
       .def(
           "swap_weights",
           [](const tdaot::Policy& p, const std::string& path) {
@@ -256,7 +312,14 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly(
           "interventions",
           [](const tdaot::Binding& b) { return interventions_dict(b.interventions()); },
-          "The envelope's interventions so far (bind(envelope=True); zeros without it).")
+          "The envelope's and the supervisor's interventions so far (zeros without either).")
+      .def_property_readonly("supervised", &tdaot::Binding::supervised,
+                             "Whether a supervisor guards the joint targets.")
+      .def(
+          "supervisor",
+          [](const tdaot::Binding& b, int64_t row) { return supervisor_tuple(b.supervisor(row)); },
+          py::arg("row") = 0,
+          "Row `row`'s supervisor state: (mode, gain_scale, damping_scale, blend, steps).")
       .def("input", &tdaot::Binding::input, py::arg("key"), "The input tensor of a manifest key.")
       .def("output", &tdaot::Binding::output, py::arg("key"),
            "The output tensor of a manifest key.")
@@ -285,10 +348,17 @@ PYBIND11_MODULE(_C, m) {
   // keep_alive is needed. step() and reset() release the GIL; a second thread using the same
   // session meanwhile gets tdaot.TdaotError, as in C++.
   py::class_<tdaot::Session>(m, "Session")
-      .def(py::init([](const tdaot::Policy& policy, int64_t batch) {
-             return std::make_unique<tdaot::Session>(policy, batch);
+      .def(py::init([](const tdaot::Policy& policy, int64_t batch, const py::object& supervisor) {
+             return std::make_unique<tdaot::Session>(policy, batch, supervisor_options(supervisor));
            }),
-           py::arg("policy"), py::arg("batch"))
+           py::arg("policy"), py::arg("batch"), py::arg("supervisor") = py::none())
+      .def_property_readonly("supervised", &tdaot::Session::supervised,
+                             "Whether a supervisor guards the joint targets.")
+      .def(
+          "supervisor",
+          [](const tdaot::Session& s, int64_t row) { return supervisor_tuple(s.supervisor(row)); },
+          py::arg("row") = 0,
+          "Row `row`'s supervisor state: (mode, gain_scale, damping_scale, blend, steps).")
       .def_property_readonly("batch", &tdaot::Session::batch)
       .def_property_readonly("input_keys",
                              [](const tdaot::Session& s) {
@@ -301,7 +371,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly(
           "interventions",
           [](const tdaot::Session& s) { return interventions_dict(s.interventions()); },
-          "The safety envelope's interventions so far: steps by kind.")
+          "The safety envelope's and the supervisor's interventions so far: steps by kind.")
       .def(
           "step",
           [](tdaot::Session& s, const tdaot::TensorMap& inputs) {

@@ -29,6 +29,7 @@ from torch import nn
 from torchrl.modules import MLP, LSTMModule
 
 import tdaot
+from tdaot.trained.mjcf import mjcf_joint_ranges
 
 OBSERVATIONS = 41
 HIDDEN = 64
@@ -40,6 +41,13 @@ KD = (2.0, 2.0, 2.0, 4.0, 2.0) * 2
 ACTION_SCALE = 0.25
 CONTROL_DT = 0.02
 GAIT_PERIOD = 0.8
+# The supervisor of the joint targets (docs/contract.md, "Supervisor"): a 1 s soft start from
+# the pose the robot is in, the MJCF's joint ranges as limits, and the damp fallback when a joint
+# moves faster than MAX_JOINT_VELOCITY rad/s (walking at 0.5 m/s peaks near 6.4 rad/s) or the
+# pelvis tilts more than MAX_TILT rad.
+BLEND_SECONDS = 1.0
+MAX_JOINT_VELOCITY = 10.0
+MAX_TILT = 0.8
 
 
 def torchrl_policy(scripted: torch.jit.ScriptModule) -> TensorDictSequential:
@@ -110,9 +118,10 @@ def check_equal(scripted: torch.jit.ScriptModule, policy: TensorDictSequential, 
     return worst
 
 
-def contract() -> tdaot.Contract:
-    """The 41 observations as terms (scaled as the policy was trained) and the 10 joint targets
-    with their PD gains."""
+def contract(mjcf: str | None = None) -> tdaot.Contract:
+    """The 41 observations as terms (scaled as the policy was trained), the 10 joint targets
+    with their PD gains, and their supervisor (with ``mjcf``, the robot's h1.xml, its joint
+    ranges as the limits)."""
     observation = tdaot.Signal(
         terms=[
             tdaot.Term("base_ang_vel", scale=0.25),
@@ -125,11 +134,20 @@ def contract() -> tdaot.Contract:
         ]
     )
     action = tdaot.Signal(names=JOINTS, scale=ACTION_SCALE, offset=DEFAULT_ANGLES, stiffness=KP, damping=KD)
+    ranges = mjcf_joint_ranges(mjcf, JOINTS) if mjcf is not None else None
+    supervisor = tdaot.Supervisor(
+        blend_seconds=BLEND_SECONDS,
+        max_velocity=MAX_JOINT_VELOCITY,
+        max_tilt=MAX_TILT,
+        fallback="damp",
+        **({"low": ranges[0], "high": ranges[1]} if ranges is not None else {}),
+    )
     return tdaot.Contract(
         control_dt=CONTROL_DT,
         inputs={"observation": observation},
         outputs={"action": action},
         metadata={"robot": "unitree_h1", "policy": "unitree_rl_gym motion.pt (276801e)"},
+        supervisor=supervisor,
     )
 
 
@@ -162,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         example_input(),
         args.output,
         batch=1,
-        contract=contract(),
+        contract=contract(os.path.join(args.h1, "h1.xml")),
         factory="examples/h1/build_h1.py:factory",
     )
     print(f"wrote {artifact.path}")

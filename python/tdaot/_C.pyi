@@ -49,7 +49,13 @@ class Policy:
         """The manifest as normalised JSON."""
     def run(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
     def run_positional(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]: ...
-    def bind(self, batch: int, cuda_graph: bool = False, envelope: bool = False) -> Binding:
+    def bind(
+        self,
+        batch: int,
+        cuda_graph: bool = False,
+        envelope: bool = False,
+        supervisor: bool | dict[str, object] | None = None,
+    ) -> Binding:
         """Preallocated inputs and outputs for `batch` rows (tdaot::Binding)."""
     def swap_weights(self, path: str) -> None:
         """Checks a weight file, then makes it live between calls."""
@@ -81,7 +87,12 @@ class Binding:
     def input(self, key: str) -> torch.Tensor: ...
     @property
     def interventions(self) -> dict[str, int]:
-        """The envelope's interventions so far (bind(envelope=True); zeros without it)."""
+        """The envelope's and the supervisor's interventions so far (zeros without either)."""
+    @property
+    def supervised(self) -> bool:
+        """Whether a supervisor guards the joint targets."""
+    def supervisor(self, row: int = 0) -> tuple[str, float, float, float, int]:
+        """Row `row`'s supervisor state: (mode, gain_scale, damping_scale, blend, steps)."""
     def output(self, key: str) -> torch.Tensor: ...
     def run(self) -> None: ...
     def reset(self, mask: torch.Tensor | None = None) -> None: ...
@@ -89,7 +100,14 @@ class Binding:
 class Session:
     """The recurrent state of one batch of episodes (tdaot::Session)."""
 
-    def __init__(self, policy: Policy, batch: int) -> None: ...
+    def __init__(
+        self, policy: Policy, batch: int, supervisor: bool | dict[str, object] | None = None
+    ) -> None: ...
+    @property
+    def supervised(self) -> bool:
+        """Whether a supervisor guards the joint targets."""
+    def supervisor(self, row: int = 0) -> tuple[str, float, float, float, int]:
+        """Row `row`'s supervisor state: (mode, gain_scale, damping_scale, blend, steps)."""
     @property
     def batch(self) -> int: ...
     @property
@@ -98,7 +116,7 @@ class Session:
     def state(self) -> dict[str, torch.Tensor]: ...
     @property
     def interventions(self) -> dict[str, int]:
-        """The safety envelope's interventions so far: steps by kind."""
+        """The safety envelope's and the supervisor's interventions so far: steps by kind."""
     def step(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]: ...
     def step_positional(self, inputs: list[torch.Tensor]) -> list[torch.Tensor]: ...
     def reset(self, mask: torch.Tensor | None = None) -> None: ...

@@ -27,6 +27,7 @@ _LAZY = {
     **{name: ("tdaot.runtime", name) for name in _RUNTIME},
     **{name: ("tdaot.manifest", name) for name in (*_MANIFEST, "TensorSpec", "read_manifest")},
     **{name: ("tdaot.contract", name) for name in ("Contract", "Signal", "Term")},
+    "Supervisor": ("tdaot.contract_supervisor", "Supervisor"),
     "Artifact": ("tdaot.builder", "Artifact"),
     "BuildOptions": ("tdaot.builder", "BuildOptions"),
     "build": ("tdaot.builder", "build"),
@@ -80,6 +81,7 @@ __all__ = [
     "Signal",  # noqa: F405 - imported on first use (__getattr__)
     "Source",  # noqa: F405 - imported on first use (__getattr__)
     "StatePair",  # noqa: F405 - imported on first use (__getattr__)
+    "Supervisor",  # noqa: F405 - imported on first use (__getattr__)
     "TensorSpec",  # noqa: F405 - imported on first use (__getattr__)
     "Term",  # noqa: F405 - imported on first use (__getattr__)
     "__version__",

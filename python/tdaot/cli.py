@@ -99,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
         "--mjcf", metavar="FILE", help="the robot's MJCF: its actuated joints give the joint order"
     )
     joints.add_argument("--joint-names", metavar="A,B,...", help="the robot's joint order, comma-separated")
+    trained.add_argument(
+        "--no-supervisor",
+        action="store_true",
+        help="leave the default supervisor of the joint targets (1 s soft start, the MJCF's joint "
+        "ranges as limits, the damp fallback) out of the deployment file's contract",
+    )
     b.add_argument("--no-cache", action="store_true", help="compile even when the cache has the artifact")
     b.add_argument(
         "--cache-dir",
@@ -270,6 +276,7 @@ def _rsl_rl_inputs(args, options: BuildOptions):
         mjcf=args.mjcf,
         joint_names=joint_names,
         find_deploy=options.contract is None,  # an explicit --contract is the contract
+        supervisor=not args.no_supervisor,
     )
     module, example, contract, note = run.load()
     if contract is not None:

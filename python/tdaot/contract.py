@@ -50,6 +50,7 @@ import torch
 
 from tdaot import _C
 from tdaot import keys as keyutil
+from tdaot.contract_supervisor import Supervisor, check_supervisor
 from tdaot.contract_terms import (
     TERM_ELEMENTS,  # noqa: F401 - re-exported: the vocabulary is part of tdaot.contract
     TERM_PARAMS,  # noqa: F401
@@ -144,6 +145,8 @@ class Contract:
     inputs: Mapping[str, Signal] = field(default_factory=dict, hash=False)
     outputs: Mapping[str, Signal] = field(default_factory=dict, hash=False)
     metadata: Mapping[str, str] = field(default_factory=dict, hash=False)
+    #: The supervisor of the joint targets (soft start, limits, fallback); None: none.
+    supervisor: Supervisor | None = None
 
     def __post_init__(self) -> None:
         dt = self.control_dt
@@ -162,6 +165,8 @@ class Contract:
                 f"contract field 'metadata': expected a mapping of strings to strings, got {metadata!r}"
             )
         object.__setattr__(self, "metadata", dict(metadata))
+        if self.supervisor is not None:
+            check_supervisor(self.supervisor, self.inputs, self.outputs)
 
     def signal(self, key: keyutil.NestedKey) -> Signal | None:
         """The signal of ``key``: an input's, else an output's; None when the contract has none."""
@@ -228,6 +233,7 @@ class Contract:
             "inputs": {key: signal.to_dict() for key, signal in self.inputs.items()},
             "outputs": {key: signal.to_dict() for key, signal in self.outputs.items()},
             "metadata": dict(self.metadata),
+            **({"supervisor": self.supervisor.to_dict()} if self.supervisor is not None else {}),
         }
 
     @classmethod
@@ -235,10 +241,11 @@ class Contract:
         """The Contract of a dict as :meth:`to_dict` writes it (a manifest's, a TOML table)."""
         if not isinstance(data, Mapping):
             raise ContractError(f"{origin}: expected a table of contract fields, got {data!r}")
-        unknown = sorted(set(data) - {"control_dt", "inputs", "outputs", "metadata"})
+        unknown = sorted(set(data) - {"control_dt", "inputs", "outputs", "metadata", "supervisor"})
         if unknown:
             raise ContractError(
-                f"{origin}: unknown field {unknown[0]!r} (known: control_dt inputs outputs metadata)"
+                f"{origin}: unknown field {unknown[0]!r} "
+                "(known: control_dt inputs outputs metadata supervisor)"
             )
         if "control_dt" not in data:
             raise ContractError(f"{origin}: field 'control_dt' is missing")
@@ -253,7 +260,10 @@ class Contract:
                 key: _signal_from_dict(f"{origin} {section[:-1]} {key!r}", value)
                 for key, value in entries.items()
             }
-        return cls(data["control_dt"], metadata=data.get("metadata") or {}, **sections)
+        supervisor = data.get("supervisor")
+        if supervisor is not None:
+            supervisor = Supervisor.from_dict(supervisor, f"{origin} supervisor")
+        return cls(data["control_dt"], metadata=data.get("metadata") or {}, supervisor=supervisor, **sections)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Contract:
@@ -293,7 +303,8 @@ class Contract:
 
     def describe(self) -> list[str]:
         """The contract as indented lines (tdaot inspect)."""
-        return describe_contract(self, _VALUE_FIELDS, _GAIN_FIELDS)
+        lines = describe_contract(self, _VALUE_FIELDS, _GAIN_FIELDS)
+        return lines + (self.supervisor.describe() if self.supervisor is not None else [])
 
 
 def _manifest_key(key: Any, where: str) -> str:

@@ -277,3 +277,91 @@ TEST(BindingErrors, ASetUpFailingAfterTheInstanceIsCreatedLeavesNothing) {
 
 }  // namespace
 }  // namespace tdaot
+
+namespace tdaot {
+namespace {
+
+// The supervisor of the joint targets on the full runtime, given at bind (legged.pt2's contract
+// has none): limits that clip every target, a hold after 2 rate-limited runs; the Session runs
+// the same. Its rules are tested on their own in test_supervisor.cpp.
+Supervisor tight_limits() {
+  Supervisor s;
+  s.low = {{-0.1}, false};
+  s.high = {{0.1}, false};
+  s.max_rate_limited_steps = 2;
+  return s;
+}
+
+TEST(BindingSupervisor, TheBoundRunAndTheSessionClipAndHold) {
+  const Policy policy(test::package_path("legged.pt2"));
+  BindOptions options;
+  options.supervisor.config = tight_limits();
+  Binding b = policy.bind(1, options);  // without the envelope: nothing is rate limited
+  ASSERT_TRUE(b.supervised());
+  b.input("observation").normal_();
+  b.run();
+  EXPECT_LE(b.output("action").abs().max().item<float>(), 0.1f + 1e-6f);
+  EXPECT_EQ(b.supervisor().mode, SupervisorMode::running);
+  EXPECT_EQ(b.interventions().clipped, 1);
+  EXPECT_EQ(b.interventions().nonfinite, 0);
+
+  options.envelope = true;
+  Binding guarded = policy.bind(1, options);
+  Session session(policy, 1, options.supervisor);
+  ASSERT_TRUE(session.supervised());
+  for (int k = 0; k < 3; ++k) {  // the observation swings: the action moves more than max_delta
+    guarded.input("observation").fill_(k % 2 == 0 ? 50.0 : -50.0);
+    guarded.run();
+    session.step_positional({guarded.input("observation").clone()});
+  }
+  EXPECT_EQ(guarded.supervisor().mode, SupervisorMode::held);
+  EXPECT_EQ(session.supervisor().mode, SupervisorMode::held);
+  EXPECT_GT(guarded.interventions().rate_limited, 1);
+  EXPECT_EQ(guarded.interventions().fallback, session.interventions().fallback);
+  guarded.reset();
+  EXPECT_EQ(guarded.supervisor().mode, SupervisorMode::running);
+  EXPECT_EQ(guarded.supervisor().steps, 0);
+}
+
+TEST(BindingSupervisor, RefusalsNameWhatIsWrong) {
+  const Policy legged(test::package_path("legged.pt2"));
+  Binding plain = legged.bind(1);
+  EXPECT_FALSE(plain.supervised());
+  const auto none = catch_error<InvalidArgumentError>([&] { plain.supervisor(); });
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(Contains(none->what(), "this binding of package '" + test::package_path("legged.pt2") +
+                                         "' has no supervisor: its contract has none"));
+  BindOptions options;
+  options.supervisor.config = tight_limits();
+  Binding b = legged.bind(1, options);
+  const auto row = catch_error<InvalidArgumentError>([&] { b.supervisor(1); });
+  ASSERT_TRUE(row);
+  EXPECT_TRUE(Contains(row->what(), "supervisor row 1 is outside the binding's batch of 1 rows"));
+  options.supervisor.config->fallback = "freeze";
+  const auto fallback = catch_error<ContractError>([&] { legged.bind(1, options); });
+  ASSERT_TRUE(fallback);
+  EXPECT_EQ(std::string(fallback->what()),
+            "contract supervisor: field 'fallback': unknown fallback 'freeze' (known: hold damp)");
+  options.supervisor.config = tight_limits();
+  options.supervisor.config->low = {{-0.1, 0.1}, true};
+  const auto length = catch_error<ContractError>([&] { Session(legged, 1, options.supervisor); });
+  ASSERT_TRUE(length);
+  EXPECT_TRUE(Contains(length->what(), "field 'low': has 2 values, expected 12 (one per joint of 'action')"));
+  options.supervisor.config = tight_limits();
+  options.supervisor.config->blend_seconds = 1.0;
+  const auto soft = catch_error<ContractError>([&] { legged.bind(1, options); });
+  ASSERT_TRUE(soft);
+  EXPECT_TRUE(Contains(soft->what(), "field 'blend_seconds': a soft start (blend_seconds 1) starts from the "
+                                     "measured joint positions, but no input signal has a joint_pos_rel term"));
+  const Policy tutorial_policy(tutorial());
+  options.supervisor.config = Supervisor{};
+  const auto no_contract = catch_error<ContractError>([&] { tutorial_policy.bind(1, options); });
+  ASSERT_TRUE(no_contract);
+  EXPECT_TRUE(Contains(no_contract->what(), "which has no contract"));
+  // A binding with neither envelope nor supervisor has nothing to reset; with a supervisor it has.
+  EXPECT_TRUE(catch_error<InvalidArgumentError>([&] { plain.reset(); }));
+  b.reset();
+}
+
+}  // namespace
+}  // namespace tdaot

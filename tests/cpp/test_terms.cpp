@@ -139,6 +139,11 @@ TEST(Terms, TheJointOutputCarriesItsMapAndGainsAndGivesPdTorques) {
   joints.pd_torques(target, q, dq, tau);
   EXPECT_DOUBLE_EQ(tau[0], 10.0 * 0.5 - 1.0 * 2.0);
   EXPECT_DOUBLE_EQ(tau[1], 20.0 * -0.1 + 1.0);
+  // Scaled as a supervisor says (a soft start's ramp, a damp fallback's stiffness 0).
+  joints.pd_torques(target, q, dq, tau, 0.5, 1.0);
+  EXPECT_DOUBLE_EQ(tau[0], 0.5 * 10.0 * 0.5 - 1.0 * 2.0);
+  joints.pd_torques(target, q, dq, tau, 0.0, 1.0);
+  EXPECT_DOUBLE_EQ(tau[1], 1.0);
   EXPECT_DOUBLE_EQ(joints.raw_from_target(1, -0.2 + 0.5 * 3.0), 3.0);
   EXPECT_EQ(joints.rest, (std::vector<double>{0.1, -0.2}));
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/run/supervisor.h"
 #include "runtime/envelope.h"
 #include "malloc_counter.h"
 #include "tdaot/binding.h"
@@ -134,6 +135,95 @@ TEST(ZeroAllocationsEnvelope, TheGuardAllocatesNothingPerStep) {
   const std::vector<at::Tensor> given{at::randn({1, 48})};
   measure("legged batch 1 Session::step_positional", [&] { session.step_positional(given); });
   measure("legged batch 1 Policy::run_positional", [&] { policy.run_positional(given); });
+}
+
+// The supervisor of the joint targets (core/run/supervisor.h) allocates nothing per step on
+// every path it takes: the legged package bound with the envelope and a supervisor given at bind
+// (limits that clip, a hold after 3 rate-limited steps or on a NaN), and the core itself through
+// a soft start on a contract of observation terms made in code (legged.pt2 has none), each
+// cycled through blending, running, held and damped by resets.
+Manifest terms_manifest() {
+  Manifest m;
+  m.inputs = {{"observation", DType::Float32, {5}}};
+  m.outputs = {{"action", DType::Float32, {2}}};
+  Contract c;
+  c.control_dt = 0.02;
+  Signal obs;
+  Term pos, vel;
+  pos.name = "joint_pos_rel";
+  vel.name = "joint_vel_rel";
+  pos.size = vel.size = 2;
+  obs.terms = {pos, vel};
+  obs.names = {"joint_pos_rel.a", "joint_pos_rel.b", "joint_vel_rel.a", "joint_vel_rel.b", "x"};
+  c.inputs["observation"] = obs;
+  Signal action;
+  action.names = {"a", "b"};
+  action.damping = {{1.0}, false};
+  c.outputs["action"] = action;
+  m.contract = c;
+  return m;
+}
+
+TEST(ZeroAllocationsSupervisor, TheSupervisedStepAllocatesNothing) {
+  if (!test::malloc_counting()) GTEST_SKIP() << "malloc is not counted under a sanitizer";
+  const Policy policy(test::package_path("legged.pt2"));
+  BindOptions options;
+  options.envelope = true;
+  Supervisor config;
+  config.low = {{-0.5}, false};
+  config.high = {{0.5}, false};
+  config.margin = 0.05;
+  config.max_rate_limited_steps = 3;
+  options.supervisor.config = config;
+  Binding b = policy.bind(1, options);
+  ASSERT_TRUE(b.supervised());
+  float* observation = b.input("observation").mutable_data_ptr<float>();
+  int64_t step = 0;
+  const auto run = [&] {
+    ++step;
+    const float value = step % 7 == 0 ? std::numeric_limits<float>::quiet_NaN()
+                                      : (step % 2 == 0 ? 30.0f : -30.0f);
+    std::fill(observation, observation + 48, value);
+    b.run();
+    (void)b.supervisor().gain_scale;
+  };
+  const auto [once, twice] = measure("legged batch 1 supervised Binding::run", run);
+  EXPECT_EQ(twice.allocations, once.allocations);
+  EXPECT_EQ(twice.frees, once.frees);
+  EXPECT_GT(b.interventions().clipped, 0);
+  EXPECT_GT(b.interventions().fallback, 0);
+
+  const Manifest m = terms_manifest();
+  Supervisor soft;
+  soft.blend_seconds = 0.1;
+  soft.blend_max_velocity = {{2.0}, false};
+  soft.start_gain_fraction = 0.2;
+  soft.max_velocity = {{5.0}, false};
+  soft.fallback = "damp";
+  soft.low = {{-1.0}, false};
+  soft.high = {{1.0}, false};
+  detail::TargetSupervisor core(m, soft, 2);
+  std::vector<float> obs(10, 0.0f), act(4, 0.0f);
+  const std::vector<const void*> in{obs.data()};
+  const std::vector<void*> out{act.data()};
+  const std::vector<bool> second{false, true};
+  int64_t k = 0;
+  const auto supervise = [&] {
+    ++k;
+    obs[2] = k % 9 == 0 ? 6.0f : 0.0f;  // row 0 over its velocity cap now and then: damped
+    std::fill(act.begin(), act.end(), k % 2 == 0 ? 0.8f : -0.8f);
+    core.observe(in, out);
+    core.apply(in, out, nullptr);
+    if (k % 12 == 0) core.reset();
+    if (k % 5 == 0) core.reset(second);
+  };
+  const auto [core_once, core_twice] = measure("TargetSupervisor observe + apply + reset", supervise);
+  EXPECT_EQ(core_twice.allocations, core_once.allocations);
+  EXPECT_EQ(core_twice.frees, core_once.frees);
+  Interventions counts;
+  core.add_counts(counts);
+  EXPECT_GT(counts.blended, 0);
+  EXPECT_GT(counts.fallback, 0);
 }
 
 // The counter itself sees what it should: a tensor allocation and its free.

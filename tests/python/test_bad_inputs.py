@@ -442,7 +442,13 @@ def test_a_session_holds_a_nan_step_and_keeps_its_state(recurrent, recurrent_nat
         torch.testing.assert_close(out["next", "hidden"], expected["next", "hidden"])
         previous = {key: out[key].clone() for key in previous}
         hidden, is_init = expected["next", "hidden"], torch.zeros_like(is_init)
-    assert session.interventions == {"nonfinite": 2, "rate_limited": 0}
+    assert session.interventions == {
+        "nonfinite": 2,
+        "rate_limited": 0,
+        "blended": 0,
+        "clipped": 0,
+        "fallback": 0,
+    }
 
 
 def test_a_misspelt_key_names_what_was_given_and_the_closest(tutorial_native):

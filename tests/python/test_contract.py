@@ -239,10 +239,22 @@ def test_the_session_holds_nonfinite_steps_and_limits_the_rate(legged_native):
     infinite = b.clone()
     infinite[0, 7] = math.inf
     assert torch.equal(session.step(observation=infinite)["action"], second)
-    assert session.interventions == {"nonfinite": 2, "rate_limited": 1}
+    assert session.interventions == {
+        "nonfinite": 2,
+        "rate_limited": 1,
+        "blended": 0,
+        "clipped": 0,
+        "fallback": 0,
+    }
     session.reset()
     torch.testing.assert_close(session.step(observation=b)["action"], raw)
-    assert session.interventions == {"nonfinite": 2, "rate_limited": 1}
+    assert session.interventions == {
+        "nonfinite": 2,
+        "rate_limited": 1,
+        "blended": 0,
+        "clipped": 0,
+        "fallback": 0,
+    }
 
 
 # --- Observation terms and gains (docs/contract.md) -------------------------------------------

@@ -6,6 +6,7 @@ No package is built here: the contracts are checked as values."""
 
 from __future__ import annotations
 
+import math
 import sys
 import types
 from pathlib import Path
@@ -266,6 +267,45 @@ def test_joint_names_from_an_mjcf_with_mujoco_and_from_its_xml(tmp_path, monkeyp
     monkeypatch.setitem(sys.modules, "mujoco", None)  # import mujoco fails: the XML is read
     assert mjcf_joint_names(scene) == ROBOT
     assert tdaot.Contract.from_deploy(write(tmp_path, DEPLOY), mjcf=mjcf) == with_mujoco
+
+
+def test_a_deployment_files_contract_carries_the_default_supervisor(tmp_path, monkeypatch):
+    """A 1 s soft start, the damp fallback, and the MJCF's joint ranges (degrees, as MJCF's
+    default angle unit) as the limits, in the policy's joint order; with MuJoCo and from the XML
+    alike. supervisor=False: none."""
+    ranged = MJCF
+    for side in ("left", "right"):
+        ranged = ranged.replace(
+            f'name="{side}_hip_pitch_joint" axis="0 1 0"',
+            f'name="{side}_hip_pitch_joint" axis="0 1 0" range="-90 45"',
+        )
+        ranged = ranged.replace(
+            f'name="{side}_knee_joint" axis="0 1 0"', f'name="{side}_knee_joint" axis="0 1 0" range="0 150"'
+        )
+    mjcf = write(tmp_path, ranged, "robot.xml")
+    deploy = write(tmp_path, DEPLOY)
+    contract = tdaot.Contract.from_deploy(deploy, mjcf=mjcf)
+    low, high = (
+        (-math.pi / 2, -math.pi / 2, 0.0, 0.0),
+        (math.pi / 4, math.pi / 4, math.radians(150), math.radians(150)),
+    )
+    assert contract.supervisor == tdaot.Supervisor(
+        output="action", blend_seconds=1.0, fallback="damp", low=low, high=high
+    )
+    assert contract.supervisor.low == pytest.approx(low) and contract.supervisor.high == pytest.approx(high)
+    assert (
+        "  supervisor output action, soft start 1 s from gain 1, low [-1.5708, -1.5708, 0, 0], "
+        in "\n".join(contract.describe())
+    )
+    monkeypatch.setitem(sys.modules, "mujoco", None)  # the XML's ranges: the same
+    assert tdaot.Contract.from_deploy(deploy, mjcf=mjcf).supervisor.high == pytest.approx(high)
+    # Without an MJCF (joint names given): the soft start and the fallback, no limits; an MJCF
+    # whose joints have no range gives none either.
+    assert tdaot.Contract.from_deploy(deploy, joint_names=ROBOT).supervisor == tdaot.Supervisor(
+        output="action", blend_seconds=1.0, fallback="damp"
+    )
+    assert tdaot.Contract.from_deploy(deploy, mjcf=write(tmp_path, MJCF, "bare.xml")).supervisor.low is None
+    assert tdaot.Contract.from_deploy(deploy, mjcf=mjcf, supervisor=False).supervisor is None
 
 
 @pytest.mark.parametrize(
@@ -735,8 +775,25 @@ def test_a_run_directory_with_deploy_yaml_builds_in_one_command(tmp_path, monkey
         "term joint_pos_rel [10] of action",
         "term joint_vel_rel [10] of action: scale 0.05, offset 0, low -5, high 5",
         "term last_action [10] of action",
+        "supervisor output action, soft start 1 s from gain 1, low [-0.43, -0.43, -0.43, -0.43, ...], "
+        "high [0.43, 0.43, 0.43, 0.43, ...], fallback damp",
     ):
         assert line in shown, shown
+    # --no-supervisor: the same contract without it (the build stopped once the run is read).
+    from tdaot.trained.run import RslRlRun
+
+    bare = RslRlRun(run, mjcf=str(H1 / "scene.xml"), supervisor=False).load()[2]
+    assert bare.supervisor is None and bare.outputs == expected.outputs
+    asked = []
+
+    def load(self):
+        asked.append(self.supervisor)
+        raise tdaot.CliError("read")
+
+    monkeypatch.setattr(RslRlRun, "load", load)
+    argv = ["build", "--rsl-rl", run, "--mjcf", str(H1 / "scene.xml"), "-o", str(tmp_path / "x.pt2")]
+    assert cli.main([*argv, "--no-supervisor"]) != 0 and cli.main(argv) != 0
+    assert asked == [False, True]
     monkeypatch.setattr(rehearse, "run", lambda *args: types.SimpleNamespace(stdout=""))
     assert cli.main(["rehearse", str(out), "--mjcf", str(H1 / "scene.xml")]) == 0
     assert capsys.readouterr().out.splitlines() == [

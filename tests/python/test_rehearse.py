@@ -88,7 +88,15 @@ def arm_contract() -> tdaot.Contract:
     action = tdaot.Signal(
         names=JOINTS, scale=0.25, offset=DEFAULT, stiffness=(20.0, 10.0), damping=(1.0, 0.5)
     )
-    return tdaot.Contract(control_dt=0.02, inputs={"observation": observation}, outputs={"action": action})
+    # Limits far outside the arm's motion and a velocity cap it never reaches: the supervisor is
+    # carried and runs on every rehearsal without changing a target (test_supervisor.py).
+    supervisor = tdaot.Supervisor(low=-3.0, high=3.0, max_velocity=50.0, fallback="damp")
+    return tdaot.Contract(
+        control_dt=0.02,
+        inputs={"observation": observation},
+        outputs={"action": action},
+        supervisor=supervisor,
+    )
 
 
 def arm_policy():

@@ -178,7 +178,13 @@ def test_a_session_steps_a_package_without_state(tutorial_native):
         session.step(observation=observation)["sample"], tutorial_native(observation=observation)["sample"]
     )
     assert session.state == {}
-    assert session.interventions == {"nonfinite": 0, "rate_limited": 0}
+    assert session.interventions == {
+        "nonfinite": 0,
+        "rate_limited": 0,
+        "blended": 0,
+        "clipped": 0,
+        "fallback": 0,
+    }
 
 
 def test_a_session_outside_the_batch_range_is_refused(recurrent_native):
@@ -224,4 +230,10 @@ def test_the_session_state_is_its_own_memory_assignment_copies_keys_are_fixed(re
         session.state["h"]  # noqa: B018
     with pytest.raises(TypeError):
         session.interventions["nonfinite"] = 0  # a read-only snapshot
-    assert dict(session.interventions) == {"nonfinite": 0, "rate_limited": 0}
+    assert dict(session.interventions) == {
+        "nonfinite": 0,
+        "rate_limited": 0,
+        "blended": 0,
+        "clipped": 0,
+        "fallback": 0,
+    }

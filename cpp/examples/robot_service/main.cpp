@@ -218,7 +218,15 @@ class Controller {
       const void* raw = binding_.output_data(observations_->carried_action(), observations_->carried_dtype());
       for (size_t i = 0; i < raw_.size(); ++i) raw_[i] = read(raw, observations_->carried_dtype(), i);
     }
-    joints_->pd_torques(targets_.data(), robot_.joint_pos.data(), robot_.joint_vel.data(), tau_.data());
+    // The gains as the contract's supervisor says this tick (a soft start's ramp, a damp
+    // fallback's stiffness 0); plain gains without one. Reading the state allocates nothing.
+    if (binding_.supervised()) {
+      const tdaot::SupervisorState& supervised = binding_.supervisor();
+      joints_->pd_torques(targets_.data(), robot_.joint_pos.data(), robot_.joint_vel.data(), tau_.data(),
+                          supervised.gain_scale, supervised.damping_scale);
+    } else {
+      joints_->pd_torques(targets_.data(), robot_.joint_pos.data(), robot_.joint_vel.data(), tau_.data());
+    }
   }
 
   // Stands in for commanding the actuators: element `index` of the first output (with terms:
@@ -319,7 +327,13 @@ int main(int argc, char** argv) {
     if (contract) {
       const tdaot::Interventions& done = controller.binding().interventions();
       std::cout << "  interventions: nonfinite " << done.nonfinite << ", rate_limited "
-                << done.rate_limited << "\n";
+                << done.rate_limited;
+      if (controller.binding().supervised()) {
+        std::cout << "; supervisor " << tdaot::supervisor_mode_name(controller.binding().supervisor().mode)
+                  << ", blended " << done.blended << ", clipped " << done.clipped << ", fallback "
+                  << done.fallback;
+      }
+      std::cout << "\n";
     }
     std::cout << "  last command " << command_name << " = " << std::setprecision(4) << command
               << "\n";

@@ -3,6 +3,8 @@
 // (tdaot::lite::Policy::bind, tdaot/lite.h). Torch-free.
 #pragma once
 
+#include "tdaot/supervisor.h"
+
 namespace tdaot {
 
 struct BindOptions {
@@ -16,6 +18,11 @@ struct BindOptions {
   // tdaot/binding.h). CUDA packages on the full runtime only: bind throws InvalidArgumentError
   // for a CPU package and on the lite runtime.
   bool cuda_graph = false;
+  // The supervisor of the joint targets (tdaot/supervisor.h): by default the contract's, when it
+  // has one; `enabled = false` leaves it out, `config` replaces it. Allocation-free per run; its
+  // per-row state is BindingBase::supervisor(row). A package without a contract has none (a
+  // `config` for it throws ContractError).
+  SupervisorOptions supervisor{};
 };
 
 }  // namespace tdaot

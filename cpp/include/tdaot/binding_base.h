@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tdaot/envelope.h"
+#include "tdaot/supervisor.h"
 
 namespace tdaot {
 
@@ -32,15 +33,23 @@ class BindingBase {
 
   // Recurrent packages: zeroes the state of every row and marks it is_init for the next run;
   // with the envelope, its previous outputs are forgotten too (the next run is not rate
-  // limited). Throws InvalidArgumentError when there is nothing to reset: a package that is not
-  // recurrent, bound without the envelope.
+  // limited); with a supervisor, the rows start afresh (a soft start, out of any fallback).
+  // Throws InvalidArgumentError when there is nothing to reset: a package that is not
+  // recurrent, bound without the envelope and the supervisor.
   void reset();
   // The same for the rows where `rows` (one bool per row) is true; throws ShapeError when it
   // does not hold batch() values. Allocates nothing on the lite runtime.
   void reset(const std::vector<bool>& rows);
 
-  // The envelope's interventions so far (BindOptions::envelope; zeros without it).
+  // The envelope's and the supervisor's interventions so far (zeros without either).
   const Interventions& interventions() const;
+
+  // Whether a supervisor guards the joint targets (BindOptions::supervisor, tdaot/supervisor.h).
+  bool supervised() const;
+  // Row `row`'s supervisor state after the last run: the mode, the gain scale the service
+  // applies this tick. Allocation-free. Throws InvalidArgumentError without a supervisor or for
+  // a row outside [0, batch()).
+  const SupervisorState& supervisor(int64_t row = 0) const;
 
  protected:
   // `type_name` ("tdaot::Binding") names the class in the message for a moved-from object.

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,11 +83,41 @@ struct Signal {
   double rest(size_t i) const;
 };
 
+// The supervisor of a joint output signal (docs/contract.md, "Supervisor"): what the runner does
+// to the joint targets between the policy and the motors, on every way to run (Session, both
+// Bindings), allocation-free. Run by tdaot/supervisor.h's rules:
+// - soft start: for blend_seconds after activation or a reset, the targets move from the
+//   measured joint positions (the input's joint_pos_rel term + the signal's offset) to the
+//   policy's, each at most blend_max_velocity rad/s; the stiffness and damping scale ramps from
+//   start_gain_fraction to 1;
+// - limits: every target clipped to [low + margin, high - margin];
+// - out of domain: a measured joint velocity (joint_vel_rel) over max_velocity, a base tilt
+//   (from projected_gravity) over max_tilt, a non-finite input or output of the row, or
+//   max_rate_limited_steps consecutive rate-limited steps switch the row to `fallback` ("hold":
+//   the last safe targets; "damp": the measured positions, stiffness scale 0) until reset().
+struct Supervisor {
+  std::string output;             // the joint output signal's key; empty: the first output signal
+  double blend_seconds = 0.0;     // soft start length, >= 0; 0: none
+  SignalValues blend_max_velocity;  // rad/s per joint during the soft start; absent: no cap
+  double start_gain_fraction = 1.0;  // the gain scale at activation, in [0, 1]
+  SignalValues low;               // joint range per joint (rad); absent: no lower limit
+  SignalValues high;              // absent: no upper limit
+  double margin = 0.0;            // kept inside [low, high], >= 0
+  SignalValues max_velocity;      // measured |dq| cap per joint, rad/s, > 0; absent: unchecked
+  double max_tilt = 0.0;          // base tilt cap (rad, in (0, pi]); 0: unchecked
+  int64_t max_rate_limited_steps = 0;  // consecutive rate-limited steps, >= 1; 0: unchecked
+  std::string fallback = "hold";  // "hold" or "damp"
+};
+
+// The fallbacks a Supervisor may name, in the order of docs/contract.md.
+const std::vector<std::string>& supervisor_fallbacks();
+
 struct Contract {
   double control_dt = 0.0;                      // seconds per control step, > 0
   std::map<std::string, Signal> inputs;         // by manifest input key
   std::map<std::string, Signal> outputs;        // by manifest output key
   std::map<std::string, std::string> metadata;  // free-form ("robot": "go2", ...)
+  std::optional<Supervisor> supervisor;         // absent: targets go out as the policy gives them
 
   // The signal of `key`: an input's, else an output's; nullptr when the contract has none.
   const Signal* signal(const std::string& key) const;
@@ -105,6 +136,10 @@ struct Contract {
   // refers to: term.output when given, else the first output signal by key; nullptr when the
   // contract has no output signal (the parser refuses such a term).
   const std::string* joint_output(const Term& term) const;
+
+  // Checks `supervisor` against this contract (the parser's rules, also a bind-time override's):
+  // throws ContractError "contract supervisor: field 'low': ..." naming the field and value.
+  void check_supervisor(const Supervisor& supervisor) const;
 };
 
 // The observation-term vocabulary, in the order of docs/contract.md.

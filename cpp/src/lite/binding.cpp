@@ -9,6 +9,7 @@
 #include "core/run/binding_core.h"
 #include "core/run/buffer_envelope.h"
 #include "core/run/carry.h"
+#include "core/run/supervisor.h"
 #include "lite/policy_impl.h"
 
 namespace tdaot::lite {
@@ -80,6 +81,10 @@ struct Binding::Impl : detail::BindingCore {
     // this thread's output arrays; nothing is carried.
     call();
     if (options.envelope) envelope.emplace(manifest, batch);
+    if (std::optional<Supervisor> config =
+            detail::chosen_supervisor(manifest, policy->path, options.supervisor)) {
+      supervisor.emplace(manifest, *config, batch);
+    }
     carry.reset(*buffers);  // every row starts new
   }
 
@@ -105,26 +110,37 @@ struct Binding::Impl : detail::BindingCore {
 
   void step() override {
     call();
-    if (envelope && !envelope->guard(input_data, output_data)) {
-      // A non-finite step does not count: the state stays, is_init marks stay for the next run.
-      return;
+    if (supervisor) supervisor->observe(input_data, output_data);
+    const bool stands = !envelope || envelope->guard(input_data, output_data);
+    if (supervisor) {
+      supervisor->apply(input_data, output_data, envelope ? &envelope->limited_rows() : nullptr);
     }
-    carry.after_step(*buffers);
+    // A non-finite step does not count: the state stays, is_init marks stay for the next run.
+    if (stands) carry.after_step(*buffers);
   }
 
   void reset_rows(const std::vector<bool>* rows) override {
     if (rows == nullptr) {
       carry.reset(*buffers);
       if (envelope) envelope->reset();
+      if (supervisor) supervisor->reset();
       return;
     }
     buffers->set_rows(*rows);
     carry.reset_rows(*buffers);
     if (envelope) envelope->reset(*rows);
+    if (supervisor) supervisor->reset(*rows);
   }
 
   const Interventions* envelope_counts() const override {
-    return envelope ? &envelope->interventions() : nullptr;
+    if (!envelope && !supervisor) return nullptr;
+    counts = envelope ? envelope->interventions() : Interventions{};
+    if (supervisor) supervisor->add_counts(counts);
+    return &counts;
+  }
+
+  const SupervisorState* supervisor_state(int64_t row) const override {
+    return supervisor ? &supervisor->state(row) : nullptr;
   }
 
   std::shared_ptr<const Policy::Impl> policy;
@@ -144,6 +160,8 @@ struct Binding::Impl : detail::BindingCore {
   detail::Carry carry;                       // recurrent packages: the state and is_init inputs
   std::optional<detail::HostBuffers> buffers;  // the carry's view of the buffers
   std::optional<detail::BufferEnvelope> envelope;
+  std::optional<detail::TargetSupervisor> supervisor;  // BindOptions::supervisor
+  mutable Interventions counts;  // envelope_counts(): the envelope's and the supervisor's
 };
 
 Binding::Binding(std::unique_ptr<Impl> impl) : BindingBase(std::move(impl), "tdaot::lite::Binding") {}

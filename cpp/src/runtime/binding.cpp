@@ -42,6 +42,9 @@ struct Binding::Impl : detail::BindingCore {
   const Interventions* envelope_counts() const override {
     return envelope ? &envelope->interventions() : nullptr;
   }
+  const SupervisorState* supervisor_state(int64_t row) const override {
+    return envelope ? envelope->supervisor(row) : nullptr;
+  }
   // The allocation-free path: the model's C entry point on the owned buffers.
   void run_arrayref();
   // AOTInductor's runner on the owned inputs, its outputs copied into the owned ones.
@@ -70,7 +73,7 @@ struct Binding::Impl : detail::BindingCore {
   std::vector<detail::OutputSlot> output_slots;  // where each call's outputs are copied
   detail::Carry carry;  // recurrent packages: the state and is_init inputs
   std::unique_ptr<detail::CudaGraphRun> graph;  // BindOptions::cuda_graph
-  std::optional<detail::Envelope> envelope;      // BindOptions::envelope
+  std::optional<detail::Envelope> envelope;  // BindOptions::envelope, and/or the supervisor
 };
 
 Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows,
@@ -99,7 +102,9 @@ Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
   } else if (model->arrayref) {
     set_up_arrayref();
   }
-  if (options.envelope) envelope.emplace(manifest, batch);
+  std::optional<Supervisor> supervisor =
+      detail::chosen_supervisor(manifest, policy->path, options.supervisor);
+  if (options.envelope || supervisor) envelope.emplace(manifest, batch, options.envelope, supervisor);
 }
 
 void Binding::Impl::set_up_cuda_graph() {

@@ -13,17 +13,23 @@
 #include <ATen/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/run/buffer_envelope.h"
+#include "core/run/supervisor.h"
 #include "tdaot/envelope.h"
 #include "tdaot/manifest.h"
 
 namespace tdaot::detail {
 
+// With a supervisor (core/run/supervisor.h), it runs around the guard on the same host memory:
+// observe() before, apply() after. Either part may be off (`envelope` false: the supervisor
+// alone, as a Binding bound without the envelope runs it).
 class Envelope {
  public:
-  Envelope(const Manifest& manifest, int64_t batch);
+  Envelope(const Manifest& manifest, int64_t batch, bool envelope = true,
+           const std::optional<Supervisor>& supervisor = std::nullopt);
 
   // Guards one step that ran on `inputs` and gave `outputs` (both in manifest order). Returns
   // true when the step stands; false when it had a non-finite element, in which case `outputs`
@@ -36,10 +42,17 @@ class Envelope {
   // The same for the rows where mask[row] is true (batch values, checked by the caller).
   void reset(const std::vector<bool>& mask);
 
-  const Interventions& interventions() const noexcept { return core_.interventions(); }
+  // The envelope's and the supervisor's counts.
+  const Interventions& interventions() const noexcept;
+  // The supervisor's state of `row` (checked by the caller); null without a supervisor.
+  const SupervisorState* supervisor(int64_t row) const noexcept {
+    return supervisor_ ? &supervisor_->state(row) : nullptr;
+  }
 
  private:
-  BufferEnvelope core_;
+  std::optional<BufferEnvelope> core_;
+  std::optional<TargetSupervisor> supervisor_;
+  mutable Interventions counts_;  // interventions(): the parts' counts, summed on read
   int64_t batch_;
   // Reused by every guard() and reset(mask): the CPU path allocates nothing.
   std::vector<const void*> input_data_;

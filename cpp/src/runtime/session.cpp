@@ -34,7 +34,7 @@ int64_t checked_batch(const Manifest& manifest, const std::string& path, int64_t
 }  // namespace
 
 struct Session::Impl {
-  Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows);
+  Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows, const SupervisorOptions& supervisor);
 
   // The entries of a keyed step that the session itself would otherwise fill in: a state
   // input replaces the carried state, the is_init entry marks rows as new.
@@ -65,12 +65,14 @@ struct Session::Impl {
   std::atomic<bool> busy{false};
 };
 
-Session::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows)
+Session::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t rows,
+                    const SupervisorOptions& supervisor)
     : policy(std::move(policy_impl)),
       manifest(policy->manifest),
       batch(checked_batch(manifest, policy->path, rows)),
       carry(manifest),
-      envelope(manifest, batch) {
+      envelope(manifest, batch, /*envelope=*/true,
+               detail::chosen_supervisor(manifest, policy->path, supervisor)) {
   slots.resize(manifest.inputs.size());
   // A package without recurrent state is stepped for the safety envelope alone.
   const auto options = at::TensorOptions().device(policy->device);
@@ -232,8 +234,8 @@ void fill_masked_rows(at::Tensor& tensor, const at::Tensor& mask, bool value) {
 
 }  // namespace detail
 
-Session::Session(const Policy& policy, int64_t batch)
-    : impl_(std::make_unique<Impl>(policy.shared_core_as<Policy::Impl>(), batch)) {}
+Session::Session(const Policy& policy, int64_t batch, const SupervisorOptions& supervisor)
+    : impl_(std::make_unique<Impl>(policy.shared_core_as<Policy::Impl>(), batch, supervisor)) {}
 
 Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
@@ -283,6 +285,14 @@ void Session::reset(const at::Tensor& mask) {
 }
 
 const Interventions& Session::interventions() const { return impl().envelope.interventions(); }
+
+bool Session::supervised() const { return impl().envelope.supervisor(0) != nullptr; }
+
+const SupervisorState& Session::supervisor(int64_t row) const {
+  const Impl& self = impl();
+  return detail::supervisor_row(self.envelope.supervisor(row < 0 || row >= self.batch ? 0 : row),
+                                row, self.batch, self.policy->path, "session");
+}
 
 TensorMap Session::state() const {
   const Impl& self = impl();

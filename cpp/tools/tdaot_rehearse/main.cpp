@@ -4,7 +4,9 @@
 // linked to tdaot::runtime instead of tdaot::lite), before it meets the robot:
 //
 //   tdaot-rehearse PKG --mjcf scene.xml [--seconds 60] [--command 0.5,0,0] [--runtime lite|torch]
-//                  [--trajectory out.csv] [--keyframe NAME] [--no-envelope] [--json]
+//                  [--trajectory out.csv] [--keyframe NAME] [--no-envelope] [--no-supervisor]
+//                  [--scenario crouch-start|push|nan] [--crouch RAD] [--push-speed M/S]
+//                  [--push-time S] [--json]
 //
 // Prints what it matched and a summary (simulated seconds, distance, mean forward speed, lowest
 // base height, falls, interventions, real-time factor). Exit codes: 0 ran; 2 the package, its
@@ -68,7 +70,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tdaot-rehearse: a package with a contract, closed loop in MuJoCo"};
   tdaot::rehearse::Options options;
   std::string command = "0,0,0";
-  bool no_envelope = false, as_json = false;
+  bool no_envelope = false, no_supervisor = false, as_json = false;
   app.add_option("package", options.package, "the .pt2 package")->required();
   app.add_option("--mjcf", options.mjcf, "the robot's MJCF (scene) file")->required();
   app.add_option("--seconds", options.seconds, "simulated seconds")->capture_default_str();
@@ -82,6 +84,14 @@ int main(int argc, char** argv) {
                  "a fall: the base below this fraction of its starting height (or tilted > 60 deg)")
       ->capture_default_str();
   app.add_flag("--no-envelope", no_envelope, "run without the safety envelope");
+  app.add_flag("--no-supervisor", no_supervisor, "run without the contract's supervisor of the joint targets");
+  app.add_option("--scenario", options.scenario, "what happens to the robot: crouch-start, push or nan")
+      ->check(CLI::IsMember({"crouch-start", "push", "nan"}));
+  app.add_option("--crouch", options.crouch, "crouch-start: radians deeper into each default angle")
+      ->capture_default_str();
+  app.add_option("--push-speed", options.push_speed, "push: the base's sideways speed added, m/s")
+      ->capture_default_str();
+  app.add_option("--push-time", options.push_time, "push: when, in simulated seconds")->capture_default_str();
   app.add_flag("--json", as_json, "print the summary as one JSON line too");
   try {
     app.parse(argc, argv);
@@ -92,6 +102,7 @@ int main(int argc, char** argv) {
   try {
     options.command = parse_command(command);
     options.envelope = !no_envelope;
+    options.supervisor = !no_supervisor;
     if (options.runtime != tdaot::rehearse::kRuntime) {  // the other runtime's executable, same arguments
       const std::string path = sibling(options.runtime);
       std::vector<char*> args(argv, argv + argc);

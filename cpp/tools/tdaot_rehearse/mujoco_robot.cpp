@@ -2,7 +2,9 @@
 #include "tdaot_rehearse/mujoco_robot.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "tdaot_rehearse/rehearsal.h"
 
@@ -137,6 +139,60 @@ const terms::RobotState& MujocoRobot::read(const std::array<double, 3>& command)
 void MujocoRobot::step(const double* tau) {
   for (size_t i = 0; i < joints_.size(); ++i) data_->ctrl[joints_[i].ctrl] = tau[i] / joints_[i].gear;
   mj_step(model_.get(), data_.get());
+}
+
+void MujocoRobot::applied_torques(const double* tau, double* applied) {
+  for (size_t i = 0; i < joints_.size(); ++i) data_->ctrl[joints_[i].ctrl] = tau[i] / joints_[i].gear;
+  mj_forward(model_.get(), data_.get());
+  for (size_t i = 0; i < joints_.size(); ++i) applied[i] = data_->qfrc_actuator[joints_[i].dof];
+}
+
+double MujocoRobot::lowest_point() const {
+  const mjModel* m = model_.get();
+  const mjData* d = data_.get();
+  double lowest = std::numeric_limits<double>::infinity();
+  for (int g = 0; g < m->ngeom; ++g) {
+    if (m->geom_bodyid[g] == 0 || (m->geom_contype[g] == 0 && m->geom_conaffinity[g] == 0)) continue;
+    // The geometry's box (geom_aabb: centre and half sizes in its frame), its lowest corner.
+    const double* box = m->geom_aabb + 6 * g;
+    const double* rotation = d->geom_xmat + 9 * g;
+    double centre = d->geom_xpos[3 * g + 2];
+    double reach = 0.0;
+    for (int k = 0; k < 3; ++k) {
+      centre += rotation[6 + k] * box[k];
+      reach += std::abs(rotation[6 + k]) * box[3 + k];
+    }
+    lowest = std::min(lowest, centre - reach);
+  }
+  return lowest;
+}
+
+void MujocoRobot::pose(const std::vector<double>& q) {
+  const mjModel* m = model_.get();
+  mj_forward(m, data_.get());
+  const double before = lowest_point();
+  for (size_t i = 0; i < joints_.size(); ++i) {
+    data_->qpos[joints_[i].qpos] = q[i];
+    data_->qvel[joints_[i].dof] = 0.0;
+  }
+  mj_forward(m, data_.get());
+  if (base_qpos_ >= 0 && std::isfinite(before)) {
+    data_->qpos[base_qpos_ + 2] += before - lowest_point();
+    mj_forward(m, data_.get());
+  }
+}
+
+void MujocoRobot::push(const std::array<double, 3>& velocity) {
+  if (base_dof_ < 0) throw UsageError("a push moves the base, but the MJCF's robot has no free joint");
+  for (int k = 0; k < 3; ++k) data_->qvel[base_dof_ + k] += velocity[static_cast<size_t>(k)];
+}
+
+std::array<double, 2> MujocoRobot::joint_range(size_t i) const {
+  const int j = joints_[i].id;
+  if (!model_->jnt_limited[j]) {
+    return {-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+  }
+  return {model_->jnt_range[2 * j], model_->jnt_range[2 * j + 1]};
 }
 
 std::vector<int> MujocoRobot::other_qpos() const {

@@ -30,11 +30,28 @@ class MujocoRobot {
   const terms::RobotState& read(const std::array<double, 3>& command);
   // Applies one torque per contract joint and advances one physics step.
   void step(const double* tau);
+  // The torque the simulator applies to contract joint i for commanded torques `tau` (after the
+  // actuators' and joints' force ranges): MuJoCo's actuator force on the joint, computed for
+  // the current state without advancing it (into `applied`, one per joint).
+  void applied_torques(const double* tau, double* applied);
+  // The actuator torque on contract joint i in the last physics step.
+  double last_torque(size_t i) const { return data_->qfrc_actuator[joints_[i].dof]; }
+  // Puts the contract joints at `q` (at rest) and moves the base vertically so that its lowest
+  // collision geometry stays where it was (a crouch keeps the feet on the ground).
+  void pose(const std::vector<double>& q);
+  // Adds `velocity` (m/s, world frame) to the base's linear velocity: a push. UsageError for a
+  // fixed base.
+  void push(const std::array<double, 3>& velocity);
+  // Contract joint i's range in the MJCF; (-inf, inf) when it is not limited.
+  std::array<double, 2> joint_range(size_t i) const;
+  double joint_velocity(size_t i) const { return data_->qvel[joints_[i].dof]; }
 
   double timestep() const { return model_->opt.timestep; }
   double time() const { return data_->time; }
   bool floating_base() const { return base_qpos_ >= 0; }
   std::string base_name() const;
+  // The lowest point of the collision geometry of every body but the world's (z, m).
+  double lowest_point() const;
   // The base's position and orientation (w, x, y, z) in the world.
   std::array<double, 3> base_position() const;
   std::array<double, 4> base_orientation() const;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -53,9 +54,17 @@ class Controller {
     raw_.assign(joints.size(), 0.0);
   }
 
-  // Writes the observation computed by the caller, runs the policy, reads the action.
-  void step() {
+  // Writes the observation computed by the caller, runs the policy, reads the action. `nan`: the
+  // first element of the first input is written NaN (a failed sensor).
+  void step(bool nan = false) {
     for (size_t i = 0; i < inputs_.size(); ++i) observations_.write(i, inputs_[i]);
+    if (nan && !inputs_.empty()) {
+      if (observations_.inputs()[0].dtype == DType::Float32) {
+        static_cast<float*>(inputs_[0])[0] = std::numeric_limits<float>::quiet_NaN();
+      } else {
+        static_cast<double*>(inputs_[0])[0] = std::numeric_limits<double>::quiet_NaN();
+      }
+    }
     runner_.run();
     const void* out = runner_.output_data(joints_.key, dtype_);
     for (size_t i = 0; i < targets_.size(); ++i) {
@@ -87,9 +96,25 @@ class Controller {
 void describe(std::ostream& log, const Options& options, const PolicyRunner& runner, const MujocoRobot& robot,
               const terms::JointOutput& joints, const terms::Observations& observations, int64_t steps,
               double control_dt) {
+  const char* supervisor = runner.supervisor() != nullptr ? ", supervisor on"
+                           : options.supervisor            ? ", no supervisor in the contract"
+                                                           : ", supervisor off";
   log << "tdaot-rehearse: " << options.package << " (" << runner.describe()
-      << (options.envelope ? ", envelope on" : ", envelope off") << ") in " << options.mjcf << " (MuJoCo "
-      << mj_versionString() << ")\n";
+      << (options.envelope ? ", envelope on" : ", envelope off") << supervisor << ") in " << options.mjcf
+      << " (MuJoCo " << mj_versionString() << ")\n";
+  if (!options.scenario.empty()) {
+    char text[256];
+    if (options.scenario == "crouch-start") {
+      std::snprintf(text, sizeof text, "  scenario crouch-start: each joint %g rad deeper into its default angle\n",
+                    options.crouch);
+    } else if (options.scenario == "push") {
+      std::snprintf(text, sizeof text, "  scenario push: the base pushed %g m/s sideways at %g s\n",
+                    options.push_speed, options.push_time);
+    } else {
+      std::snprintf(text, sizeof text, "  scenario nan: a NaN observation at %g s\n", options.seconds / 2);
+    }
+    log << text;
+  }
   log << "  " << joints.size() << " joints of output '" << joints.key << "' matched to their motors; base: "
       << robot.base_name() << "\n";
   for (const terms::ObservationInput& input : observations.inputs()) {
@@ -123,6 +148,19 @@ Summary run(const Options& options, std::ostream& log) {
     throw UsageError(std::string("--runtime ") + options.runtime + ": this executable runs the " + kRuntime +
                      " runtime");
   }
+  if (!options.scenario.empty() && options.scenario != "crouch-start" && options.scenario != "push" &&
+      options.scenario != "nan") {
+    throw UsageError("--scenario " + options.scenario + ": expected crouch-start, push or nan");
+  }
+  if (options.scenario == "push" && !(options.push_time < options.seconds)) {
+    char text[160];
+    std::snprintf(text, sizeof text, "--scenario push: the push at %g s is not within the run (--seconds %g)",
+                  options.push_time, options.seconds);
+    throw UsageError(text);
+  }
+  if (options.scenario == "crouch-start" && !(options.crouch >= 0.0 && std::isfinite(options.crouch))) {
+    throw UsageError("--crouch must be >= 0 (radians)");
+  }
   std::unique_ptr<PolicyRunner> runner = make_runner(options.package);
   if (!runner->contract()) {
     throw UsageError("package '" + options.package +
@@ -132,9 +170,24 @@ Summary run(const Options& options, std::ostream& log) {
   const Contract& contract = *runner->contract();
   const terms::JointOutput joints = terms::joint_output(contract);
   terms::Observations observations(runner->manifest(), contract, joints);
-  runner->bind(options.envelope);
+  runner->bind(options.envelope, options.supervisor);
   MujocoRobot robot(options.mjcf, options.keyframe);
   robot.match(joints);
+  if (options.scenario == "crouch-start") {
+    // Deeper into each non-zero default angle (knees bend further, hips and ankles with them),
+    // inside the joint's range; joints at 0 by default stay there.
+    std::vector<double> crouched(joints.size());
+    for (size_t i = 0; i < joints.size(); ++i) {
+      const double angle = joints.offset[i];
+      const double deeper = angle > 0 ? angle + options.crouch : (angle < 0 ? angle - options.crouch : 0.0);
+      const std::array<double, 2> range = robot.joint_range(i);
+      crouched[i] = std::clamp(deeper, range[0], range[1]);
+    }
+    robot.pose(crouched);
+  }
+  if (options.scenario == "push" && !robot.floating_base()) {
+    throw UsageError("--scenario push moves the base, but the MJCF's robot has no free joint");
+  }
   Controller controller(*runner, joints, observations);
 
   Summary summary;
@@ -162,24 +215,65 @@ Summary run(const Options& options, std::ostream& log) {
     if (norm > 1e-9) heading[0] = axis[0] / norm, heading[1] = axis[1] / norm;
   }
   std::vector<double> tau(joints.size(), 0.0);
+  std::vector<double> applied(joints.size(), 0.0);
+  summary.scenario = options.scenario;
+  summary.start_end_height = summary.start_min_height = summary.start_height;
+  const int64_t nan_step = options.scenario == "nan" ? control_steps / 2 : -1;
+  bool pushed = false;
   bool fallen = false;
   double policy_us = 0.0;
   const auto started = Clock::now();
   for (int64_t step = 0; step < control_steps; ++step) {
     const double t = robot.time();
+    if (options.scenario == "push" && !pushed && t >= options.push_time - 1e-9) {
+      robot.push({0.0, options.push_speed, 0.0});
+      pushed = true;
+    }
     const auto before = Clock::now();
     observations.compute(robot.read(options.command), controller.raw().data());
-    controller.step();
+    controller.step(step == nan_step);
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - before).count();
     policy_us += us;
     summary.policy_us_max = std::max(summary.policy_us_max, us);
+    // The gains as the supervisor says this tick (a soft start's ramp, a damp fallback).
+    const SupervisorState* supervised = runner->supervisor();
+    const double gain_scale = supervised != nullptr ? supervised->gain_scale : 1.0;
+    const double damping_scale = supervised != nullptr ? supervised->damping_scale : 1.0;
+    if (supervised != nullptr && summary.fallback_at < 0 &&
+        (supervised->mode == SupervisorMode::held || supervised->mode == SupervisorMode::damped)) {
+      summary.fallback_at = t;
+    }
+    const std::vector<double>& targets = controller.targets();
+    if (!std::all_of(targets.begin(), targets.end(), [](double v) { return std::isfinite(v); })) {
+      ++summary.nonfinite_targets;
+    }
     if (trajectory) {
-      trajectory->write(t, robot, observations, controller.raw(), controller.targets(), runner->interventions());
+      const terms::RobotState& state = robot.read(options.command);
+      joints.pd_torques(targets.data(), state.joint_pos.data(), state.joint_vel.data(), tau.data(), gain_scale,
+                        damping_scale);
+      robot.applied_torques(tau.data(), applied.data());
+      trajectory->write(t, robot, observations, controller.raw(), targets, applied, runner->interventions(),
+                        supervised);
     }
     for (int64_t k = 0; k < summary.decimation; ++k) {
       const terms::RobotState& state = robot.read(options.command);
-      joints.pd_torques(controller.targets().data(), state.joint_pos.data(), state.joint_vel.data(), tau.data());
+      joints.pd_torques(targets.data(), state.joint_pos.data(), state.joint_vel.data(), tau.data(), gain_scale,
+                        damping_scale);
       robot.step(tau.data());
+      const bool first_second = robot.time() <= 1.0 + 1e-9;
+      for (size_t i = 0; i < joints.size(); ++i) {
+        const double torque = std::abs(robot.last_torque(i));
+        summary.peak_torque = std::max(summary.peak_torque, torque);
+        if (step == 0) summary.handover_torque = std::max(summary.handover_torque, torque);
+        if (first_second && torque > summary.start_peak_torque) {
+          summary.start_peak_torque = torque;
+          summary.start_peak_joint = joints.names[i];
+        }
+      }
+      if (first_second && summary.floating_base) {
+        summary.start_end_height = robot.base_position()[2];
+        summary.start_min_height = std::min(summary.start_min_height, summary.start_end_height);
+      }
     }
     ++summary.control_steps;
     summary.physics_steps += summary.decimation;
@@ -198,6 +292,8 @@ Summary run(const Options& options, std::ostream& log) {
   summary.forward = (end[0] - start[0]) * heading[0] + (end[1] - start[1]) * heading[1];
   summary.mean_forward_speed = summary.simulated_s > 0 ? summary.forward / summary.simulated_s : 0.0;
   summary.interventions = runner->interventions();
+  const SupervisorState* last = runner->supervisor();
+  summary.supervisor = last != nullptr ? supervisor_mode_name(last->mode) : "none";
   summary.policy_us_mean = summary.control_steps ? policy_us / static_cast<double>(summary.control_steps) : 0.0;
   summary.real_time_factor = summary.wall_s > 0 ? summary.simulated_s / summary.wall_s : 0.0;
   if (trajectory) trajectory->close();

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "tdaot/envelope.h"
+#include "tdaot/supervisor.h"
 
 namespace tdaot::rehearse {
 
@@ -41,6 +42,15 @@ struct Options {
   std::string trajectory;  // CSV file, one row per control step; empty: none
   std::string keyframe;    // start from this MJCF keyframe; empty: the model's initial pose
   bool envelope = true;    // the lite runtime's safety envelope (BindOptions::envelope)
+  bool supervisor = true;  // the contract's supervisor of the joint targets, when it has one
+  // What happens to the robot (README.md, "Scenarios"): "" (nothing), "crouch-start" (the
+  // joints start `crouch` rad deeper into each non-zero default angle), "push" (the base is
+  // given `push_speed` m/s sideways at `push_time` s), "nan" (one observation element is NaN at
+  // half the run: a failed sensor, which the policy turns into NaN targets).
+  std::string scenario;
+  double crouch = 0.3;
+  double push_speed = 3.0;
+  double push_time = 2.0;
   // A fall: the base below this fraction of its starting height, or tilted more than 60 degrees.
   double fall_fraction = 0.5;
 };
@@ -60,6 +70,18 @@ struct Summary {
   double mean_forward_speed = 0.0;
   int64_t falls = 0;
   Interventions interventions;
+  // The first second of the run (the handover): the largest joint torque the simulator applied
+  // (N m, and its joint) and the base's lowest and last height (m).
+  double start_peak_torque = 0.0;
+  std::string start_peak_joint;
+  double start_min_height = 0.0;
+  double start_end_height = 0.0;
+  double handover_torque = 0.0;    // the largest joint torque of the first control step (the switch)
+  double peak_torque = 0.0;        // the whole run's largest joint torque
+  std::string scenario;
+  std::string supervisor;          // the supervisor's last state ("running"...); "none" without one
+  double fallback_at = -1.0;       // when it first took a fallback (s); -1: never
+  int64_t nonfinite_targets = 0;   // control steps whose targets had a NaN or infinity
   double wall_s = 0.0;            // the loop's wall-clock time (physics, policy, trajectory)
   double policy_us_mean = 0.0;    // the bound run alone, per control step
   double policy_us_max = 0.0;

@@ -14,6 +14,7 @@
 #include "tdaot/dtype.h"
 #include "tdaot/envelope.h"
 #include "tdaot/manifest.h"
+#include "tdaot/supervisor.h"
 
 namespace tdaot::rehearse {
 
@@ -22,9 +23,10 @@ class PolicyRunner {
   virtual ~PolicyRunner() = default;
   virtual const Manifest& manifest() const = 0;
   virtual const std::optional<Contract>& contract() const = 0;
-  // Binds batch 1 (envelope on or off); before it, only manifest() and contract() are valid.
-  // Throws UsageError when the package cannot serve batch 1 on this runtime.
-  virtual void bind(bool envelope) = 0;
+  // Binds batch 1 (envelope on or off; the contract's supervisor, if it has one, on or off);
+  // before it, only manifest() and contract() are valid. Throws UsageError when the package
+  // cannot serve batch 1 on this runtime.
+  virtual void bind(bool envelope, bool supervisor) = 0;
   // The bound input of `key`, [1, n] of `dtype`: written before run().
   virtual void* input_data(const std::string& key, DType dtype) = 0;
   // One step: the recurrent state and is_init are the runner's.
@@ -32,6 +34,8 @@ class PolicyRunner {
   // The output of `key` after run(), [1, n] of `dtype`.
   virtual const void* output_data(const std::string& key, DType dtype) const = 0;
   virtual const Interventions& interventions() const = 0;
+  // The supervisor's state after the last run(); null without a supervisor.
+  virtual const SupervisorState* supervisor() const = 0;
   // What serves the batch (the package's model name, and the runtime).
   virtual std::string describe() const = 0;
 };

@@ -1,7 +1,8 @@
 // tdaot-rehearse-torch's policy on the full runtime: tdaot::Session (libtorch, AOTInductor's
 // runner or the package's specialised model), batch 1, the same contract and safety envelope as
 // the lite runtime's bound run. Inputs are tensors the runner owns and the loop writes in place.
-// Without the envelope (--no-envelope): the full runtime's tdaot::Binding, which has none.
+// Without the envelope (--no-envelope): the full runtime's tdaot::Binding, bound without it. The
+// contract's supervisor runs on either unless --no-supervisor.
 #include <ATen/ATen.h>
 
 #include <string>
@@ -23,16 +24,20 @@ class TorchRunner final : public PolicyRunner {
 
   const Manifest& manifest() const override { return policy_.manifest(); }
   const std::optional<Contract>& contract() const override { return policy_.contract(); }
-  void bind(bool envelope) override {
+  void bind(bool envelope, bool supervisor) override {
     if (!manifest().batch.contains(1)) {
       throw UsageError("package '" + path_ + "' does not accept batch 1 (batch " +
                        std::to_string(manifest().batch.min) + ".." + std::to_string(manifest().batch.max) + ")");
     }
+    SupervisorOptions supervised;
+    supervised.enabled = supervisor;
     if (!envelope) {
-      binding_.emplace(policy_.bind(1));
+      BindOptions options;
+      options.supervisor = supervised;
+      binding_.emplace(policy_.bind(1, options));
       return;
     }
-    session_.emplace(policy_, 1);
+    session_.emplace(policy_, 1, supervised);
     for (const TensorSpec& spec : session_->inputs()) {
       std::vector<int64_t> shape{1};
       shape.insert(shape.end(), spec.shape.begin(), spec.shape.end());
@@ -63,7 +68,13 @@ class TorchRunner final : public PolicyRunner {
     }
     return outputs_.at(*index).const_data_ptr();
   }
-  const Interventions& interventions() const override { return session_ ? session_->interventions() : none_; }
+  const Interventions& interventions() const override {
+    return session_ ? session_->interventions() : binding_->interventions();
+  }
+  const SupervisorState* supervisor() const override {
+    if (session_) return session_->supervised() ? &session_->supervisor() : nullptr;
+    return binding_->supervised() ? &binding_->supervisor() : nullptr;
+  }
   std::string describe() const override {
     return binding_ ? "full runtime, tdaot::Binding on model " + binding_->model() : "full runtime, tdaot::Session";
   }
@@ -77,7 +88,6 @@ class TorchRunner final : public PolicyRunner {
   std::string path_;
   Policy policy_;
   std::optional<Binding> binding_;  // without the envelope
-  Interventions none_;
   std::optional<Session> session_;
   std::vector<at::Tensor> inputs_;
   std::vector<at::Tensor> outputs_;

@@ -1,6 +1,8 @@
 // tdaot-rehearse's trajectory file (trajectory.h).
 #include "tdaot_rehearse/trajectory.h"
 
+#include <cstring>
+
 #include "tdaot/errors.h"
 #include "tdaot_rehearse/rehearsal.h"
 
@@ -18,7 +20,9 @@ Trajectory::Trajectory(const std::string& path, const terms::JointOutput& joints
   }
   for (const std::string& joint : joints.names) header += ",raw." + joint;
   for (const std::string& joint : joints.names) header += ",target." + joint;
-  header += ",nonfinite,rate_limited";
+  for (const std::string& joint : joints.names) header += ",dq." + joint;
+  for (const std::string& joint : joints.names) header += ",tau." + joint;
+  header += ",nonfinite,rate_limited,supervisor,gain_scale";
   for (int address : others_) header += ",qpos." + std::to_string(address);
   header += "\n";
   std::fputs(header.c_str(), file_.get());
@@ -26,7 +30,8 @@ Trajectory::Trajectory(const std::string& path, const terms::JointOutput& joints
 
 void Trajectory::write(double t, const MujocoRobot& robot, const terms::Observations& observations,
                        const std::vector<double>& raw, const std::vector<double>& targets,
-                       const Interventions& seen) {
+                       const std::vector<double>& applied, const Interventions& seen,
+                       const SupervisorState* supervisor) {
   row_.clear();
   char number[32];
   auto put = [&](double value) {
@@ -42,8 +47,14 @@ void Trajectory::write(double t, const MujocoRobot& robot, const terms::Observat
   }
   for (double value : raw) put(value);
   for (double value : targets) put(value);
+  for (size_t i = 0; i < targets.size(); ++i) put(robot.joint_velocity(i));
+  for (double value : applied) put(value);
   put(static_cast<double>(seen.nonfinite));
   put(static_cast<double>(seen.rate_limited));
+  const char* mode = supervisor != nullptr ? supervisor_mode_name(supervisor->mode) : "none";
+  row_.push_back(',');
+  row_.insert(row_.end(), mode, mode + std::strlen(mode));
+  put(supervisor != nullptr ? supervisor->gain_scale : 1.0);
   for (int address : others_) put(robot.qpos(address));
   row_.push_back('\n');
   if (std::fwrite(row_.data(), 1, row_.size(), file_.get()) != row_.size()) {

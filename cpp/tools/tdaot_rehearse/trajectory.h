@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tdaot/envelope.h"
+#include "tdaot/supervisor.h"
 #include "tdaot/terms.h"
 #include "tdaot_rehearse/mujoco_robot.h"
 
@@ -19,10 +20,14 @@ class Trajectory {
   // and joint columns do not hold (`robot`'s other_qpos), so a row gives the whole qpos.
   Trajectory(const std::string& path, const terms::JointOutput& joints, const terms::Observations& observations,
              const MujocoRobot& robot);
-  // One row: the state before the policy step at `t`, what the policy saw, its raw and mapped
-  // action, and the interventions so far. Throws tdaot::Error when the write fails.
+  // One row: the state before the policy step at `t` (joint velocities included), what the
+  // policy saw, its raw and mapped action, the torque the simulator applies to each joint for
+  // those targets (`applied`), the interventions so far, and the supervisor's state (null:
+  // none; its mode's name, "none", and the gain scale). Throws tdaot::Error when the write
+  // fails.
   void write(double t, const MujocoRobot& robot, const terms::Observations& observations,
-             const std::vector<double>& raw, const std::vector<double>& targets, const Interventions& seen);
+             const std::vector<double>& raw, const std::vector<double>& targets,
+             const std::vector<double>& applied, const Interventions& seen, const SupervisorState* supervisor);
   // Flushes; throws tdaot::Error when that fails.
   void close();
 

@@ -28,6 +28,18 @@ def add_parser(commands) -> None:
     r.add_argument("--runtime", choices=("lite", "torch"), help="the runtime that runs the package")
     r.add_argument("--trajectory", help="the CSV trajectory to write (default: a temporary file)")
     r.add_argument("--no-envelope", action="store_true", help="without the safety envelope")
+    r.add_argument(
+        "--no-supervisor", action="store_true", help="without the contract's supervisor of the joint targets"
+    )
+    r.add_argument(
+        "--scenario",
+        choices=("crouch-start", "push", "nan"),
+        help="what happens to the robot: a start crouched 0.3 rad deeper than the default pose, a "
+        "sideways push at 2 s, or a NaN observation at half the run",
+    )
+    r.add_argument("--crouch", help="crouch-start: radians deeper into each default angle (0.3)")
+    r.add_argument("--push-speed", help="push: the base's sideways speed added, m/s (the tool's default)")
+    r.add_argument("--push-time", help="push: when, in simulated seconds (2)")
     r.add_argument("--fall-fraction", help="a fall: the base below this fraction of its start height")
     r.add_argument("--reference", action="store_true", help="also run the eager policy and report parity")
     r.add_argument("--factory", help="FILE.py:FUNCTION returning (module, example): the eager policy")
@@ -106,6 +118,11 @@ def run(args: argparse.Namespace) -> int:
 
     command = _command(args.velocity_command)
     size = _size(args.video_size)
+    if args.reference and args.scenario:
+        raise CliError(
+            f"--reference compares an undisturbed run with the eager twin; --scenario {args.scenario} "
+            "disturbs it: run them separately"
+        )
     _require_optional_modules(args)
     module = manifest = None
     if args.reference:  # the eager policy first: a rehearsal without it would be wasted
@@ -122,11 +139,22 @@ def run(args: argparse.Namespace) -> int:
     for line in _training_mismatches(args.package, args.mjcf, manifest):
         print(line)
     tool_args = ["--command", args.velocity_command]
-    for flag in ("seconds", "keyframe", "runtime", "fall_fraction"):
+    for flag in (
+        "seconds",
+        "keyframe",
+        "runtime",
+        "fall_fraction",
+        "scenario",
+        "crouch",
+        "push_speed",
+        "push_time",
+    ):
         if getattr(args, flag) is not None:
             tool_args += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]
     if args.no_envelope:
         tool_args.append("--no-envelope")
+    if args.no_supervisor:
+        tool_args.append("--no-supervisor")
     with tempfile.TemporaryDirectory() as scratch:
         trajectory = args.trajectory or os.path.join(scratch, "trajectory.csv")
         done = rehearse(args.package, args.mjcf, trajectory, tool_args)

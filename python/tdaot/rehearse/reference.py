@@ -2,7 +2,8 @@
 
 1. Along the C++ trajectory: the eager policy fed, step by step, the raw observations the C++
    loop recorded (its ``obs.*`` columns), its action mapped by the contract, against the joint
-   targets the package computed (``target.*``): an open-loop comparison, tight.
+   targets the package computed (``target.*``): an open-loop comparison, tight. A contract with
+   a supervisor has the eager targets supervised by its eager twin (supervision.py) first.
 2. The eager loop closed on its own in MuJoCo (the same terms, PD torques and control period as
    the C++ loop, loop.py), against the C++ loop's base position and joint positions after
    ``steps`` control steps: closed loops amplify float differences at contacts, so this is the
@@ -18,6 +19,7 @@ import numpy as np
 
 from tdaot.manifest import Manifest
 from tdaot.rehearse.loop import EagerPolicy, Observer, Robot, joint_output
+from tdaot.rehearse.supervision import SupervisorTwin
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,12 @@ def _along(policy: EagerPolicy, rows: Sequence[dict], joints: tuple[str, ...]) -
     # Columns obs.<key>.<element>: the contract's keys say where a key with dots ends.
     keys = {key: [c for c in rows[0] if c.startswith(f"obs.{key}.")] for key in policy.contract.inputs}
     inputs = {key: columns for key, columns in keys.items() if columns}
+    twin = SupervisorTwin(policy.contract, policy.joint_key) if policy.contract.supervisor else None
     targets = []
     for row in rows:
-        _, target = policy({key: np.array([row[c] for c in columns]) for key, columns in inputs.items()})
-        targets.append(target)
+        raw = {key: np.array([row[c] for c in columns]) for key, columns in inputs.items()}
+        _, target = policy(raw)
+        targets.append(twin(raw, target)[0] if twin is not None else target)
     return np.array(targets).reshape(len(rows), len(joints))
 
 
@@ -87,6 +91,7 @@ def reference(
     decimation = round(contract.control_dt / robot.timestep)
     policy.reset()
     steps = min(steps, len(rows) - 1)
+    twin = SupervisorTwin(contract, key) if contract.supervisor else None
     raw = np.zeros(len(joints))
     worst = 0.0
     closed_base, closed_joints = np.zeros(steps + 1), np.zeros(steps + 1)
@@ -97,11 +102,15 @@ def reference(
         closed_joints[step] = np.abs(robot.joints()[0] - [rows[step][f"q.{j}"] for j in joints]).max()
         if step == steps:
             break
-        raw, target = policy(observe(robot, command, raw))
+        observed = observe(robot, command, raw)
+        raw, target = policy(observed)
+        gain, damping = 1.0, 1.0
+        if twin is not None:
+            target, gain, damping = twin(observed, target)
         worst = max(worst, float(np.abs(target - [rows[step][f"target.{j}"] for j in joints]).max()))
         for _ in range(decimation):
             q, dq = robot.joints()
-            robot.step(kp * (target - q) - kd * dq)
+            robot.step(gain * kp * (target - q) - damping * kd * dq)
     series = {
         "eager_targets": eager_targets,
         "along": along,

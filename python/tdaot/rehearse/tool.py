@@ -77,7 +77,15 @@ def run(
     return Rehearsal(json.loads(lines[-1]), "\n".join(lines[:-1]) + "\n", os.fspath(trajectory))
 
 
-def read_trajectory(path: str | os.PathLike) -> list[dict[str, float]]:
-    """The rows of a ``--trajectory`` file, every column a float."""
+#: The trajectory's columns of text: the supervisor's state by name (running, blending, held,
+#: damped; none without a supervisor).
+TEXT_COLUMNS = ("supervisor",)
+
+
+def read_trajectory(path: str | os.PathLike) -> list[dict[str, float | str]]:
+    """The rows of a ``--trajectory`` file, every column a float but the supervisor's state."""
     with open(path, newline="") as file:
-        return [{name: float(value) for name, value in row.items()} for row in csv.DictReader(file)]
+        return [
+            {name: value if name in TEXT_COLUMNS else float(value) for name, value in row.items()}
+            for row in csv.DictReader(file)
+        ]

@@ -260,6 +260,8 @@ def _render(args: argparse.Namespace) -> dict:
         text = f"t {frame / args.fps:6.2f} s"
         if replay.base is not None:
             text += f"   base {row['base_z']:.2f} m   forward {speeds[index]:+.2f} m/s"
+        if row.get("supervisor", "none") != "none":  # what the supervisor did: blending, damped...
+            text += f"   supervisor {row['supervisor']} (gain x{row['gain_scale']:.2f})"
         ImageDraw.Draw(image).text((8, 6), text, fill=(255, 255, 255), font=font, stroke_width=2,
                                    stroke_fill=(0, 0, 0))  # fmt: skip
         if encoder is not None:

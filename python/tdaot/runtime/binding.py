@@ -4,6 +4,8 @@ and the keyed view of tensors a binding or session owns (:class:`BoundTensors`).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any
 
 import torch
 
@@ -11,6 +13,7 @@ from tdaot import _C
 from tdaot import keys as keyutil
 from tdaot.errors import BoundKeyError, DtypeError, InvalidArgumentError, ShapeError
 from tdaot.manifest import Manifest
+from tdaot.runtime.supervision import SupervisorState, supervisor_argument
 
 
 class BoundTensors(Mapping):
@@ -119,10 +122,24 @@ class Binding:
     ``cuda_graph=True`` (CUDA packages) captures the run as a CUDA graph when bound and
     replays it on the caller's current stream on every ``run``: one launch per call. ``run``
     returns once the graph is enqueued; reading the outputs on the CPU waits for it.
+
+    ``envelope=True``: the safety envelope around every run (:class:`tdaot.Session`'s rules).
+    The contract's supervisor of the joint targets (:class:`tdaot.Supervisor`) runs on every
+    ``run`` unless ``supervisor=False``; a :class:`tdaot.Supervisor` replaces it.
+    :attr:`supervisor` is its state after the last run, :attr:`interventions` counts both.
     """
 
-    def __init__(self, policy: _C.Policy, manifest: Manifest, batch: int, cuda_graph: bool = False) -> None:
-        self._binding = policy.bind(batch, cuda_graph)
+    def __init__(
+        self,
+        policy: _C.Policy,
+        manifest: Manifest,
+        batch: int,
+        cuda_graph: bool = False,
+        *,
+        envelope: bool = False,
+        supervisor: Any = None,
+    ) -> None:
+        self._binding = policy.bind(batch, cuda_graph, envelope, supervisor_argument(supervisor))
         #: The package's path.
         self.path: str = policy.path
         #: The number of rows.
@@ -150,13 +167,35 @@ class Binding:
         """The output tensors by manifest key (the binding's own memory; read-only mapping)."""
         return self._outputs
 
+    @property
+    def supervised(self) -> bool:
+        """Whether a supervisor guards the joint targets."""
+        return self._binding.supervised
+
+    @property
+    def supervisor(self) -> SupervisorState:
+        """Row 0's supervisor state after the last run (:meth:`supervisor_row` for another);
+        :class:`tdaot.InvalidArgumentError` without a supervisor."""
+        return SupervisorState(*self._binding.supervisor(0))
+
+    def supervisor_row(self, row: int) -> SupervisorState:
+        """Row ``row``'s supervisor state after the last run."""
+        return SupervisorState(*self._binding.supervisor(row))
+
+    @property
+    def interventions(self) -> Mapping[str, int]:
+        """Steps the envelope and the supervisor changed, by kind: ``nonfinite``,
+        ``rate_limited`` (the envelope), ``blended``, ``clipped``, ``fallback`` (the supervisor);
+        zeros without either. A read-only snapshot."""
+        return MappingProxyType(dict(self._binding.interventions))
+
     def run(self) -> None:
         """Runs the model on ``inputs`` and writes ``outputs`` (and the next state) in place."""
         self._binding.run()
 
     def reset(self, mask: torch.Tensor | None = None) -> None:
         """Recurrent packages: zeroes the state and marks is_init, for every row or where the
-        bool [batch] mask is true."""
+        bool [batch] mask is true; with the envelope or a supervisor, those rows start afresh."""
         self._binding.reset(mask)
 
     def __repr__(self) -> str:

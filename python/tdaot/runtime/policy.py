@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -108,18 +109,26 @@ class Policy(TensorDictModuleBase):
         """The fast path: tensors in manifest input order, outputs in manifest output order."""
         return tuple(self._policy.run_positional(list(tensors)))
 
-    def bind(self, batch: int = 1, *, cuda_graph: bool = False) -> Binding:
+    def bind(
+        self, batch: int = 1, *, cuda_graph: bool = False, envelope: bool = False, supervisor: Any = True
+    ) -> Binding:
         """Inputs and outputs preallocated for ``batch`` rows, run in place: the control-loop
         path (allocation-free where the package has a model specialised for ``batch``). For a
         recurrent package, a bound session. Raises :class:`tdaot.BatchSizeError` outside the
         package's batch range. ``cuda_graph`` (CUDA packages): the run is captured as a CUDA
-        graph when bound and replayed per call (see :class:`tdaot.Binding`)."""
-        return Binding(self._policy, self.manifest, batch, cuda_graph)
+        graph when bound and replayed per call (see :class:`tdaot.Binding`). ``envelope``: the
+        safety envelope around every run. ``supervisor``: True (the contract's, when it has
+        one), False (none) or a :class:`tdaot.Supervisor` replacing it (checked against the
+        contract: :class:`tdaot.ContractError` naming the field)."""
+        return Binding(
+            self._policy, self.manifest, batch, cuda_graph, envelope=envelope, supervisor=supervisor
+        )
 
-    def session(self, batch: int) -> Session:
+    def session(self, batch: int, *, supervisor: Any = True) -> Session:
         """A session of ``batch`` rows: steps the policy inside the safety envelope (see
-        :class:`tdaot.Session`) and, for a recurrent package, carries its state from step to step."""
-        return Session(self._policy, self.manifest, batch)
+        :class:`tdaot.Session`) and, for a recurrent package, carries its state from step to step.
+        ``supervisor`` as for :meth:`bind`."""
+        return Session(self._policy, self.manifest, batch, supervisor=supervisor)
 
     def swap_weights(self, path: str | os.PathLike) -> None:
         """Makes the weights of the weight file ``path`` (:func:`tdaot.export_weights`) live,

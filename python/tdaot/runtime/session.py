@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -13,6 +14,7 @@ from tdaot import _C
 from tdaot.manifest import Manifest
 from tdaot.runtime.binding import BoundTensors
 from tdaot.runtime.inputs import Inputs, as_tensordict, keyed_inputs, naming_given_keys, td_keys
+from tdaot.runtime.supervision import SupervisorState, supervisor_argument
 
 
 class Session:
@@ -31,12 +33,16 @@ class Session:
     step's output. The first step after creation or a reset (of a row) is not rate limited.
     :attr:`interventions` counts the steps each happened on.
 
+    The contract's supervisor of the joint targets (:class:`tdaot.Supervisor`: soft start,
+    limits, fallback) runs after the envelope on every step unless ``supervisor=False``; a
+    :class:`tdaot.Supervisor` replaces it. :attr:`supervisor` is its state after the last step.
+
     A session is single-threaded: using one from two threads at once raises
     :class:`tdaot.TdaotError`. Sessions of one policy are independent.
     """
 
-    def __init__(self, policy: _C.Policy, manifest: Manifest, batch: int) -> None:
-        self._session = _C.Session(policy, batch)
+    def __init__(self, policy: _C.Policy, manifest: Manifest, batch: int, *, supervisor: Any = None) -> None:
+        self._session = _C.Session(policy, batch, supervisor_argument(supervisor))
         #: The package's path.
         self.path: str = policy.path
         self.batch = batch
@@ -65,9 +71,25 @@ class Session:
     @property
     def interventions(self) -> Mapping[str, int]:
         """Steps the safety envelope changed, by kind: ``nonfinite`` (the previous outputs were
-        returned) and ``rate_limited`` (an output was held to its max_delta). Since creation; a
-        read-only snapshot."""
+        returned) and ``rate_limited`` (an output was held to its max_delta); and the
+        supervisor's: ``blended``, ``clipped``, ``fallback``. Since creation; a read-only
+        snapshot."""
         return MappingProxyType(dict(self._session.interventions))
+
+    @property
+    def supervised(self) -> bool:
+        """Whether a supervisor guards the joint targets (the contract's, or the one given)."""
+        return self._session.supervised
+
+    @property
+    def supervisor(self) -> SupervisorState:
+        """Row 0's supervisor state after the last step (:meth:`supervisor_row` for another);
+        :class:`tdaot.InvalidArgumentError` without a supervisor."""
+        return SupervisorState(*self._session.supervisor(0))
+
+    def supervisor_row(self, row: int) -> SupervisorState:
+        """Row ``row``'s supervisor state after the last step."""
+        return SupervisorState(*self._session.supervisor(row))
 
     def step(self, inputs: Inputs | None = None, /, **tensors: torch.Tensor) -> TensorDict:
         """Runs one step; returns every output (the state outputs included) as a TensorDict."""

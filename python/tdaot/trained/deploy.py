@@ -18,6 +18,7 @@ This is not a reader of Isaac Lab's env.yaml (tdaot.trained.isaac_env) and it bu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -25,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from tdaot.contract import Contract, Signal
+from tdaot.contract_supervisor import Supervisor
 from tdaot.contract_terms import TERM_ELEMENTS, Term
 from tdaot.errors import ContractError
 from tdaot.trained.isaac_yaml import load_isaac_yaml
-from tdaot.trained.mjcf import mjcf_joint_names
+from tdaot.trained.mjcf import mjcf_joint_names, mjcf_joint_ranges
 
 #: The term names these files write -> tdaot's vocabulary term. Isaac Lab's own velocity tasks and
 #: mjlab name the joint terms after the quantity (``joint_pos`` is ``joint_pos_rel``, ``actions``
@@ -57,6 +59,7 @@ def contract_from_deploy(
     output_key: str = "action",
     control_dt: float | None = None,
     env_yaml: str | os.PathLike | bool | None = None,
+    supervisor: bool = True,
 ) -> Contract:
     """The contract of a deploy.yaml or an mjlab ONNX file (chosen by the ``.onnx`` suffix).
 
@@ -67,7 +70,11 @@ def contract_from_deploy(
     has no step: an ONNX export whose run directory has no ``params/env.yaml``. ``env_yaml``:
     Isaac Lab's / mjlab's env.yaml (None: ``params/env.yaml`` beside the file or its run
     directory, when there is one; False: none), whose training joint armature the contract's
-    metadata records (tdaot.trained.isaac_env) for ``tdaot rehearse`` to compare."""
+    metadata records (tdaot.trained.isaac_env) for ``tdaot rehearse`` to compare.
+
+    ``supervisor`` (default True): the contract carries the default supervisor of the joint
+    targets (:func:`default_supervisor`): a 1 s soft start from the measured pose, the ``damp``
+    fallback, and with ``mjcf`` its joints' ranges as the limits. False: none."""
     path = Path(path)
     if joint_names is not None and mjcf is not None:
         raise ContractError(f"{path}: give joint_names or mjcf (the robot's joint order), not both")
@@ -87,6 +94,8 @@ def contract_from_deploy(
         contract = contract_from_mjlab_onnx(path, robot, input_key, output_key, control_dt, env_path)
     else:
         contract = _from_deploy_yaml(path, robot, input_key, output_key)
+    if supervisor:
+        contract = dataclasses.replace(contract, supervisor=default_supervisor(contract, output_key, mjcf))
     if env_path is None:
         return contract
     from tdaot.trained.isaac_env import ARMATURE_KEY, armature_metadata, training_joint_properties
@@ -96,7 +105,33 @@ def contract_from_deploy(
     if not properties:
         return contract
     metadata = {**contract.metadata, ARMATURE_KEY: armature_metadata(properties)}
-    return Contract(contract.control_dt, contract.inputs, contract.outputs, metadata)
+    return dataclasses.replace(contract, metadata=metadata)
+
+
+def default_supervisor(
+    contract: Contract, output_key: str, mjcf: str | os.PathLike | None
+) -> Supervisor | None:
+    """The supervisor a package from a deployment file gets: limits from the MJCF's joint ranges
+    (when ``mjcf`` gives every joint of ``output_key`` one); with a joint_pos_rel term of the
+    output, a soft start of 1 s from the measured pose and the ``damp`` fallback (given damping
+    gains; else ``hold``). None when there is nothing to supervise with (no term, no ranges)."""
+    joints = contract.outputs[output_key].names
+    ranges = mjcf_joint_ranges(mjcf, joints) if mjcf is not None else None
+    positions = any(
+        term.name == "joint_pos_rel" and (term.output or sorted(contract.outputs)[0]) == output_key
+        for signal in contract.inputs.values()
+        for term in signal.terms
+    )
+    if not positions and ranges is None:
+        return None
+    limits = {"low": ranges[0], "high": ranges[1]} if ranges is not None else {}
+    damped = positions and contract.outputs[output_key].damping is not None
+    return Supervisor(
+        output=output_key,
+        blend_seconds=1.0 if positions else 0.0,
+        fallback="damp" if damped else "hold",
+        **limits,
+    )
 
 
 def _env_yaml(path: Path, given: str | os.PathLike | bool | None) -> Path | None:

@@ -20,7 +20,9 @@ class RslRlRun:
     working directory or the run) or an iteration; None: the newest. ``deploy``: the deployment
     file (deploy.yaml, or an mjlab ONNX export) for ``tdaot.Contract.from_deploy``; None: the
     run's params/deploy.yaml when there is one and ``find_deploy``. ``mjcf`` / ``joint_names``:
-    the robot's joint order for a deploy.yaml (at most one of them)."""
+    the robot's joint order for a deploy.yaml (at most one of them). ``supervisor``: the
+    contract carries the default supervisor of the joint targets (tdaot.trained.deploy
+    default_supervisor); False: none (``tdaot build --no-supervisor``)."""
 
     run_dir: str
     checkpoint: str | int | None = None
@@ -28,6 +30,7 @@ class RslRlRun:
     mjcf: str | None = None
     joint_names: tuple[str, ...] | None = None
     find_deploy: bool = True
+    supervisor: bool = True
 
     def __post_init__(self) -> None:
         if self.mjcf is not None and self.joint_names is not None:
@@ -69,6 +72,7 @@ class RslRlRun:
             joint_names=list(self.joint_names) if self.joint_names is not None else None,
             mjcf=self.mjcf,
             input_key=_observation_key(policy.obs_groups),
+            supervisor=self.supervisor,
         )
         return policy, example, contract, f"contract from {deploy}"
 

@@ -577,5 +577,44 @@ TEST(LiteConcurrency, ResetWhileRunningIsRefused) {
   EXPECT_TRUE(refused);
 }
 
+// The supervisor of the joint targets on the lite runtime: the same code as the full runtime's
+// (core/run/supervisor), given at bind (legged.pt2's contract has none).
+TEST(LiteSupervisor, TargetsAreClippedAndTheStateIsReadable) {
+  const lite::Policy legged(lite_test::package_path("legged.pt2"));
+  lite::BindOptions options;
+  Supervisor limits;
+  limits.low = {{-0.1}, false};
+  limits.high = {{0.1}, false};
+  options.supervisor.config = limits;
+  lite::Binding b = legged.bind(1, options);
+  ASSERT_TRUE(b.supervised());
+  float* observation = b.input<float>("observation");
+  for (int i = 0; i < 48; ++i) observation[i] = 3.0f;
+  b.run();
+  const float* action = b.output<float>("action");
+  for (int j = 0; j < 12; ++j) EXPECT_LE(std::abs(action[j]), 0.1f + 1e-6f) << j;
+  EXPECT_EQ(b.supervisor().mode, SupervisorMode::running);
+  EXPECT_EQ(b.interventions().clipped, 1);
+  observation[0] = std::numeric_limits<float>::quiet_NaN();
+  b.run();
+  EXPECT_EQ(b.supervisor().mode, SupervisorMode::held);
+  for (int j = 0; j < 12; ++j) EXPECT_TRUE(std::isfinite(action[j])) << j;
+  b.reset();
+  EXPECT_EQ(b.supervisor().mode, SupervisorMode::running);
+
+  options.supervisor.enabled = false;
+  lite::Binding bare = legged.bind(1, options);
+  EXPECT_FALSE(bare.supervised());
+  const auto none = catch_error<InvalidArgumentError>([&] { bare.supervisor(); });
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(Contains(none->what(), "has no supervisor"));
+  options.supervisor.enabled = true;
+  options.supervisor.config->max_velocity = {{1.0}, false};
+  const auto refused = catch_error<ContractError>([&] { legged.bind(1, options); });
+  ASSERT_TRUE(refused);
+  EXPECT_TRUE(Contains(refused->what(), "contract supervisor: field 'max_velocity': reads the measured joint "
+                                        "velocities, but no input signal has a joint_vel_rel term of 'action'"));
+}
+
 }  // namespace
 }  // namespace tdaot

@@ -111,6 +111,36 @@ TEST(LiteZeroAllocationsEnvelope, GuardLimitAndResetAllocateNothing) {
   });
 }
 
+// The supervisor of the joint targets given at bind (limits that clip, a hold after 3
+// rate-limited steps or on a NaN), its state read and a reset each 10 runs, allocates nothing.
+TEST(LiteZeroAllocationsSupervisor, TheSupervisedRunAllocatesNothing) {
+  if (!test::malloc_counting()) GTEST_SKIP() << "malloc is not counted under a sanitizer";
+  const lite::Policy legged(lite_test::package_path("legged.pt2"));
+  lite::BindOptions options;
+  options.envelope = true;
+  Supervisor config;
+  config.low = {{-0.5}, false};
+  config.high = {{0.5}, false};
+  config.max_rate_limited_steps = 3;
+  options.supervisor.config = config;
+  lite::Binding b = legged.bind(1, options);
+  float* observation = b.input<float>("observation");
+  int64_t step = 0;
+  double scale = 0.0;
+  expect_allocation_free("legged.pt2 supervised run (clipped, held, reset)", [&] {
+    ++step;
+    const float value = step % 7 == 0 ? std::numeric_limits<float>::quiet_NaN()
+                                      : (step % 2 == 0 ? 30.0f : -30.0f);
+    for (int i = 0; i < 48; ++i) observation[i] = value;
+    b.run();
+    scale += b.supervisor().gain_scale;
+    if (step % 10 == 0) b.reset();
+  });
+  EXPECT_GT(b.interventions().clipped, 0);
+  EXPECT_GT(b.interventions().fallback, 0);
+  EXPECT_GT(scale, 0.0);
+}
+
 // After a weight swap (and a rollback) the bound run allocates nothing again: only the run that
 // first sees new weights gives the model instance its new constants, which allocates.
 TEST(LiteZeroAllocationsSwap, RunsAfterASwapOrARollbackAllocateNothing) {

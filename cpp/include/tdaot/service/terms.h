@@ -66,6 +66,11 @@ struct JointOutput {
   size_t size() const noexcept { return names.size(); }
   // tau[i] = stiffness[i] * (target[i] - q[i]) - damping[i] * dq[i], for every joint.
   void pd_torques(const double* target, const double* q, const double* dq, double* tau) const;
+  // The same with the gains scaled as a supervisor says this tick (tdaot/supervisor.h
+  // SupervisorState: gain_scale, damping_scale): tau[i] = gain_scale * stiffness[i] *
+  // (target[i] - q[i]) - damping_scale * damping[i] * dq[i].
+  void pd_torques(const double* target, const double* q, const double* dq, double* tau,
+                  double gain_scale, double damping_scale) const;
   // The raw action of joint i recovered from its mapped target: exact unless a limit or
   // max_delta held the target.
   double raw_from_target(size_t i, double target) const { return (target - offset[i]) / scale[i]; }

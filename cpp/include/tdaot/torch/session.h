@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "tdaot/envelope.h"
+#include "tdaot/supervisor.h"
 #include "tdaot/torch/policy.h"
 
 namespace tdaot {
@@ -49,7 +50,9 @@ class Session {
  public:
   // A session over `policy` for `batch` rows. Throws BatchSizeError when `batch` is outside
   // the package's batch range.
-  Session(const Policy& policy, int64_t batch);
+  // `supervisor`: the supervisor of the joint targets (tdaot/supervisor.h; by default the
+  // contract's); a replacement is checked against the contract (ContractError naming the field).
+  Session(const Policy& policy, int64_t batch, const SupervisorOptions& supervisor = {});
   ~Session();
   Session(Session&&) noexcept;
   Session& operator=(Session&&) noexcept;
@@ -79,8 +82,15 @@ class Session {
   // own storage: reading is fine, writing changes what the next step sees.
   TensorMap state() const;
 
-  // The safety envelope's interventions so far (reset() does not clear them).
+  // The safety envelope's and the supervisor's interventions so far (reset() does not clear
+  // them).
   const Interventions& interventions() const;
+
+  // Whether a supervisor guards the joint targets (tdaot/supervisor.h).
+  bool supervised() const;
+  // Row `row`'s supervisor state after the last step; allocation-free. Throws
+  // InvalidArgumentError without a supervisor or for a row outside [0, batch).
+  const SupervisorState& supervisor(int64_t row = 0) const;
 
  private:
   struct Impl;

@@ -177,6 +177,29 @@ std::string Contract::describe() const {
   describe_signals(out, "input", inputs);
   describe_signals(out, "output", outputs);
   for (const auto& [name, value] : metadata) out << "  " << name << ": " << value << "\n";
+  if (supervisor) {
+    const Supervisor& s = *supervisor;
+    std::string parts;
+    auto add = [&](const std::string& part) { parts += (parts.empty() ? "" : ", ") + part; };
+    auto number = [](double value) {
+      std::ostringstream text;
+      text << value;
+      return text.str();
+    };
+    if (!s.output.empty()) add("output " + s.output);
+    if (s.blend_seconds > 0) {
+      add("soft start " + number(s.blend_seconds) + " s from gain " + number(s.start_gain_fraction));
+      if (s.blend_max_velocity.present()) add("blend_max_velocity " + values_text(s.blend_max_velocity) + " rad/s");
+    }
+    if (s.low.present()) add("low " + values_text(s.low));
+    if (s.high.present()) add("high " + values_text(s.high));
+    if (s.margin > 0) add("margin " + number(s.margin));
+    if (s.max_velocity.present()) add("max_velocity " + values_text(s.max_velocity) + " rad/s");
+    if (s.max_tilt > 0) add("max_tilt " + number(s.max_tilt) + " rad");
+    if (s.max_rate_limited_steps > 0) add("max_rate_limited_steps " + std::to_string(s.max_rate_limited_steps));
+    add("fallback " + s.fallback);
+    out << "  supervisor " << parts << "\n";
+  }
   return out.str();
 }
 

@@ -8,13 +8,17 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/manifest/contract_internal.h"
 #include "core/manifest/manifest_schema.h"
 
 namespace tdaot::detail {
 namespace {
 
-constexpr std::array<std::string_view, 4> kContractFields{"control_dt", "inputs", "outputs",
-                                                          "metadata"};
+constexpr std::array<std::string_view, 5> kContractFields{"control_dt", "inputs", "outputs",
+                                                          "metadata", "supervisor"};
+constexpr std::array<std::string_view, 11> kSupervisorFields{
+    "output", "blend_seconds", "blend_max_velocity", "start_gain_fraction", "low", "high",
+    "margin", "max_velocity", "max_tilt", "max_rate_limited_steps", "fallback"};
 constexpr std::array<std::string_view, 10> kSignalFields{
     "names", "scale",     "offset",  "low",           "high", "max_delta",
     "terms", "stiffness", "damping", "history_layout"};
@@ -358,6 +362,59 @@ nlohmann::ordered_json term_to_json(const Term& term) {
   return entry;
 }
 
+// The contract's "supervisor" (tdaot/contract.h): its fields read, then the rules of
+// contract_supervisor.cpp, each problem named as "contract.supervisor.<field>".
+Supervisor parse_supervisor(const Parser& p, const json& value, const Contract& contract) {
+  const std::string path = "contract.supervisor";
+  const json& object = p.object(value, path);
+  refuse_unknown(p, object, path, kSupervisorFields);
+  Supervisor s;
+  auto member = [&](const char* name) -> const json* {
+    auto it = object.find(name);
+    return it == object.end() || it->is_null() ? nullptr : &*it;
+  };
+  if (const json* output = member("output")) s.output = p.text(*output, Parser::join(path, "output"));
+  const std::string* key = supervised_output(contract, s);
+  if (key == nullptr) p.fail(Parser::join(path, "output"), supervisor_problem(contract, s)->message);
+  const size_t n = contract.outputs.at(*key).names.size();
+  for (auto [name, target] : {std::pair{"blend_seconds", &s.blend_seconds},
+                              std::pair{"start_gain_fraction", &s.start_gain_fraction},
+                              std::pair{"margin", &s.margin}, std::pair{"max_tilt", &s.max_tilt}}) {
+    if (const json* item = member(name)) *target = number(p, *item, Parser::join(path, name));
+  }
+  s.blend_max_velocity = values(p, object, path, "blend_max_velocity", n, {}, "", "joint");
+  s.low = values(p, object, path, "low", n, {}, "", "joint");
+  s.high = values(p, object, path, "high", n, {}, "", "joint");
+  s.max_velocity = values(p, object, path, "max_velocity", n, {}, "", "joint");
+  if (const json* steps = member("max_rate_limited_steps")) {
+    const std::string field = Parser::join(path, "max_rate_limited_steps");
+    s.max_rate_limited_steps = p.integer(*steps, field, std::numeric_limits<int64_t>::min());
+  }
+  if (const json* fallback = member("fallback")) {
+    s.fallback = p.string(*fallback, Parser::join(path, "fallback"));
+  }
+  if (const auto problem = supervisor_problem(contract, s)) {
+    p.fail(Parser::join(path, problem->field.c_str()), problem->message);
+  }
+  return s;
+}
+
+nlohmann::ordered_json supervisor_to_json(const Supervisor& s) {
+  nlohmann::ordered_json out;
+  if (!s.output.empty()) out["output"] = s.output;
+  out["blend_seconds"] = s.blend_seconds;
+  if (s.blend_max_velocity.present()) out["blend_max_velocity"] = values_to_json(s.blend_max_velocity);
+  out["start_gain_fraction"] = s.start_gain_fraction;
+  if (s.low.present()) out["low"] = values_to_json(s.low);
+  if (s.high.present()) out["high"] = values_to_json(s.high);
+  out["margin"] = s.margin;
+  if (s.max_velocity.present()) out["max_velocity"] = values_to_json(s.max_velocity);
+  out["max_tilt"] = s.max_tilt;
+  out["max_rate_limited_steps"] = s.max_rate_limited_steps;
+  out["fallback"] = s.fallback;
+  return out;
+}
+
 }  // namespace
 
 std::optional<Contract> parse_contract(const Parser& p, const json& root, const Manifest& m) {
@@ -380,6 +437,10 @@ std::optional<Contract> parse_contract(const Parser& p, const json& root, const 
       contract.metadata.emplace(name,
                                 p.string(value, Parser::join("contract.metadata", name.c_str())));
     }
+  }
+  auto supervisor = object.find("supervisor");
+  if (supervisor != object.end() && !supervisor->is_null()) {
+    contract.supervisor = parse_supervisor(p, *supervisor, contract);
   }
   return contract;
 }
@@ -413,6 +474,7 @@ nlohmann::ordered_json contract_to_json(const Contract& contract) {
     out[section] = list;
   }
   out["metadata"] = contract.metadata;
+  if (contract.supervisor) out["supervisor"] = supervisor_to_json(*contract.supervisor);
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/key_hints.h"
 #include "core/run/busy_guard.h"
+#include "core/run/supervisor.h"
 #include "tdaot/errors.h"
 
 namespace tdaot {
@@ -18,7 +19,8 @@ void BindingCore::require_resettable() const {
   if (!manifest.recurrent && envelope_counts() == nullptr) {
     throw InvalidArgumentError("package '" + package_path +
                                "' is not recurrent (its manifest has no 'recurrent' section) and "
-                               "the binding has no envelope: a binding of it has no state to reset");
+                               "the binding has no envelope and no supervisor: a binding of it has "
+                               "no state to reset");
   }
 }
 
@@ -66,6 +68,11 @@ const Interventions& BindingCore::interventions() const {
   return counts != nullptr ? *counts : none_;
 }
 
+const SupervisorState& BindingCore::supervisor(int64_t row) const {
+  const bool inside = row >= 0 && row < batch;
+  return supervisor_row(supervisor_state(inside ? row : 0), row, batch, package_path, "binding");
+}
+
 }  // namespace detail
 
 BindingBase::BindingBase(std::unique_ptr<detail::BindingCore> core, const char* type_name)
@@ -88,5 +95,7 @@ void BindingBase::run() { core().run(); }
 void BindingBase::reset() { core().reset(); }
 void BindingBase::reset(const std::vector<bool>& rows) { core().reset(rows); }
 const Interventions& BindingBase::interventions() const { return core().interventions(); }
+bool BindingBase::supervised() const { return core().supervisor_state(0) != nullptr; }
+const SupervisorState& BindingBase::supervisor(int64_t row) const { return core().supervisor(row); }
 
 }  // namespace tdaot

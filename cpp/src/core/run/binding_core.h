@@ -12,6 +12,7 @@
 #include "tdaot/binding_base.h"
 #include "tdaot/envelope.h"
 #include "tdaot/manifest.h"
+#include "tdaot/supervisor.h"
 
 namespace tdaot::detail {
 
@@ -26,7 +27,10 @@ class BindingCore {
   void reset();
   void reset(const std::vector<bool>& rows);
   const Interventions& interventions() const;
+  const SupervisorState& supervisor(int64_t row) const;
   virtual const std::string& model_name() const = 0;
+  // Row `row`'s supervisor state (0 <= row < batch); null without a supervisor.
+  virtual const SupervisorState* supervisor_state(int64_t row) const = 0;
 
   // The position of `key` in the manifest's inputs (`output` false) or outputs; throws
   // UnknownKeyError naming the key, the nearest listed one and the list. One rule for both
@@ -48,8 +52,9 @@ class BindingCore {
   const char* concurrent_use() const noexcept { return concurrent_use_; }
 
   // The runtime's steps, called under the busy guard. step: the model on the bound inputs, the
-  // outputs written, the envelope's guard, the carry. reset_rows: the carry's reset of `rows`
-  // (null: every row) and the envelope's. envelope_counts: null without the envelope.
+  // outputs written, the envelope's guard and the supervisor, the carry. reset_rows: the carry's
+  // reset of `rows` (null: every row), the envelope's and the supervisor's. envelope_counts:
+  // null without the envelope and the supervisor.
   virtual void step() = 0;
   virtual void reset_rows(const std::vector<bool>* rows) = 0;
   virtual const Interventions* envelope_counts() const = 0;

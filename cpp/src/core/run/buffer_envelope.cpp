@@ -134,8 +134,12 @@ void store(void* data, DType dtype, int64_t i, double value) {
 
 }  // namespace
 
+double load_element(const void* data, DType dtype, int64_t i) { return load(data, dtype, i); }
+void store_element(void* data, DType dtype, int64_t i, double value) { store(data, dtype, i, value); }
+bool elements_finite(const void* data, DType dtype, int64_t n) { return all_finite(data, dtype, n); }
+
 BufferEnvelope::BufferEnvelope(const Manifest& manifest, int64_t batch)
-    : batch_(batch), fresh_(static_cast<size_t>(batch), 1) {
+    : batch_(batch), fresh_(static_cast<size_t>(batch), 1), limited_rows_(static_cast<size_t>(batch), 0) {
   for (const TensorSpec& spec : manifest.inputs) {
     input_dtypes_.push_back(spec.dtype);
     input_numel_.push_back(batch * numel(spec.shape));
@@ -186,7 +190,7 @@ void BufferEnvelope::reset(const std::vector<bool>& mask) {
   }
 }
 
-bool BufferEnvelope::limit(Buffer& output, void* data) const {
+bool BufferEnvelope::limit(Buffer& output, void* data) {
   bool moved = false;
   const auto width = static_cast<int64_t>(output.max_delta.size());
   for (int64_t row = 0; row < batch_; ++row) {
@@ -200,6 +204,7 @@ bool BufferEnvelope::limit(Buffer& output, void* data) const {
       if (bounded != value) {
         store(data, output.dtype, at, bounded);
         moved = true;
+        limited_rows_[static_cast<size_t>(row)] = 1;
       }
     }
   }
@@ -216,6 +221,7 @@ bool BufferEnvelope::guard(const std::vector<const void*>& inputs,
     finite = all_finite(outputs[i], outputs_[i].dtype, batch_ * outputs_[i].row);
   }
   if (!finite) {
+    std::fill(limited_rows_.begin(), limited_rows_.end(), 0);
     for (size_t i = 0; i < outputs.size(); ++i) {
       std::memcpy(outputs[i], outputs_[i].previous.data(), outputs_[i].previous.size());
     }
@@ -223,6 +229,7 @@ bool BufferEnvelope::guard(const std::vector<const void*>& inputs,
     return false;
   }
   bool limited = false;
+  std::fill(limited_rows_.begin(), limited_rows_.end(), 0);
   for (size_t i = 0; i < outputs.size(); ++i) {
     Buffer& output = outputs_[i];
     if (!output.max_delta.empty() && limit(output, outputs[i])) limited = true;

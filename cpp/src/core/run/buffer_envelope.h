@@ -27,6 +27,8 @@ class BufferEnvelope {
   // The rows where mask[row] is true.
   void reset(const std::vector<bool>& mask);
   const Interventions& interventions() const noexcept { return counts_; }
+  // Per row, whether the last guard rate limited an element of it (1) or not (0).
+  const std::vector<uint8_t>& limited_rows() const noexcept { return limited_rows_; }
 
  private:
   struct Buffer {
@@ -37,14 +39,21 @@ class BufferEnvelope {
     std::vector<double> max_delta;  // per element of a row; empty: not rate limited
   };
   void forget_row(int64_t row);
-  bool limit(Buffer& output, void* data) const;
+  bool limit(Buffer& output, void* data);
 
   int64_t batch_;
   std::vector<DType> input_dtypes_;
   std::vector<int64_t> input_numel_;
   std::vector<Buffer> outputs_;
   std::vector<uint8_t> fresh_;
+  std::vector<uint8_t> limited_rows_;
   Interventions counts_;
 };
+
+// Element i of a floating buffer of `dtype` as a double, and back (rounded to nearest even);
+// whether all n elements are finite (other dtypes always are). Shared with the supervisor.
+double load_element(const void* data, DType dtype, int64_t i);
+void store_element(void* data, DType dtype, int64_t i, double value);
+bool elements_finite(const void* data, DType dtype, int64_t n);
 
 }  // namespace tdaot::detail

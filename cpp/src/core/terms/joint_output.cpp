@@ -12,6 +12,13 @@ void JointOutput::pd_torques(const double* target, const double* q, const double
   for (size_t i = 0; i < names.size(); ++i) tau[i] = stiffness[i] * (target[i] - q[i]) - damping[i] * dq[i];
 }
 
+void JointOutput::pd_torques(const double* target, const double* q, const double* dq, double* tau,
+                             double gain_scale, double damping_scale) const {
+  for (size_t i = 0; i < names.size(); ++i) {
+    tau[i] = gain_scale * stiffness[i] * (target[i] - q[i]) - damping_scale * damping[i] * dq[i];
+  }
+}
+
 JointOutput joint_output(const Contract& contract, bool require_gains) {
   // The one output the joint terms name...
   std::string key;

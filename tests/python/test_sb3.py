@@ -142,6 +142,11 @@ def test_a_pickle_is_read_without_running_it(runs, tmp_path):
     with open(runs["zoo"] / "vecnormalize.pkl", "rb") as file:
         normalizer = pickle.load(file)
     normalizer.obs_rms.mean = np.zeros(7)
+    normalizer.venv, normalizer.class_attributes, normalizer.returns = (
+        None,
+        {},
+        None,
+    )  # as VecNormalize.save has them
     (tmp_path / "vecnormalize.pkl").write_bytes(pickle.dumps(normalizer))
     with pytest.raises(tdaot.InvalidArgumentError, match=r"obs_rms.mean is \[7\], expected \[3\]"):
         from_sb3(tmp_path)
@@ -204,8 +209,10 @@ def _edited_zip(runs, tmp_path, *, data=None, weights=None):
 @pytest.mark.parametrize(
     ("data", "weights", "match"),
     [
+        (None, lambda s: s.update({"mlp_extractor.policy_net.0.scale": torch.zeros(1)}),
+         r"unexpected key 'mlp_extractor.policy_net.0.scale'"),
         (None, lambda s: s.update({"mlp_extractor.policy_net.1.weight": torch.zeros(1)}),
-         r"unexpected key 'mlp_extractor.policy_net.1.weight'"),
+         r"mlp_extractor.policy_net.1.weight and mlp_extractor.policy_net.1.bias must both be present"),
         (None, lambda s: s.update({"actor.mu.weight": torch.zeros(1)}),
          r"keys tdaot does not know: 'actor.mu.weight'; expected mlp_extractor"),
         (None, lambda s: s.pop("action_net.bias"),
@@ -227,7 +234,7 @@ def test_sb3_is_not_needed(runs):
     script = textwrap.dedent(
         f"""
         import sys
-        for name in ("stable_baselines3", "sb3_contrib", "gymnasium", "cloudpickle"):
+        for name in ("stable_baselines3", "sb3_contrib", "gymnasium"):
             sys.modules[name] = None  # any import of them now raises ImportError
         import tdaot
         policy, example = tdaot.from_sb3({str(runs["zoo"])!r})

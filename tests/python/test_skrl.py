@@ -231,10 +231,14 @@ def test_layout_refusals_name_the_keys(tmp_path, runs):
     _refused(tmp_path, old, cfg, r"'state_preprocessor' but no 'observation_preprocessor'.*1.4.x")
     wide = copy.deepcopy(checkpoint)
     wide["policy"]["net_container.0.weight"] = torch.zeros(32, 3)
+    wide["policy"]["net_container.0.bias"] = torch.zeros(32)
     _refused(tmp_path, wide, cfg, r"net_container.0.weight has 32 outputs but the config's layer 0 has 16")
     stats = copy.deepcopy(checkpoint)
     stats["observation_preprocessor"]["running_mean"] = torch.zeros(4, dtype=torch.float64)
     _refused(tmp_path, stats, cfg, r"'observation_preprocessor' running_mean is \[4\], expected \[3\]")
+    broken = copy.deepcopy(checkpoint)
+    del broken["policy"]["net_container.2.bias"]
+    _refused(tmp_path, broken, cfg, r"net_container.2.weight and net_container.2.bias must both be present")
 
 
 @pytest.mark.parametrize(

@@ -177,20 +177,26 @@ def _modules(activations, linears) -> list[nn.Module]:
     return modules
 
 
-def _hidden_layers(container: dict[str, torch.Tensor], sizes, activations, where) -> tuple[list, int]:
-    """The container's Linear layers at the indices skrl's Sequential gives them."""
+def _pop_linear(state: dict[str, torch.Tensor], prefix: str, where: str):
+    pair = linear_pair(state, prefix, where)
+    del state[prefix + "weight"], state[prefix + "bias"]
+    return pair
+
+
+def _hidden_layers(
+    state: dict[str, torch.Tensor], container: str, sizes, activations, where
+) -> tuple[list, int]:
+    """The container's Linear layers at the indices skrl's Sequential gives them (an activation
+    module after a layer shifts the next one's index by two, none by one)."""
     linears, index = [], 0
     for position, size in enumerate(sizes):
-        pair = linear_pair(container, f"{index}.", where + " net_container")
+        pair = _pop_linear(state, f"{container}{index}.", where)
         if pair[0].shape[0] != size:
             refuse(
-                f"{where}: net_container.{index}.weight has {pair[0].shape[0]} outputs but the config's "
-                f"layer "
+                f"{where}: {container}{index}.weight has {pair[0].shape[0]} outputs but the config's layer "
                 f"{position} has {size}"
             )
         linears.append(pair)
-        container.pop(f"{index}.weight")
-        container.pop(f"{index}.bias")
         index += 2 if activations[position] else 1
     return linears, index
 
@@ -244,29 +250,17 @@ def read_policy(checkpoint: Any, config: Mapping[str, Any], source: str) -> Acto
     squash = _output(policy)
     separate = models.get("separate", True)
     where = "skrl checkpoint 'policy'"
-    container = take(state, f"{name}_container.")
-    if not container:
-        refuse(
-            f"{where}: no {name}_container.* keys (found {key_names(state)}) for the config's network "
-            f"{name!r}"
-        )
-    linears, index = _hidden_layers(container, sizes, activations, where)
+    container = f"{name}_container."
+    if not any(key.startswith(container) for key in state):
+        refuse(f"{where}: no {container}* keys (found {key_names(state)}) for the config's network {name!r}")
+    linears, index = _hidden_layers(state, container, sizes, activations, where)
     if separate:
-        mean = linear_pair(container, f"{index}.", where + f" {name}_container")
-        container.pop(f"{index}.weight")
-        container.pop(f"{index}.bias")
-        expected = f"{name}_container.N.* ({len(sizes)} layers and the output), log_std_parameter"
+        mean = _pop_linear(state, f"{container}{index}.", where)
+        expected = f"{container}N.* ({len(sizes)} layers and the output), log_std_parameter"
     else:
-        mean = linear_pair(state, "policy_layer.", where)
-        state.pop("policy_layer.weight")
-        state.pop("policy_layer.bias")
+        mean = _pop_linear(state, "policy_layer.", where)
         take(state, "value_layer.")
-        expected = f"{name}_container.N.*, policy_layer.*, value_layer.*, log_std_parameter (a shared model)"
-    if container:
-        refuse(
-            f"{where}: keys tdaot does not know: {key_names(f'{name}_container.' + k for k in container)}; "
-            f"expected {expected}"
-        )
+        expected = f"{container}N.*, policy_layer.*, value_layer.*, log_std_parameter (a shared model)"
     state.pop("log_std_parameter", None)
     check_unknown(state, where, expected)
     if mean[0].shape[1] != linears[-1][0].shape[0]:

@@ -347,3 +347,12 @@ def test_the_command_line_builds_an_rl_games_run(built, runs):
     expected = player.get_action(example["observation"].clamp(-CLIP_OBS, CLIP_OBS), is_deterministic=True)
     got = tdaot.load(str(built))(example.clone())["action"]
     assert (got - expected).abs().max().item() <= TOL
+
+
+def test_from_run_says_rl_games(runs):
+    run, _ = runs["compiled_norm"]
+    policy, _ = tdaot.from_run(run)
+    assert policy.trained_with.library == "rl_games" and "nn/ with" in policy.trained_with.evidence
+    assert policy.source == str(run / "nn" / "compiled_norm.pth")
+    single, _ = tdaot.from_run(run / "nn" / "compiled_norm.pth")
+    assert single.trained_with.library == "rl_games" and "'model'" in single.trained_with.evidence

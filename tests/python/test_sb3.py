@@ -264,3 +264,10 @@ def test_the_command_line_builds_an_sb3_model(built, runs):
     got = tdaot.load(str(built))(example.clone())["action"].numpy()
     expected = _reference(run / "model.zip", run / "model_vecnormalize.pkl")(obs)
     assert float(np.abs(got - expected).max()) <= TOL
+
+
+def test_from_run_says_sb3(runs):
+    policy, _ = tdaot.from_run(runs["zoo"])
+    assert policy.trained_with.library == "sb3" and "model.zip" in policy.trained_with.evidence
+    single, _ = tdaot.from_run(runs["callback"] / f"model_{STEPS}_steps.zip")
+    assert single.trained_with.library == "sb3" and single.normalize

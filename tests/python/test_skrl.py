@@ -286,3 +286,42 @@ def test_the_command_line_builds_a_skrl_run(built, runs):
         _, outputs = agent.act(example["observation"], None, timestep=0, timesteps=0)
     got = native(example.clone())["action"]
     assert (got - outputs["mean_actions"]).abs().max().item() <= TOL
+
+
+# --- tdaot.from_run and `tdaot build --run` say it is skrl's --------------------------------
+def test_from_run_and_the_command_line_say_skrl(runs, tmp_path, capsys, monkeypatch):
+    run, _ = runs["shared_norm"]
+    policy, _ = tdaot.from_run(run)
+    assert policy.trained_with.library == "skrl" and "agent_48.pt" in policy.trained_with.evidence
+    single, _ = tdaot.from_run(run / "checkpoints" / "agent_16.pt")
+    assert single.trained_with.library == "skrl" and "'policy'" in single.trained_with.evidence
+    built = {}
+
+    def fake_build(module, example, path, **options):
+        built.update(module=module, options=options)
+        raise tdaot.BuildError("stopped before compiling")
+
+    monkeypatch.setattr("tdaot.cli.build", fake_build)
+    (tmp_path / "c.toml").write_text("control_dt = 0.02\n")
+    out = str(tmp_path / "x.pt2")
+    assert main(["build", "--run", str(run), "--contract", str(tmp_path / "c.toml"), "-o", out]) == 1
+    err = capsys.readouterr().err
+    assert f"{run}: skrl actor from {run / 'checkpoints' / 'agent_48.pt'}" in err
+    assert "skrl run (3 skrl checkpoint(s)" in err and "contract from --contract" in err
+    assert built["options"]["contract"].control_dt == 0.02 and built["module"].library == "skrl"
+    calls = []
+
+    def from_deploy(path, *, joint_names=None, mjcf=None, input_key="policy"):
+        calls.append((str(path), joint_names, mjcf, input_key))
+        return tdaot.Contract(control_dt=0.02)
+
+    monkeypatch.setattr(tdaot.Contract, "from_deploy", from_deploy, raising=False)
+    deploy = tmp_path / "deploy.yaml"
+    deploy.write_text("step_dt: 0.02\n")
+    assert main(["build", "--run", str(run), "--deploy", str(deploy), "--joint-names", "a,b", "-o", out]) == 1
+    assert calls == [(str(deploy), ["a", "b"], None, "observation")]
+    assert f"contract from {deploy}" in capsys.readouterr().err
+    assert main(["build", "--run", str(run), "--checkpoint", "3", "-o", out]) == 1
+    assert "checkpoint=3 chooses an rsl_rl iteration; for a skrl run give" in capsys.readouterr().err
+    assert main(["build", "--run", str(run), "--mjcf", "robot.xml", "-o", out]) == 1
+    assert "mjcf maps a deployment file's joints, but no deploy file was given" in capsys.readouterr().err

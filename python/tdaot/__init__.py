@@ -34,6 +34,7 @@ _LAZY = {
     "BuildOptions": ("tdaot.builder", "BuildOptions"),
     "build": ("tdaot.builder", "build"),
     "export_weights": ("tdaot.builder.weights", "export_weights"),
+    "from_leapp": ("tdaot.trained.leapp", "from_leapp"),
     "from_rl_games": ("tdaot.trained.rl_games", "from_rl_games"),
     "from_rsl_rl": ("tdaot.trained.rsl_rl", "from_rsl_rl"),
     "from_run": ("tdaot.trained.which_run", "from_run"),
@@ -92,6 +93,7 @@ __all__ = [
     "build",  # noqa: F405 - imported on first use (__getattr__)
     "cmake_prefix_path",  # noqa: F405 - computed on use (__getattr__)
     "export_weights",  # noqa: F405 - imported on first use (__getattr__)
+    "from_leapp",  # noqa: F405 - imported on first use (__getattr__)
     "from_rl_games",  # noqa: F405 - imported on first use (__getattr__)
     "from_rsl_rl",  # noqa: F405 - imported on first use (__getattr__)
     "from_run",  # noqa: F405 - imported on first use (__getattr__)

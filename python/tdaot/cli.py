@@ -92,6 +92,12 @@ def _parser() -> argparse.ArgumentParser:
         help="a run directory or checkpoint of rsl_rl, skrl, rl_games or Stable-Baselines3: which library "
         "wrote it is recognised from its files and said (tdaot.from_run)",
     )
+    runs.add_argument(
+        "--leapp",
+        metavar="BUNDLE.yaml",
+        help="an NVIDIA LEAPP bundle's YAML: its pt2 node compiled, its kinds, names, gains and frequency "
+        "the contract (tdaot.from_leapp); batch static (LEAPP traces batch 1) unless --batch says",
+    )
     trained.add_argument(
         "--checkpoint",
         metavar="FILE",
@@ -128,6 +134,11 @@ def _parser() -> argparse.ArgumentParser:
     i = commands.add_parser("inspect", help="print a package's manifest")
     i.add_argument("package")
     i.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    i.add_argument(
+        "--leapp",
+        action="store_true",
+        help="print the package's contract as an NVIDIA LEAPP YAML (models, pipeline)",
+    )
     i.add_argument(
         "--graph",
         action="store_true",
@@ -182,7 +193,15 @@ def _build(args, memo=None) -> int:
     given_run_flags = [
         f"--{name.replace('_', '-')}" for name in _RUN_FLAGS if getattr(args, name) is not None
     ]
-    run_flag = "--rsl-rl RUN_DIR" if args.rsl_rl else "--run PATH" if args.run else None
+    run_flag = (
+        "--rsl-rl RUN_DIR"
+        if args.rsl_rl
+        else "--run PATH"
+        if args.run
+        else "--leapp BUNDLE"
+        if args.leapp
+        else None
+    )
     if run_flag is None and given_run_flags:
         raise CliError(f"{', '.join(given_run_flags)} belong to --rsl-rl RUN_DIR builds (or --run PATH)")
     if args.config:
@@ -201,7 +220,9 @@ def _build(args, memo=None) -> int:
         )
     given = {spec.name: getattr(args, spec.name) for spec in option_fields()}
     options = BuildOptions(**{name: value for name, value in given.items() if value is not None})
-    if run_flag:
+    if args.leapp:
+        module, example, options = _leapp_inputs(args, options, batch_given=given["batch"] is not None)
+    elif run_flag:
         module, example, options = _run_inputs(args, options)
     else:
         module, example = call_factory(args.factory)
@@ -293,6 +314,27 @@ def _run_inputs(args, options: BuildOptions):
     return module, example, options
 
 
+def _leapp_inputs(args, options: BuildOptions, *, batch_given: bool):
+    """The bundle's policy and example, and the options with its contract and a static batch."""
+    from tdaot.trained.leapp import from_leapp, leapp_contract
+
+    for flag in ("checkpoint", "deploy", "mjcf", "joint_names"):
+        if getattr(args, flag) is not None:
+            raise CliError(f"--{flag.replace('_', '-')} belongs to --rsl-rl and --run builds, not --leapp")
+    module, example = from_leapp(args.leapp)
+    if options.contract is not None:
+        note = "contract from --contract"
+    else:
+        contract = leapp_contract(module.bundle, module)
+        note = "contract from the bundle's kinds and names" if contract else "no kinds or names: no contract"
+        if contract is not None:
+            options = options.replace(contract=contract)
+    if not batch_given:
+        options = options.replace(batch="static")  # the traced program's shapes are batch 1
+    print(f"{args.leapp}: {module.extra_repr()}; {note}", file=sys.stderr)
+    return module, example, options
+
+
 def _build_config(args) -> int:
     # Imported here: the jobs pull in multiprocessing and the parity checker.
     from tdaot.builder.jobs import build_all, select_shard
@@ -332,6 +374,11 @@ def _inspect(args) -> int:
         print(exported_graph(args.package))
         return 0
     manifest = read_manifest(args.package)
+    if args.leapp:
+        from tdaot.trained.leapp_out import leapp_yaml
+
+        print(leapp_yaml(args.package, manifest), end="")
+        return 0
     print(manifest.to_json(indent=2) if args.json else manifest.describe())
     return 0
 

@@ -18,6 +18,7 @@ import os
 
 import yaml
 
+from tdaot import keys
 from tdaot.manifest import Manifest
 from tdaot.trained.leapp import IS_INIT_KEY, KIND_METADATA
 
@@ -51,7 +52,7 @@ def _entry(spec, contract, name: str) -> dict:
         kind = contract.metadata.get(KIND_METADATA + spec.key)
         if kind:
             entry["kind"] = kind
-        signal = contract.signal(spec.key)
+        signal = contract.signal(keys.from_manifest(spec.key))
         if signal is not None and signal.names:
             entry["element_names"] = _Flow([_Flow(signal.names)])
     return entry
@@ -63,24 +64,30 @@ def leapp_yaml(package: str | os.PathLike, manifest: Manifest) -> str:
     node = (contract.metadata.get(NODE_METADATA) if contract else None) or "policy"
     state = {pair.output: pair.input for pair in (manifest.recurrent.state if manifest.recurrent else ())}
     inputs = [_entry(s, contract, s.key) for s in manifest.inputs if s.key != IS_INIT_KEY]
-    outputs, gains = [], []
+    gains = {}
     for spec in manifest.outputs:
-        outputs.append(_entry(spec, contract, state.get(spec.key, spec.key)))
-        signal = contract.signal(spec.key) if contract else None
+        signal = contract.signal(keys.from_manifest(spec.key)) if contract else None
         for field, kind in (("stiffness", "kp"), ("damping", "kd")):
             values = getattr(signal, field, None) if signal is not None else None
-            if values is None:
-                continue
-            per_joint = list(values) if isinstance(values, tuple) else [values] * len(signal.names)
-            gains.append({
-                "name": kind, "dtype": "float32", "shape": _Flow([1, len(signal.names)]), "type": "tensor",
-                "kind": kind, "element_names": _Flow([_Flow(signal.names)]), "value": _Flow(per_joint),
-            })  # fmt: skip
+            if values is not None and kind not in gains:
+                per_joint = list(values) if isinstance(values, tuple) else [values] * len(signal.names)
+                names = _Flow([_Flow(signal.names)])
+                gains[kind] = {
+                    "name": kind, "dtype": "float32", "shape": _Flow([1, len(signal.names)]),
+                    "type": "tensor", "kind": kind, "element_names": names, "value": _Flow(per_joint),
+                }  # fmt: skip
+    outputs = []
+    for spec in manifest.outputs:
+        entry = _entry(spec, contract, state.get(spec.key, spec.key))
+        if entry["name"] in gains:  # the package's own constant kp / kd output (a LEAPP bundle's)
+            entry.update({k: v for k, v in gains.pop(entry["name"]).items() if k not in entry})
+        outputs.append(entry)
+    outputs += gains.values()
     path = os.fspath(package)
     models = {
         node: {
             "inputs": inputs,
-            "outputs": outputs + gains,
+            "outputs": outputs,
             "parameters": {
                 "model_path": os.path.basename(path),
                 "md5sum": _digest(path, "md5"),
@@ -97,8 +104,6 @@ def leapp_yaml(package: str | os.PathLike, manifest: Manifest) -> str:
     pipeline["data_flow"] = {}
     pipeline["feedback_flow"] = {f"{node}/{state[o]}": _Flow([f"{node}/{state[o]}"]) for o in state}
     pipeline["inputs"] = {node: _Flow([e["name"] for e in inputs if e["name"] not in state.values()])}
-    pipeline["outputs"] = {
-        node: _Flow([e["name"] for e in outputs + gains if e["name"] not in state.values()])
-    }
+    pipeline["outputs"] = {node: _Flow([e["name"] for e in outputs if e["name"] not in state.values()])}
     text = yaml.dump({"models": models}, Dumper=_Dumper, sort_keys=False)
     return text + "\n" + yaml.dump({"pipeline": pipeline}, Dumper=_Dumper, sort_keys=False)

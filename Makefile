@@ -109,6 +109,21 @@ $(VENV)/.rehearse-deps-stamp: $(VENV)/.deps-stamp build/.rehearse-apt-stamp
 	$(PIP) install -q --disable-pip-version-check $(REHEARSE_PY_DEPS)
 	@touch $@
 
+# The trainers whose runs the suite reads through each library's own code (tests/python/test_skrl.py,
+# test_rl_games.py, test_sb3.py, test_leapp.py): test dependencies only, tdaot imports none of them.
+# torch is pinned on the same line so pip keeps the CPU wheel; rl-games goes in without its
+# dependencies (it pins psutil<6, setproctitle and watchdog, which its training and play paths the
+# suite runs never import; what they do import, tensorboardX and gymnasium, is on the first line).
+TRAINER_PY_DEPS := torch==2.13.0 skrl==2.1.1 stable-baselines3==2.9.2 sb3-contrib==2.9.2 leapp==0.7.2 \
+	gymnasium==1.4.0 tensorboard==2.21.0 tensorboardX==2.6.5
+TRAINER_NO_DEPS := rl-games==1.6.5
+
+$(VENV)/.trainer-deps-stamp: $(VENV)/.deps-stamp
+	$(PIP) install -q --disable-pip-version-check $(TRAINER_PY_DEPS)
+	$(PIP) install -q --disable-pip-version-check --no-deps $(TRAINER_NO_DEPS)
+	@$(PY) -c "import torch, sys; v = torch.__version__.split('+')[0]; sys.exit(0 if v == '2.13.0' else f'torch {v} replaced 2.13.0')"
+	@touch $@
+
 # -DTDAOT_WERROR=ON: a warning in tdaot's own code fails `make test` (and CI).
 $(BUILD)/build.ninja: $(VENV)/.deps-stamp $(VENV)/.rehearse-deps-stamp build/.apt-stamp
 	$(CMAKE) -S . -B $(BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA)) \
@@ -178,7 +193,7 @@ test-packages: setup cpp
 # so neither worker is left with a long file at the end while the other idles.
 PYTEST_WORKERS ?= $(JOBS)
 TDAOT_TEST_DURATIONS ?= $(HOME)/.cache/tdaot/pytest-file-seconds.json
-test-python: setup cpp test-packages
+test-python: setup cpp test-packages $(VENV)/.trainer-deps-stamp
 	TDAOT_TEST_PACKAGES=$(abspath $(TEST_PACKAGES)) TDAOT_TEST_DURATIONS=$(TDAOT_TEST_DURATIONS) \
 		$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
@@ -264,6 +279,8 @@ $(TORCH_VENV)/.deps-stamp: Makefile
 	test -x $(TORCH_PY) || $(PYTHON) -m venv $(TORCH_VENV)
 	$(TORCH_PY) -m pip install -q --disable-pip-version-check torch==$(TORCH) \
 		$(filter-out torch==%,$(PY_DEPS)) $(REHEARSE_PY_DEPS)
+	$(TORCH_PY) -m pip install -q --disable-pip-version-check torch==$(TORCH) $(filter-out torch==%,$(TRAINER_PY_DEPS))
+	$(TORCH_PY) -m pip install -q --disable-pip-version-check --no-deps $(TRAINER_NO_DEPS)
 	@touch $@
 
 $(TORCH_VENV)/.tdaot-stamp: $(TORCH_VENV)/.deps-stamp build/.apt-stamp pyproject.toml $(CPP_SOURCES)

@@ -8,7 +8,8 @@ tdaot.testing.assert_parity(policy, "policy.pt2", example_td)
 ``import tdaot`` loads the runtime side only; the build side (torch.export, inductor) is
 imported the first time a build name (``build``, ``Artifact``, ``BuildOptions``) or
 ``tdaot.testing`` is used, the signing side (``cryptography``) with ``tdaot.sign``, and the
-trained-run readers with ``tdaot.from_rsl_rl``.
+trained-run readers with ``tdaot.from_rsl_rl``, ``from_skrl``, ``from_rl_games``, ``from_sb3``
+and ``from_run``.
 """
 
 import importlib
@@ -32,7 +33,12 @@ _LAZY = {
     "BuildOptions": ("tdaot.builder", "BuildOptions"),
     "build": ("tdaot.builder", "build"),
     "export_weights": ("tdaot.builder.weights", "export_weights"),
+    "from_leapp": ("tdaot.trained.leapp", "from_leapp"),
+    "from_rl_games": ("tdaot.trained.rl_games", "from_rl_games"),
     "from_rsl_rl": ("tdaot.trained.rsl_rl", "from_rsl_rl"),
+    "from_run": ("tdaot.trained.which_run", "from_run"),
+    "from_sb3": ("tdaot.trained.sb3", "from_sb3"),
+    "from_skrl": ("tdaot.trained.skrl", "from_skrl"),
     "sign": ("tdaot.signing", "sign"),
     "testing": ("tdaot.testing", None),
 }
@@ -88,7 +94,12 @@ __all__ = [
     "build",  # noqa: F405 - imported on first use (__getattr__)
     "cmake_prefix_path",  # noqa: F405 - computed on use (__getattr__)
     "export_weights",  # noqa: F405 - imported on first use (__getattr__)
+    "from_leapp",  # noqa: F405 - imported on first use (__getattr__)
+    "from_rl_games",  # noqa: F405 - imported on first use (__getattr__)
     "from_rsl_rl",  # noqa: F405 - imported on first use (__getattr__)
+    "from_run",  # noqa: F405 - imported on first use (__getattr__)
+    "from_sb3",  # noqa: F405 - imported on first use (__getattr__)
+    "from_skrl",  # noqa: F405 - imported on first use (__getattr__)
     "load",  # noqa: F405 - imported on first use (__getattr__)
     "read_manifest",  # noqa: F405 - imported on first use (__getattr__)
     "sign",  # noqa: F405 - imported on first use (__getattr__)

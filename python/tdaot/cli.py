@@ -73,15 +73,30 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "factory", nargs="?", help="FILE.py:FUNCTION or MODULE:FUNCTION returning (module, example_td)"
     )
-    b.add_argument("-o", "--output", help="package path (.pt2), with a factory or --rsl-rl")
+    b.add_argument("-o", "--output", help="package path (.pt2), with a factory, --rsl-rl or --run")
     _add_option_flags(b)
     b.add_argument("--json", action="store_true", help="print the result as JSON")
-    trained = b.add_argument_group("trained runs (rsl_rl; instead of a factory)")
-    trained.add_argument(
+    trained = b.add_argument_group(
+        "trained runs (rsl_rl, skrl, rl_games, Stable-Baselines3; instead of a factory)"
+    )
+    runs = trained.add_mutually_exclusive_group()
+    runs.add_argument(
         "--rsl-rl",
         metavar="RUN_DIR",
         help="an rsl_rl run directory (model_<iter>.pt beside params/agent.yaml): its actor, and the "
         "contract of params/deploy.yaml when there is one",
+    )
+    runs.add_argument(
+        "--run",
+        metavar="PATH",
+        help="a run directory or checkpoint of rsl_rl, skrl, rl_games or Stable-Baselines3: which library "
+        "wrote it is recognised from its files and said (tdaot.from_run)",
+    )
+    runs.add_argument(
+        "--leapp",
+        metavar="BUNDLE.yaml",
+        help="an NVIDIA LEAPP bundle's YAML: its pt2 node compiled, its kinds, names, gains and frequency "
+        "the contract (tdaot.from_leapp); batch static (LEAPP traces batch 1) unless --batch says",
     )
     trained.add_argument(
         "--checkpoint",
@@ -125,6 +140,11 @@ def _parser() -> argparse.ArgumentParser:
     i = commands.add_parser("inspect", help="print a package's manifest")
     i.add_argument("package")
     i.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    i.add_argument(
+        "--leapp",
+        action="store_true",
+        help="print the package's contract as an NVIDIA LEAPP YAML (models, pipeline)",
+    )
     i.add_argument(
         "--graph",
         action="store_true",
@@ -179,24 +199,37 @@ def _build(args, memo=None) -> int:
     given_run_flags = [
         f"--{name.replace('_', '-')}" for name in _RUN_FLAGS if getattr(args, name) is not None
     ]
-    if args.rsl_rl is None and given_run_flags:
-        raise CliError(f"{', '.join(given_run_flags)} belong to --rsl-rl RUN_DIR builds")
+    run_flag = (
+        "--rsl-rl RUN_DIR"
+        if args.rsl_rl
+        else "--run PATH"
+        if args.run
+        else "--leapp BUNDLE"
+        if args.leapp
+        else None
+    )
+    if run_flag is None and given_run_flags:
+        raise CliError(f"{', '.join(given_run_flags)} belong to --rsl-rl RUN_DIR builds (or --run PATH)")
     if args.config:
-        if args.rsl_rl:
-            raise CliError("give either --rsl-rl RUN_DIR with -o, or --config, not both")
+        if run_flag:
+            raise CliError(f"give either {run_flag} with -o, or --config, not both")
         if args.factory or args.output:
             raise CliError("give either a factory with -o, or --config, not both")
         return _build_config(args)
-    if args.factory and args.rsl_rl:
-        raise CliError("give either a factory or --rsl-rl RUN_DIR, not both")
-    if args.rsl_rl and not args.output:
-        raise CliError("--rsl-rl RUN_DIR needs -o OUTPUT.pt2")
-    if not args.rsl_rl and (not args.factory or not args.output):
-        raise CliError("give a factory and -o OUTPUT.pt2, or --rsl-rl RUN_DIR and -o, or --config FILE")
+    if args.factory and run_flag:
+        raise CliError(f"give either a factory or {run_flag}, not both")
+    if run_flag and not args.output:
+        raise CliError(f"{run_flag} needs -o OUTPUT.pt2")
+    if not run_flag and (not args.factory or not args.output):
+        raise CliError(
+            "give a factory and -o OUTPUT.pt2, or --rsl-rl RUN_DIR or --run PATH and -o, or --config FILE"
+        )
     given = {spec.name: getattr(args, spec.name) for spec in option_fields()}
     options = BuildOptions(**{name: value for name, value in given.items() if value is not None})
-    if args.rsl_rl:
-        module, example, options = _rsl_rl_inputs(args, options)
+    if args.leapp:
+        module, example, options = _leapp_inputs(args, options, batch_given=given["batch"] is not None)
+    elif run_flag:
+        module, example, options = _run_inputs(args, options)
     else:
         module, example = call_factory(args.factory)
     cache = False if args.no_cache else (args.cache_dir or True)
@@ -257,9 +290,10 @@ def _built_line(artifact, how: str) -> str:
     return f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) {how}"
 
 
-def _rsl_rl_inputs(args, options: BuildOptions):
+def _run_inputs(args, options: BuildOptions):
     """The run's policy and example, and the options with the contract of its deployment file."""
     from tdaot.trained.run import RslRlRun
+    from tdaot.trained.which_run import TrainedRun
 
     if options.contract is not None and args.deploy is not None:
         raise CliError("give the contract once: --contract or --deploy, not both")
@@ -269,8 +303,8 @@ def _rsl_rl_inputs(args, options: BuildOptions):
     joint_names = None
     if args.joint_names is not None:
         joint_names = tuple(name.strip() for name in args.joint_names.split(","))
-    run = RslRlRun(
-        args.rsl_rl,
+    run = (RslRlRun if args.rsl_rl else TrainedRun)(
+        args.rsl_rl or args.run,
         checkpoint=checkpoint,
         deploy=args.deploy,
         mjcf=args.mjcf,
@@ -282,8 +316,29 @@ def _rsl_rl_inputs(args, options: BuildOptions):
     if contract is not None:
         options = options.replace(contract=contract)
     elif options.contract is not None:
+        note = note.split("; ")[0] + "; contract from --contract" if args.run else "contract from --contract"
+    print(f"{args.rsl_rl or args.run}: {module.extra_repr()}; {note}", file=sys.stderr)
+    return module, example, options
+
+
+def _leapp_inputs(args, options: BuildOptions, *, batch_given: bool):
+    """The bundle's policy and example, and the options with its contract and a static batch."""
+    from tdaot.trained.leapp import from_leapp, leapp_contract
+
+    for flag in ("checkpoint", "deploy", "mjcf", "joint_names"):
+        if getattr(args, flag) is not None:
+            raise CliError(f"--{flag.replace('_', '-')} belongs to --rsl-rl and --run builds, not --leapp")
+    module, example = from_leapp(args.leapp)
+    if options.contract is not None:
         note = "contract from --contract"
-    print(f"{args.rsl_rl}: {module.extra_repr()}; {note}", file=sys.stderr)
+    else:
+        contract = leapp_contract(module.bundle, module)
+        note = "contract from the bundle's kinds and names" if contract else "no kinds or names: no contract"
+        if contract is not None:
+            options = options.replace(contract=contract)
+    if not batch_given:
+        options = options.replace(batch="static")  # the traced program's shapes are batch 1
+    print(f"{args.leapp}: {module.extra_repr()}; {note}", file=sys.stderr)
     return module, example, options
 
 
@@ -326,6 +381,11 @@ def _inspect(args) -> int:
         print(exported_graph(args.package))
         return 0
     manifest = read_manifest(args.package)
+    if args.leapp:
+        from tdaot.trained.leapp_out import leapp_yaml
+
+        print(leapp_yaml(args.package, manifest), end="")
+        return 0
     print(manifest.to_json(indent=2) if args.json else manifest.describe())
     return 0
 

@@ -32,6 +32,8 @@ NOT_RUN = {
     "test_pytest_plugin.py runs such a test in a pytester session",
     ("docs/from-training.md", 0): "reads a trained run directory and its robot's MJCF; "
     "test_deploy_contract.py builds such a run with rsl_rl and reads it the same way",
+    ("docs/from-training.md", 1): "reads trained skrl, rl_games and SB3 runs; test_skrl.py, test_rl_games.py "
+    "and test_sb3.py train runs with each library's own code and read them the same way",
     ("docs/python-api.md", 1): "reads a trained rsl_rl run directory; "
     "test_rsl_rl.py writes runs with rsl_rl's own runner and reads them the same way",
 }

@@ -943,3 +943,15 @@ def test_config_mistakes_name_the_field(tmp_path, entry, message):
     config.write_text(f"[[artifact]]\nname = 'a'\n{entry}\n")
     with pytest.raises(tdaot.ConfigError, match=r"artifact #1 \('a'\): " + message):
         load_config(config)
+
+
+def test_from_run_says_rsl_rl(runs, tmp_path, capsys, monkeypatch):
+    run, _ = runs["mlp_norm"]
+    policy, _ = tdaot.from_run(run)
+    assert policy.trained_with.library == "rsl_rl" and "model_<iteration>.pt" in policy.trained_with.evidence
+    single, _ = tdaot.from_run(run / "model_0.pt")
+    assert single.trained_with.library == "rsl_rl" and "'actor_state_dict'" in single.trained_with.evidence
+    monkeypatch.setattr("tdaot.cli.build", lambda m, e, p, **o: _stop())
+    assert main(["build", "--run", str(run), "--checkpoint", "0", "-o", str(tmp_path / "x.pt2")]) == 1
+    err = capsys.readouterr().err
+    assert "rsl_rl run (2 model_<iteration>.pt); no deployment file" in err

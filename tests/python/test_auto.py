@@ -437,7 +437,8 @@ def test_a_pixel_policy_gets_a_bound_lite_batch_one_model_whose_weights_swap(tmp
     batch-1 model is built for the bound run (no SpecialisationWarning), runs lite, matches
     eager through the bound run, and keeps matching a retrained policy after a weight swap in
     either runtime (its constants include a channels-last convolution weight)."""
-    from tdaot import _torch_compat, lite
+    from tdaot import _torch_compat
+    from tdaot.testing import lite_runner as lite
 
     torch.manual_seed(0)
     policy = TensorDictModule(_PixelHead(), in_keys=["pixels"], out_keys=["action"])

@@ -80,11 +80,11 @@ def test_tdaot_load_takes_every_field_with_the_cpp_default():
 
 
 def test_the_load_options_are_tdaot_loads_alone():
-    """One door: tdaot.Policy (which tdaot.load returns) repeats none of load's keywords; its
-    deprecated path form hands them on to tdaot.load (test_policy_module checks it warns)."""
+    """One door: tdaot.Policy (which tdaot.load returns) repeats none of load's keywords; it wraps
+    a loaded package, and options given to it are refused towards tdaot.load (test_policy_module)."""
     parameters = inspect.signature(tdaot.Policy.__init__).parameters
     assert [(p.name, p.kind) for p in parameters.values()] == [
         ("self", inspect.Parameter.POSITIONAL_ONLY),
-        ("path", inspect.Parameter.POSITIONAL_ONLY),
+        ("loaded", inspect.Parameter.POSITIONAL_ONLY),
         ("options", inspect.Parameter.VAR_KEYWORD),
     ]

@@ -270,6 +270,11 @@ from tdaot._torch_compat_gemm import (  # noqa: E402, F401
     is_cpp_gemm_template,
     one_row_gemm_blocks,
 )
+from tdaot._torch_compat_cross import (  # noqa: E402, F401
+    CROSS_ISAS,
+    compiles_with_include_first,
+    vector_isa_set_to,
+)
 from tdaot._torch_compat_isa import (  # noqa: E402, F401
     byte_loads_direct,
     picked_vector_isa,

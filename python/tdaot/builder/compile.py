@@ -16,7 +16,7 @@ from tdaot.builder.export import tracing_noise_silenced
 from tdaot.builder.inductor_dir import build_cache_dir
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.package import check_output_path, write_package
-from tdaot.builder.targets import CPU_TARGETS, compiling_for, inductor_options
+from tdaot.builder.targets import CPU_TARGETS, compiles_for, compiling_for, inductor_options
 from tdaot.builder.tuning import (
     ModelPlan,
     compiling_with,
@@ -92,6 +92,8 @@ def compile_model(
             # A path of the model's key: the same bytes from any cache setting (inductor_dir).
             build_cache_dir(_compile_key(program, manifest, options, plan)),
             compiles_through_ccache(),
+            # Inside ccache's routing: ccache runs the command as the toolchain needs it.
+            compiles_for(target),
         ):
             configs = inductor_configs(manifest, options, plan)
             configs["aot_inductor.metadata"] = {METADATA_KEY: manifest.to_json(), **record}

@@ -33,7 +33,8 @@ from tdaot.builder.compile import build_package, compile_model, known_refusal, p
 from tdaot.builder.export import ExportedPolicy, Traces
 from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
-from tdaot.builder.targets import CPU_TARGETS, vector_isa
+from tdaot.builder.cross_models import cross_manifest, cross_plans
+from tdaot.builder.targets import CPU_TARGETS, architecture, vector_isa
 from tdaot.builder.tuning import (
     ATEN_CONVOLUTION_MIN_FLOPS,
     ModelPlan,
@@ -172,6 +173,10 @@ def _package_plan(traces: Traces, factory: str | None) -> PackagePlan:
     options = traces.options
     manifest = _manifest(traces.main, options, Source(module_class=traces.module_class, factory=factory))
     models = tuple(_plans(traces.main, options, manifest.cpu_isa))
+    target = CPU_TARGETS[options.cpu_target]
+    if target.cross:
+        models = tuple(cross_plans(list(models), manifest, architecture(target)))
+        manifest = cross_manifest(manifest, list(models))
     if options.require_lite and not any(plan.tuning == "latency" for plan in models):
         raise BuildError(lite.no_specialised_model(traces.module_class))  # before compiling
     return PackagePlan(traces, models, planned_manifest(manifest, list(models)), options)
@@ -231,6 +236,7 @@ def _manifest(exported: ExportedPolicy, options: BuildOptions, source: Source) -
         device=options.device,
         cpu_target=target.name,
         cpu_isa=vector_isa(target) if options.device == "cpu" else "",
+        architecture=architecture(target),
         torch_version=torch.__version__,
         tensordict_version=tensordict.__version__,
         tdaot_version=__version__,
@@ -306,7 +312,9 @@ def make_unit(
     package's own model ("model") raises its CompileError (the build falls back to a static batch).
     """
     manifest, options = package.manifest, package.options
-    attempts = [plan, dataclasses.replace(plan, bound=False)] if plan.bound else [plan]
+    # A cross-built model unbound would need libtorch of its architecture (cross_models).
+    unbound = plan.bound and not CPU_TARGETS[manifest.cpu_target].cross
+    attempts = [plan, dataclasses.replace(plan, bound=False)] if unbound else [plan]
     for attempt in attempts:
         # A bound attempt's key also finds a refusal remembered without a cache.
         keyed = cache is not None or attempt.bound
@@ -330,14 +338,15 @@ def make_unit(
                 cache.store(key, unit)
             return attempt, False
         what = "for the allocation-free bound run" if attempt.bound else "at all"
+        if not unbound and plan.bound:  # cross-built: no other model serves its batch
+            tail = f"the package is built without it (nothing serves batch {plan.batch} on {manifest.architecture})"
+        elif attempt.bound:
+            tail = "it is built without it (a Binding at that batch uses the standard runner)"
+        else:
+            tail = "the package is built without it (the dynamic model serves that batch)"
         warnings.warn(
             f"the {_serving(plan)} model {plan.name!r} of {manifest.source.module_class} could "
-            f"not be compiled {what} ({refusal}); "
-            + (
-                "it is built without it (a Binding at that batch uses the standard runner)"
-                if attempt.bound
-                else "the package is built without it (the dynamic model serves that batch)"
-            ),
+            f"not be compiled {what} ({refusal}); " + tail,
             SpecialisationWarning,
             stacklevel=4,  # the caller of tdaot.build
         )

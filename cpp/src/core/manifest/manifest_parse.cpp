@@ -217,7 +217,8 @@ std::string parse_architecture(const Parser& p, const json& root) {
   auto it = root.find("architecture");
   if (it == root.end() || it->is_null()) return "";
   const std::string architecture = p.text_member(root, "", "architecture");
-  if (std::find(kArchitectures.begin(), kArchitectures.end(), architecture) == kArchitectures.end()) {
+  if (std::find(detail::kArchitectures.begin(), detail::kArchitectures.end(), architecture) ==
+      detail::kArchitectures.end()) {
     p.fail("architecture", "unknown architecture '" + architecture + "' (known: x86_64 aarch64)");
   }
   return architecture;
@@ -417,7 +418,7 @@ Manifest parse_manifest(const std::string& text, const std::string& origin, Seal
   m.outputs = parse_specs(p, root, "outputs");
   m.batch = parse_batch(p, root);
   m.architecture = parse_architecture(p, root);
-  m.models = parse_models(p, root, m.batch, m.architecture == kCrossBuiltArchitecture);
+  m.models = parse_models(p, root, m.batch, m.architecture == detail::kCrossBuiltArchitecture);
   m.interaction_type = p.text_member(root, "", "interaction_type");
   m.device = p.text_member(root, "", "device");
   m.cpu_target = p.text_member(root, "", "cpu_target");

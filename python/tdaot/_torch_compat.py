@@ -262,6 +262,11 @@ def calls_proxy_executor(records: dict[str, bytes]) -> bool:
 
 # --- inductor's CPU vector ISAs and C++ GEMM template (tdaot._torch_compat_isa, _gemm) ------------
 
+from tdaot._torch_compat_cross import (  # noqa: E402, F401
+    CROSS_ISAS,
+    compiles_with_include_first,
+    vector_isa_set_to,
+)
 from tdaot._torch_compat_gemm import (  # noqa: E402, F401
     float_gemm_register_block,
     float_micro_kernels_in_registers,
@@ -269,11 +274,6 @@ from tdaot._torch_compat_gemm import (  # noqa: E402, F401
     gemm_choices_filtered,
     is_cpp_gemm_template,
     one_row_gemm_blocks,
-)
-from tdaot._torch_compat_cross import (  # noqa: E402, F401
-    CROSS_ISAS,
-    compiles_with_include_first,
-    vector_isa_set_to,
 )
 from tdaot._torch_compat_isa import (  # noqa: E402, F401
     byte_loads_direct,

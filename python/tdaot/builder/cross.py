@@ -66,8 +66,10 @@ def toolchain(architecture: str) -> Toolchain:
     header = next((h for h in SLEEF_HEADERS if os.path.isfile(h)), None)
     if header is None:
         raise BuildError(
-            "cpu_target 'aarch64' needs the arm64 SLEEF header (" + " or ".join(SLEEF_HEADERS)
-            + "), which torch's NEON kernels call; " + INSTALL_HINT
+            "cpu_target 'aarch64' needs the arm64 SLEEF header ("
+            + " or ".join(SLEEF_HEADERS)
+            + "), which torch's NEON kernels call; "
+            + INSTALL_HINT
         )
     return Toolchain(found, _include_folder(header))
 

@@ -30,10 +30,10 @@ from tdaot._version import __version__
 from tdaot.builder import lite
 from tdaot.builder.cache import ArtifactCache, artifact_key, remember_refusal, remembered_refusal
 from tdaot.builder.compile import build_package, compile_model, known_refusal, planned_manifest, unit_path
+from tdaot.builder.cross_models import cross_manifest, cross_plans
 from tdaot.builder.export import ExportedPolicy, Traces
 from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
-from tdaot.builder.cross_models import cross_manifest, cross_plans
 from tdaot.builder.targets import CPU_TARGETS, architecture, vector_isa
 from tdaot.builder.tuning import (
     ATEN_CONVOLUTION_MIN_FLOPS,
@@ -339,7 +339,8 @@ def make_unit(
             return attempt, False
         what = "for the allocation-free bound run" if attempt.bound else "at all"
         if not unbound and plan.bound:  # cross-built: no other model serves its batch
-            tail = f"the package is built without it (nothing serves batch {plan.batch} on {manifest.architecture})"
+            tail = "the package is built without it"
+            tail += f" (nothing serves batch {plan.batch} on {manifest.architecture})"
         elif attempt.bound:
             tail = "it is built without it (a Binding at that batch uses the standard runner)"
         else:

@@ -87,7 +87,10 @@ def compiling_for(target: CpuTarget) -> Iterator[None]:
     """Inductor configured to generate code for ``target`` only, for the duration."""
     if target.cross:
         (isa_class,) = target.isa_classes
-        with _torch_compat.inductor_config(inductor_options(target)), _torch_compat.vector_isa_set_to(isa_class):
+        with (
+            _torch_compat.inductor_config(inductor_options(target)),
+            _torch_compat.vector_isa_set_to(isa_class),
+        ):
             yield
         return
     with (

@@ -108,7 +108,7 @@ def find_tool_for(architecture: str) -> str:
     if not architecture or architecture == host_architecture():
         return find_tool()
     if architecture != "aarch64":
-        raise FileNotFoundError(f"no {TOOL} for architecture {architecture!r} (tdaot builds for aarch64 only)")
+        raise FileNotFoundError(f"no {TOOL} for architecture {architecture!r} (tdaot builds aarch64 only)")
     given = os.environ.get(AARCH64_ENV)
     candidate = given or os.fspath(AARCH64_CHECKOUT)
     if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
@@ -190,7 +190,8 @@ def run(
         inputs, maps = os.path.join(scratch, "inputs.json"), os.path.join(scratch, "maps")
         with open(inputs, "w") as f:
             f.write(text)
-        command = [*prefix, tool, "run", os.fspath(package), "--batch", str(batch), "--inputs", inputs, "--maps", maps]
+        command = [*prefix, tool, "run", os.fspath(package), "--batch", str(batch), "--inputs", inputs]
+        command += ["--maps", maps]
         if weights is not None:
             command += ["--weights", os.fspath(weights)]
         for key in trusted_keys:

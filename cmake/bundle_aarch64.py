@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -23,6 +24,8 @@ from elftools.elf.elffile import ELFFile
 SYSTEM = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "ld-linux-aarch64.so.1",
           "libstdc++.so.6", "libgcc_s.so.1"}
 SEARCH = ("/usr/lib/aarch64-linux-gnu", "/usr/aarch64-linux-gnu/lib")
+# Symbols a robot never needs (the dynamic ones stay): about a third of the files' bytes.
+STRIP = "aarch64-linux-gnu-strip"
 
 
 def _dynamic(path: str) -> tuple[list[str], list[str]]:
@@ -70,6 +73,13 @@ def bundle(prefix: str, output: str) -> None:
                     sys.exit(f"{os.path.relpath(path, root)} needs {library}, found in none of {SEARCH}")
                 shutil.copy2(os.path.realpath(source), os.path.join(lib, library))
                 pending.append(os.path.join(lib, library))
+        strip = shutil.which(STRIP)
+        for d, _, files in os.walk(root):
+            for f in files:
+                path = os.path.join(d, f)
+                if strip and not os.path.islink(path) and _is_elf(path):
+                    os.chmod(path, os.stat(path).st_mode | 0o200)
+                    subprocess.run([strip, "--strip-unneeded", path], check=True)
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
         with tarfile.open(output + ".part", "w:gz") as tar:
             tar.add(root, arcname=name)

@@ -193,7 +193,8 @@ int inspect(const std::string& path) {
   const lite::Policy policy(path);
   const Manifest& m = policy.manifest();
   std::cout << "package " << path << "\n  sha256 " << policy.sha256() << "\n  built with torch "
-            << m.torch_version << ", cpu_isa " << (m.cpu_isa.empty() ? "-" : m.cpu_isa) << "\n";
+            << m.torch_version << ", cpu_isa " << (m.cpu_isa.empty() ? "-" : m.cpu_isa)
+            << (m.architecture.empty() ? "" : ", architecture " + m.architecture) << "\n";
   for (const TensorSpec& s : m.inputs) {
     std::cout << "  input  " << s.key << "  " << dtype_name(s.dtype) << " " << format_batched_shape(s.shape) << "\n";
   }

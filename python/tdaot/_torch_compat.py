@@ -266,6 +266,7 @@ from tdaot._torch_compat_cross import (  # noqa: E402, F401
     CROSS_ISAS,
     compiles_with_include_first,
     vector_isa_set_to,
+    with_include_first,
 )
 from tdaot._torch_compat_gemm import (  # noqa: E402, F401
     float_gemm_register_block,

@@ -128,7 +128,9 @@ def test_the_package_holds_aarch64_lite_models_only_and_says_so(arm):
     shown = manifest.describe()
     assert "cpu target aarch64, isa asimd, architecture aarch64" in shown
     done = subprocess.run(
-        [shutil.which("tdaot") or "tdaot", "inspect", str(artifact.path)], capture_output=True, text=True
+        [os.path.join(os.path.dirname(sys.executable), "tdaot"), "inspect", str(artifact.path)],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
     assert "architecture aarch64" in done.stdout

@@ -530,3 +530,36 @@ def test_inductors_compile_commands_go_to_the_runner_and_back():
     with compile_commands_run_by(lambda cmd_line, cwd, own: seen.append((cmd_line, cwd, own))):
         cpp_builder.run_compile_cmd("g++ a.cpp -c", cwd="/src")  # what inductor's builder calls
     assert seen == [("g++ a.cpp -c", "/src", plain)] and cpp_builder._run_compile_cmd is plain
+
+
+def test_vector_isa_set_to_neon_without_a_probe_and_restored():
+    before = compat.picked_vector_isa()
+    with compat.vector_isa_set_to("VecNEON"):
+        assert compat.picked_vector_isa() == compat.CROSS_ISAS["VecNEON"] == "asimd", _changed(
+            "vector_isa_set_to", "cpu_vec_isa.VecNEON / valid_vec_isa_list / cpp.vec_isa_ok"
+        )
+    assert compat.picked_vector_isa() == before
+    with pytest.raises(RuntimeError, match=r"inductor has no vector ISA VecNope"):
+        with compat.vector_isa_set_to("VecNope"):
+            pass
+
+
+def test_compiles_with_include_first_puts_the_folder_ahead_of_torchs():
+    line = "g++ /tmp/a.cpp -I/torch/include -o 'a b.so'"
+    assert (
+        compat.with_include_first(line, "/tmp/inc dir")
+        == "g++ '-I/tmp/inc dir' /tmp/a.cpp -I/torch/include -o 'a b.so'"
+    )
+    from torch._inductor import cpp_builder
+
+    seen = []
+    plain = cpp_builder._run_compile_cmd
+    cpp_builder._run_compile_cmd = lambda cmd, cwd: seen.append(cmd)
+    try:
+        with compat.compiles_with_include_first("/inc"):
+            cpp_builder._run_compile_cmd("g++ -c x.cpp", "/tmp")
+    finally:
+        cpp_builder._run_compile_cmd = plain
+    assert seen == ["g++ -I/inc -c x.cpp"], _changed(
+        "compiles_with_include_first", "cpp_builder._run_compile_cmd"
+    )

@@ -264,6 +264,7 @@ def calls_proxy_executor(records: dict[str, bytes]) -> bool:
 
 from tdaot._torch_compat_cross import (  # noqa: E402, F401
     CROSS_ISAS,
+    compiled_constants_read,
     compiles_with_include_first,
     vector_isa_set_to,
     with_include_first,

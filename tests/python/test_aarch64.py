@@ -102,7 +102,8 @@ def arm(tmp_path_factory):
     with pytest.warns(
         LiteWarning, match=r"dynamic-batch model 'model' needs libtorch.*not built for aarch64"
     ):
-        artifact = tdaot.build(policy, example, path, cpu_target="aarch64", factory="robot_policy")
+        # No factory, as the pytest plugin builds it: its test below is served by the cache.
+        artifact = tdaot.build(policy, example, path, cpu_target="aarch64")
     return policy, example, artifact
 
 
@@ -197,9 +198,9 @@ def test_no_symbol_version_newer_than_jetpack_6_in_the_bundle_or_the_models(arm)
     assert _too_new({"GLIBC_2.34", "GLIBC_2.36", "GLIBCXX_3.4.31"}) == ["GLIBCXX_3.4.31", "GLIBC_2.36"]
 
 
-def _lite_rows(package, example, **options):
+def _lite_rows(package, example, keys=None, **options):
     """One batch-1 step of the package's lite model on the example's first row, every input."""
-    keys = _input_keys(package)
+    keys = keys or _input_keys(package)
     steps = {key: example.get(tuple(key.split(".")))[:1].tolist() for key in keys}
     return lite.run(package, 1, steps, **options).outputs[0]
 
@@ -231,18 +232,26 @@ def test_a_package_signed_here_verifies_on_aarch64_and_a_changed_byte_is_refused
     from tdaot.signing import keygen
 
     private, public = keygen(tmp_path / "key")
+    other, _ = keygen(tmp_path / "other")
+    keys = _input_keys(artifact.path)
     signed = tmp_path / "signed.pt2"
     shutil.copy(artifact.path, signed)
     tdaot.sign(signed, private)
-    assert "arm.action" in _lite_rows(signed, example, trusted_keys=[public])
+    assert "arm.action" in _lite_rows(signed, example, trusted_keys=[public], keys=keys)
+    # One byte of the model library changed after signing.
     data = bytearray(signed.read_bytes())
-    at = data.index(b"aarch64")  # inside the signed manifest
-    data[at] ^= 0x01
+    data[data.index(b"\x7fELF") + 4096] ^= 0x01
     tampered = tmp_path / "tampered.pt2"
     tampered.write_bytes(bytes(data))
     with pytest.raises(lite.LiteToolError) as caught:
-        _lite_rows(tampered, example, trusted_keys=[public])
+        _lite_rows(tampered, example, trusted_keys=[public], keys=keys)
     assert "tampered.pt2" in str(caught.value) and caught.value.returncode != 0
+    # Signed by a key the robot does not trust.
+    stranger = tmp_path / "stranger.pt2"
+    shutil.copy(artifact.path, stranger)
+    tdaot.sign(stranger, other)
+    with pytest.raises(lite.LiteToolError, match=r"stranger.pt2.*signature|signature.*stranger.pt2"):
+        _lite_rows(stranger, example, trusted_keys=[public], keys=keys)
 
 
 def test_robot_service_cross_built_with_the_toolchain_file_runs_on_aarch64(arm, tmp_path):
@@ -279,6 +288,48 @@ def test_robot_service_cross_built_with_the_toolchain_file_runs_on_aarch64(arm, 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "300" in done.stdout
+
+
+PLUGIN_TEST = """
+import sys
+
+sys.path[:0] = [{tests!r}, {repo!r}]
+from test_aarch64 import robot_policy
+
+
+def test_the_robot_package(tdaot_package, tdaot_parity):
+    policy, example = robot_policy()
+    package = tdaot_package(policy, example, cpu_target="aarch64")
+    assert package.manifest.architecture == "aarch64"
+    report = tdaot_parity(policy, package, example)
+    assert report.runtime == "lite" and all(row.ok for row in report.rows)
+"""
+
+
+def test_the_pytest_plugin_checks_an_aarch64_package_with_tdaot_runtime_lite(arm, tmp_path):
+    tests = tmp_path / "suite"
+    tests.mkdir()
+    here = os.path.dirname(os.path.abspath(__file__))
+    (tests / "test_robot.py").write_text(PLUGIN_TEST.format(tests=here, repo=REPO))
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-c",
+        str(tmp_path / "pytest.ini"),
+    ]
+    done = subprocess.run(
+        [*command, str(tests), "--tdaot-runtime=lite", "-W", "ignore::UserWarning"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "1 passed" in done.stdout
 
 
 def test_what_cannot_run_on_aarch64_is_refused_by_name_before_compiling(tmp_path):

@@ -450,6 +450,22 @@ def test_compiled_constants_are_every_constant_by_internal_name(tutorial):
         f"the container runner lists {sorted(constants)}, the wrapper {sorted(declared)}",
     )
     assert all(isinstance(value, torch.Tensor) for value in constants.values())
+    # Read from the library's bytes without loading it (an aarch64 model's way): the same tensors.
+    read = compat.compiled_constants_read(b1)
+    assert set(read) == set(constants), _changed("compiled_constants_read", "constants_info_ records")
+    for name, value in constants.items():
+        assert read[name].dtype == value.dtype and read[name].shape == value.shape, name
+        assert torch.equal(read[name], value), _changed(
+            "compiled_constants_read", f"the blob's layout ({name})"
+        )
+    damaged = {
+        n: (d.replace(b".data_size = ", b".data_size = 1") if n.endswith(".cpp") else d)
+        for n, d in b1.items()
+    }
+    with pytest.raises(
+        RuntimeError, match=r"runs past the library's constants blob|do not add up to the blob"
+    ):
+        compat.compiled_constants_read(damaged)
 
 
 # torch 2.11 (the GPU machines' torch) lacks both; 2.13 (CI's) has both; 2.12 is unchecked.

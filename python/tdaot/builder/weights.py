@@ -25,6 +25,7 @@ from tdaot.builder.compile import compile_model
 from tdaot.builder.export import Traces
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.pipeline import _signing_key, file_sha256
+from tdaot.builder.targets import CPU_TARGETS
 from tdaot.builder.tuning import ModelPlan, plan_key_parts
 from tdaot.builder.weights_format import RECORD_KEY, graph_digest, program_weights, write_weight_file
 from tdaot.errors import WeightsError
@@ -89,7 +90,12 @@ def export_weights(
             unit = os.path.join(staging, spec.name + ".pt2")
             compile_model(program, manifest, options, plan, unit)
             try:
-                models[spec.name] = _torch_compat.compiled_constants(_torch_compat.read_archive(unit))
+                records = _torch_compat.read_archive(unit)
+                # A model for another architecture cannot be loaded here: its constants are read
+                # from the library's bytes as its wrapper source lays them out.
+                cross = CPU_TARGETS[manifest.cpu_target].cross
+                read = _torch_compat.compiled_constants_read if cross else _torch_compat.compiled_constants
+                models[spec.name] = read(records)
             except RuntimeError as err:
                 raise WeightsError(
                     f"model {spec.name!r} of package {base!r} cannot swap weights: {err}", base

@@ -165,6 +165,14 @@ def sleef_accuracy(scratch: str) -> list[dict]:
     return [json.loads(line) for line in out.stdout.splitlines()]
 
 
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheels", default=str(ROOT / "build" / "aarch64" / "wheels"))
@@ -184,7 +192,7 @@ def main() -> None:
             tdaot.build(policy, example, package, cpu_target="aarch64")
         os.makedirs(os.path.join(scratch, "bundle"))
         result = {
-            "host": platform.processor() or platform.machine(),
+            "host": _cpu_name(),
             "note": "qemu-user on x86: sizes and the resident set are the board's to within qemu's own "
             "memory; no time here is an ARM time (tdaot-lite bench on the board)",
             "tdaot": tdaot_rows(package, os.path.join(scratch, "bundle")),

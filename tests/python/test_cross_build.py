@@ -137,3 +137,29 @@ def test_the_option_in_python_the_cli_and_a_ci_config(tmp_path):
     specs = parse_config(data, Path(tmp_path), "tdaot.toml")
     assert [s.options.cpu_target for s in specs] == ["x86-64-v3", "aarch64"]
     assert [os.path.basename(s.output) for s in specs] == ["walk-x86-64-v3.pt2", "walk-aarch64.pt2"]
+
+
+def test_a_model_the_aarch64_lite_runtime_lacks_an_op_for_is_left_out_or_the_build_refused():
+    from tdaot.builder.lite import runnable_cross_models
+    from tdaot.manifest import LiteSupport, ModelSpec
+
+    lacks = LiteSupport(
+        runs=False,
+        needs=("aoti_torch_cpu_grid_sampler_2d",),
+        missing=("aoti_torch_cpu_grid_sampler_2d",),
+        why="needs libtorch: aoti_torch_cpu_grid_sampler_2d (ATen grid_sampler_2d)",
+    )
+    b1 = ModelSpec("b1", BatchRange(1, 1), "latency", LiteSupport(runs=True, needs=()))
+    b4 = ModelSpec("b4", BatchRange(4, 4), "latency", lacks)
+    with pytest.warns(
+        LiteWarning,
+        match=r"Walk: model 'b4' \(batch 4\) does not run on the lite runtime: needs "
+        r"libtorch: aoti_torch_cpu_grid_sampler_2d .*; it is left out of the aarch64 package",
+    ):
+        assert runnable_cross_models(_manifest(models=(b1, b4))) == {"b1"}
+    with pytest.raises(
+        BuildError,
+        match=r"cpu_target 'aarch64': no model of Walk runs on the aarch64 lite runtime, "
+        r"the only runtime there: model 'b4' \(batch 4\) .*grid_sampler_2d",
+    ):
+        runnable_cross_models(_manifest(models=(b4,)))

@@ -197,6 +197,13 @@ def build_package(
         staging = os.path.join(folder, ARCHIVE_NAME + ".pt2")
         files = {name: unit for name, (unit, _) in units.items()}
         sealed = write_package(files, manifest, staging, bound={plan.name: plan.bound for plan in built})
+        if CPU_TARGETS[manifest.cpu_target].cross:
+            kept = lite.runnable_cross_models(sealed)  # the others would never run there
+            if len(kept) < len(sealed.models):
+                plans = [plan for plan in built if plan.name in kept]
+                manifest = dataclasses.replace(manifest, models=model_specs(manifest, plans))
+                files = {name: unit for name, unit in files.items() if name in kept}
+                sealed = write_package(files, manifest, staging, bound={p.name: p.bound for p in plans})
         # Before the package is in place: with require_lite, a package that fails it is not left.
         lite.check(sealed, options.require_lite, stacklevel=4)  # the caller of tdaot.build
         os.replace(staging, path)

@@ -132,8 +132,9 @@ json read_output(const lite::Binding& b, const TensorSpec& spec) {
     case DType::BFloat16: {
       std::vector<float> values(static_cast<size_t>(numel(shape)));
       for (size_t i = 0; i < values.size(); ++i) {
-        values[i] = spec.dtype == DType::Float16 ? static_cast<float>(static_cast<const Half*>(data)[i])
-                                                 : from_bfloat16(static_cast<const uint16_t*>(data)[i]);
+        values[i] = spec.dtype == DType::Float16
+                        ? static_cast<float>(static_cast<const Half*>(data)[i])
+                        : from_bfloat16(static_cast<const uint16_t*>(data)[i]);
       }
       return nest(values.data(), shape, 0, at);
     }

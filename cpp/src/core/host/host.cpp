@@ -145,9 +145,9 @@ void check_torch_version(const Manifest& manifest, const std::string& path, cons
 // ("avx2", ...) this host's CPU features then refuse elsewhere.
 void check_architecture(const Manifest& manifest, const std::string& path, const HostInfo& host) {
   if (manifest.architecture.empty() || manifest.architecture == host.architecture) return;
+  const std::string target = host.architecture == "aarch64" ? "aarch64" : "native";
   mismatch(path, "was built for " + manifest.architecture + ", but this host is " +
-                     host.architecture + "; build it with cpu_target='" +
-                     (host.architecture == "aarch64" ? std::string("aarch64") : std::string("native")) +
+                     host.architecture + "; build it with cpu_target='" + target +
                      "' for this host, or run it on an " + manifest.architecture + " machine");
 }
 

@@ -34,7 +34,8 @@ struct HostInfo {
 std::unordered_map<std::string, bool> cpu_features();
 
 // Throws HostMismatchError naming `path` when the package was built for another architecture
-// (checked first: nothing else of it means anything on this host), or needs a device, torch major.minor
+// (checked first: nothing else of it means anything on this host), or needs a device, torch
+// major.minor
 // (unless `host` has no torch) or CPU instruction set that `host` lacks. `cpu_isa` is a list of tokens separated by spaces,
 // commas or '+', matched case-insensitively ("avx512", "AVX512 AVX512_VNNI", "avx2"); an empty
 // list or "none"/"default" needs nothing.

@@ -95,16 +95,18 @@ class _Head(nn.Module):
 
 @pytest.fixture(scope="module")
 def arm(tmp_path_factory):
-    """(policy, example, artifact): the robot policy built for aarch64 (dynamic batch: its
-    dynamic model is left out with a LiteWarning naming it)."""
+    """(policy, example, artifact, cache): the robot policy built for aarch64 (dynamic batch: its
+    dynamic model is left out with a LiteWarning naming it) through the artifact cache ``cache``
+    (the pytest plugin's test builds it again from there)."""
     policy, example = robot_policy()
     path = tmp_path_factory.mktemp("aarch64") / "robot.pt2"
+    cache = tmp_path_factory.mktemp("aarch64-cache")
     with pytest.warns(
         LiteWarning, match=r"dynamic-batch model 'model' needs libtorch.*not built for aarch64"
     ):
         # No factory, as the pytest plugin builds it: its test below is served by the cache.
-        artifact = tdaot.build(policy, example, path, cpu_target="aarch64")
-    return policy, example, artifact
+        artifact = tdaot.build(policy, example, path, cpu_target="aarch64", cache=cache)
+    return policy, example, artifact, cache
 
 
 def _model_files(package: str) -> dict[str, bytes]:
@@ -113,7 +115,7 @@ def _model_files(package: str) -> dict[str, bytes]:
 
 
 def test_the_package_holds_aarch64_lite_models_only_and_says_so(arm):
-    _, _, artifact = arm
+    _, _, artifact, _ = arm
     manifest = artifact.manifest
     assert (manifest.architecture, manifest.cpu_target, manifest.cpu_isa) == ("aarch64", "aarch64", "asimd")
     assert [(m.name, m.batch.min, m.batch.max, m.lite.runs) for m in manifest.models] == [("b1", 1, 1, True)]
@@ -138,7 +140,7 @@ def test_the_package_holds_aarch64_lite_models_only_and_says_so(arm):
 
 
 def test_parity_with_eager_through_the_aarch64_lite_runtime_under_qemu(arm):
-    policy, example, artifact = arm
+    policy, example, artifact, _ = arm
     # A rollout with resets (the recurrent state carried by the runtime), every output key.
     report = assert_parity(policy, artifact, example, runtime="lite", rtol=1e-5, atol=1e-5)
     assert {row.key for row in report.rows} >= {"arm.action", "gru.action", "lstm.action"}
@@ -149,7 +151,7 @@ def test_parity_with_eager_through_the_aarch64_lite_runtime_under_qemu(arm):
 
 
 def test_this_host_refuses_the_aarch64_package_by_name_before_loading_it(arm, tmp_path):
-    _, _, artifact = arm
+    _, _, artifact, _ = arm
     with pytest.raises(HostMismatchError, match=r"was built for aarch64, but this host is x86_64"):
         tdaot.load(artifact.path)
     x86_tool = lite.find_tool()
@@ -177,7 +179,7 @@ def _too_new(versions: set[str]) -> list[str]:
 
 
 def test_no_symbol_version_newer_than_jetpack_6_in_the_bundle_or_the_models(arm):
-    _, _, artifact = arm
+    _, _, artifact, _ = arm
     bundles = glob.glob(os.path.join(REPO, "dist", "tdaot-lite-*-linux-aarch64.tar.gz"))
     assert bundles, "make lite-aarch64 writes the bundle"
     files = dict(_model_files(artifact.path))
@@ -212,7 +214,7 @@ def _input_keys(package) -> list[str]:
 
 
 def test_a_weight_file_exported_here_swaps_in_on_aarch64(arm, tmp_path):
-    policy, example, artifact = arm
+    policy, example, artifact, _ = arm
     changed, _ = robot_policy()
     with torch.no_grad():
         for p in changed.parameters():
@@ -229,7 +231,7 @@ def test_a_weight_file_exported_here_swaps_in_on_aarch64(arm, tmp_path):
 
 
 def test_a_package_signed_here_verifies_on_aarch64_and_a_changed_byte_is_refused(arm, tmp_path):
-    _, example, artifact = arm
+    _, example, artifact, _ = arm
     from tdaot.signing import keygen
 
     private, public = keygen(tmp_path / "key")
@@ -258,7 +260,7 @@ def test_a_package_signed_here_verifies_on_aarch64_and_a_changed_byte_is_refused
 
 
 def test_robot_service_cross_built_with_the_toolchain_file_runs_on_aarch64(arm, tmp_path):
-    _, _, artifact = arm
+    _, _, artifact, _ = arm
     build = tmp_path / "service"
     cmake = shutil.which("cmake") or os.path.join(os.path.dirname(sys.executable), "cmake")
     source = os.path.join(REPO, "cpp", "examples", "robot_service")
@@ -303,7 +305,7 @@ from test_aarch64 import robot_policy
 def test_the_robot_package(tdaot_package, tdaot_parity):
     policy, example = robot_policy()
     package = tdaot_package(policy, example, cpu_target="aarch64")
-    assert package.manifest.architecture == "aarch64"
+    assert package.manifest.architecture == "aarch64" and package.cache_hit  # the module's build
     report = tdaot_parity(policy, package, example)
     assert report.runtime == "lite" and all(row.ok for row in report.rows)
 """
@@ -326,7 +328,14 @@ def test_the_pytest_plugin_checks_an_aarch64_package_with_tdaot_runtime_lite(arm
         str(tmp_path / "pytest.ini"),
     ]
     done = subprocess.run(
-        [*command, str(tests), "--tdaot-runtime=lite", "-W", "ignore::UserWarning"],
+        [
+            *command,
+            str(tests),
+            "--tdaot-runtime=lite",
+            f"--tdaot-cache-dir={arm[3]}",
+            "-W",
+            "ignore::UserWarning",
+        ],
         capture_output=True,
         text=True,
         timeout=900,

@@ -42,7 +42,7 @@ LAUNCHER := ccache
 
 CPP_SOURCES := CMakeLists.txt $(shell find cpp tests/cpp tests/ops -name '*.cpp' -o -name '*.h' -o -name CMakeLists.txt 2>/dev/null)
 
-.PHONY: help setup demo rehearse test test-packages test-python test-cpp lint bench cpp install clean docs
+.PHONY: help setup demo rehearse test lite-aarch64 test-packages test-python test-cpp lint bench cpp install clean docs
 
 help:
 	@echo "make demo   build the example policy, check parity, run it natively"
@@ -55,6 +55,7 @@ help:
 	@echo "make test-asan  the C++ tests under AddressSanitizer + UBSan (build/asan, ~10 min)"
 	@echo "make fuzz   libFuzzer over manifests, input validation, inputs files, weight files, signatures, packages (FUZZ_SECONDS=60 each)"
 	@echo "make install PREFIX=DIR  install the C++ package (find_package(tdaot)) under DIR"
+	@echo "make lite-aarch64  the lite runtime cross-built for 64-bit ARM (build/aarch64/prefix, dist/tdaot-lite-*-linux-aarch64.tar.gz)"
 	@echo "make images       the build image and the runtime images, lite and full (podman or docker, docker/images.sh)"
 	@echo "make test-images  a package the build image builds run in both runtime images (no libtorch in the lite one); make test in the build image"
 	@echo "make gpu-bundle   the wheels and Debian packages a GPU machine lacks, into .gpu/ (tests/cuda)"
@@ -162,6 +163,46 @@ rehearse: cpp
 			--video dist/h1_walk.mp4 --plots dist/h1_plots; \
 	fi
 
+# --- 64-bit ARM (docs/arm.md) ---------------------------------------------------------------
+# The cross compiler, qemu-user (tests run the aarch64 tdaot-lite under it) and the arm64
+# libraries the lite runtime links: SLEEF (shared: the models call it), libsodium, minizip and
+# zlib (their static archives are linked in). Debian's multiarch: arm64 beside the host's.
+AARCH64_APT_DEPS := g++-aarch64-linux-gnu qemu-user-static libsleef-dev:arm64 libsodium-dev:arm64 \
+	libminizip-dev:arm64 zlib1g-dev:arm64
+AARCH64_BUILD := build/aarch64/build
+AARCH64_PREFIX := build/aarch64/prefix
+TDAOT_VERSION = $(shell sed -n 's/^__version__ *= *"\(.*\)"/\1/p' python/tdaot/_version.py)
+AARCH64_BUNDLE = dist/tdaot-lite-$(TDAOT_VERSION)-linux-aarch64.tar.gz
+LITE_SOURCES := CMakeLists.txt cmake/aarch64-linux-gnu.cmake cpp/cmake/tdaotConfig.cmake.in \
+	$(shell find cpp/include cpp/src/core cpp/src/lite cpp/tools/tdaot_lite -type f 2>/dev/null)
+
+build/.aarch64-apt-stamp: Makefile
+	@mkdir -p build
+	@if ! dpkg -s $(AARCH64_APT_DEPS) >/dev/null 2>&1; then \
+		echo "installing Debian packages: $(AARCH64_APT_DEPS)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO dpkg --add-architecture arm64 && $$SUDO apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q $(AARCH64_APT_DEPS); \
+	fi
+	@touch $@
+
+$(AARCH64_BUILD)/build.ninja: $(VENV)/.deps-stamp build/.apt-stamp build/.aarch64-apt-stamp
+	$(CMAKE) -S . -B $(AARCH64_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(NINJA)) \
+		-DCMAKE_TOOLCHAIN_FILE=$(abspath cmake/aarch64-linux-gnu.cmake) -DTDAOT_LITE_ONLY=ON \
+		-DCMAKE_BUILD_TYPE=Release -DTDAOT_WERROR=ON -DCMAKE_CXX_COMPILER_LAUNCHER=$(LAUNCHER) \
+		-DCMAKE_INSTALL_PREFIX=$(abspath $(AARCH64_PREFIX))
+
+# The prefix (bin/tdaot-lite, lib/libtdaot_lite.so, include/, lib/cmake/tdaot) and the bundle a
+# robot is given: the prefix with the arm64 libraries it needs beyond glibc and libstdc++
+# (SLEEF), every RUNPATH relative to its file (cmake/bundle_aarch64.py).
+$(AARCH64_PREFIX)/.stamp: $(AARCH64_BUILD)/build.ninja $(LITE_SOURCES)
+	$(CMAKE) --build $(AARCH64_BUILD) -j $(JOBS)
+	rm -rf $(AARCH64_PREFIX) && $(CMAKE) --install $(AARCH64_BUILD)
+	$(PY) cmake/bundle_aarch64.py $(AARCH64_PREFIX) $(AARCH64_BUNDLE)
+	@touch $@
+
+lite-aarch64: $(AARCH64_PREFIX)/.stamp
+
 # Headers, libtdaot_runtime.a, tdaot-run and lib/cmake/tdaot for find_package(tdaot).
 PREFIX ?= $(abspath build/install)
 install: cpp
@@ -193,7 +234,7 @@ test-packages: setup cpp
 # so neither worker is left with a long file at the end while the other idles.
 PYTEST_WORKERS ?= $(JOBS)
 TDAOT_TEST_DURATIONS ?= $(HOME)/.cache/tdaot/pytest-file-seconds.json
-test-python: setup cpp test-packages $(VENV)/.trainer-deps-stamp
+test-python: setup cpp test-packages $(VENV)/.trainer-deps-stamp lite-aarch64
 	TDAOT_TEST_PACKAGES=$(abspath $(TEST_PACKAGES)) TDAOT_TEST_DURATIONS=$(TDAOT_TEST_DURATIONS) \
 		$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 

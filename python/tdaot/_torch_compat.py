@@ -272,6 +272,13 @@ def calls_proxy_executor(records: dict[str, bytes]) -> bool:
 
 # --- inductor's CPU vector ISAs and C++ GEMM template (tdaot._torch_compat_isa, _gemm) ------------
 
+from tdaot._torch_compat_cross import (  # noqa: E402, F401
+    CROSS_ISAS,
+    compiled_constants_read,
+    compiles_with_include_first,
+    vector_isa_set_to,
+    with_include_first,
+)
 from tdaot._torch_compat_gemm import (  # noqa: E402, F401
     float_gemm_register_block,
     float_micro_kernels_in_registers,

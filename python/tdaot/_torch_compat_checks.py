@@ -58,6 +58,11 @@ def vector_isa_limit_lacks() -> str | None:
     return _first(lacks(_ISA, "valid_vec_isa_list"), lacks(_ISA, "pick_vec_isa"))
 
 
+def vector_isa_set_lacks() -> str | None:
+    """What vector_isa_set_to replaces, and the ISA class it sets (tdaot's one cross target)."""
+    return _first(lacks(_ISA, "valid_vec_isa_list"), lacks(_ISA, "VecNEON"))
+
+
 def byte_loads_direct_lacks() -> str | None:
     return _first(
         lacks(_CPP, "CppVecKernel._get_vec_load_line", ("self", "var", "index", "dtype", "load_mask")),

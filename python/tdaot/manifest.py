@@ -12,7 +12,7 @@ Schema (version 2)::
      "outputs": [{"key": "sample", "dtype": "float32", "shape": [2]}],
      "batch": {"min": 1, "max": 1048576},
      "interaction_type": "deterministic", "device": "cpu",
-     "cpu_target": "native", "cpu_isa": "avx512",
+     "cpu_target": "native", "cpu_isa": "avx512", "architecture": "x86_64",
      "torch_version": "2.13.0+cpu", "tensordict_version": "0.14.3", "tdaot_version": "0.1.0",
      "source": {"module_class": "...", "factory": "examples/policies.py:tutorial_policy"},
      "custom_ops": ["tdaot_test::scale_clamp"],
@@ -22,6 +22,10 @@ Schema (version 2)::
 Inputs and outputs are listed in the compiled model's positional order. ``custom_ops``
 (optional, written only when non-empty) names the operators from outside torch the
 compiled model calls, which the runner must find registered before it loads the model.
+``architecture`` (optional; absent in packages from before it was recorded) is the one the
+models run on ("x86_64", "aarch64"); the runtimes refuse a package of another before loading any
+of its code. An aarch64 package's models may leave batches of its range unserved (they are its
+static-batch lite models only: tdaot.builder.cross_models).
 ``contract`` (optional) is the robot deployment contract (:mod:`tdaot.contract`).
 ``patches`` and ``numerics`` (optional: absent in packages built before tdaot recorded them) are
 arrays of distinct names: tdaot's patches of torch's internals in force while the models compiled,
@@ -251,6 +255,9 @@ class Manifest:
     # The digest of the weights the package was built with (tdaot.builder.weights_digest);
     # None until the package is built, or where the build could not compute it.
     weights_sha256: str | None = None
+    # The architecture the models run on ("x86_64", "aarch64"); "" in packages from before it
+    # was recorded (x86_64 builds). Both runtimes refuse another architecture's package by name.
+    architecture: str = ""
     schema_version: int = SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -271,7 +278,8 @@ class Manifest:
             + (f"  ({self.source.factory})" if self.source.factory else ""),
             f"  batch             {batch}",
             f"  interaction type  {self.interaction_type}",
-            f"  device            {self.device} (cpu target {self.cpu_target}, isa {self.cpu_isa or '-'})",
+            f"  device            {self.device} (cpu target {self.cpu_target}, isa {self.cpu_isa or '-'}"
+            + (f", architecture {self.architecture})" if self.architecture else ")"),
             f"  built with        torch {self.torch_version}, tensordict {self.tensordict_version}, "
             f"tdaot {self.tdaot_version}",
         ]
@@ -339,6 +347,8 @@ class Manifest:
             del data["custom_ops"]  # optional: packages calling only torch's operators omit it
         if not self.files:
             del data["files"]  # not sealed yet: the compiled files do not exist
+        if not self.architecture:
+            del data["architecture"]  # a package from before it was recorded
         if self.models:
             data["models"] = [model.to_dict() for model in self.models]
         else:
@@ -392,6 +402,7 @@ class Manifest:
             device=data["device"],
             cpu_target=data["cpu_target"],
             cpu_isa=data["cpu_isa"],
+            architecture=data.get("architecture", ""),
             torch_version=data["torch_version"],
             tensordict_version=data["tensordict_version"],
             tdaot_version=data["tdaot_version"],

@@ -94,6 +94,34 @@ TEST(HostCheck, IsaListIsCaseInsensitiveAndChecksEveryToken) {
   expect_mismatch(cpu_manifest("avx512+avx512_vnni"), host, "'avx512_vnni'");
 }
 
+// The architecture is checked first: an aarch64 package names it and this host's, whatever else.
+TEST(HostCheck, AnotherArchitecturesPackageIsRefusedByName) {
+  Manifest arm = cpu_manifest("asimd", "aarch64");
+  arm.architecture = "aarch64";
+  HostInfo x86 = avx512_host();
+  x86.architecture = "x86_64";
+  expect_mismatch(arm, x86, "was built for aarch64, but this host is x86_64");
+  Manifest intel = cpu_manifest("avx2", "x86-64-v3");
+  intel.architecture = "x86_64";
+  HostInfo board;
+  board.architecture = "aarch64";
+  board.cpu_features["asimd"] = true;
+  expect_mismatch(intel, board, "was built for x86_64, but this host is aarch64; build it with "
+                                "cpu_target='aarch64'");
+  EXPECT_NO_THROW(check_host(arm, "p.pt2", board));
+  board.cpu_features["asimd"] = false;
+  expect_mismatch(arm, board, "cpu_isa 'asimd', which needs the CPU feature 'asimd'");
+  // A package from before the architecture was recorded is checked by its ISA only.
+  EXPECT_NO_THROW(check_host(cpu_manifest("avx2"), "p.pt2", x86));
+}
+
+TEST(HostCheck, ThisHostsArchitectureIsThisBuilds) {
+  EXPECT_EQ(HostInfo{}.architecture, kThisArchitecture);
+#if defined(__x86_64__)
+  EXPECT_STREQ(kThisArchitecture, "x86_64");
+#endif
+}
+
 TEST(HostCheck, Avx2NeedsFma) {
   HostInfo host = avx2_host();
   host.cpu_features["fma3"] = false;

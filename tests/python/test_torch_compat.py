@@ -450,6 +450,22 @@ def test_compiled_constants_are_every_constant_by_internal_name(tutorial):
         f"the container runner lists {sorted(constants)}, the wrapper {sorted(declared)}",
     )
     assert all(isinstance(value, torch.Tensor) for value in constants.values())
+    # Read from the library's bytes without loading it (an aarch64 model's way): the same tensors.
+    read = compat.compiled_constants_read(b1)
+    assert set(read) == set(constants), _changed("compiled_constants_read", "constants_info_ records")
+    for name, value in constants.items():
+        assert read[name].dtype == value.dtype and read[name].shape == value.shape, name
+        assert torch.equal(read[name], value), _changed(
+            "compiled_constants_read", f"the blob's layout ({name})"
+        )
+    damaged = {
+        n: (d.replace(b".data_size = ", b".data_size = 1") if n.endswith(".cpp") else d)
+        for n, d in b1.items()
+    }
+    with pytest.raises(
+        RuntimeError, match=r"runs past the library's constants blob|do not add up to the blob"
+    ):
+        compat.compiled_constants_read(damaged)
 
 
 # torch 2.11 (the GPU machines' torch) lacks both; 2.13 (CI's) has both; 2.12 is unchecked.
@@ -530,3 +546,36 @@ def test_inductors_compile_commands_go_to_the_runner_and_back():
     with compile_commands_run_by(lambda cmd_line, cwd, own: seen.append((cmd_line, cwd, own))):
         cpp_builder.run_compile_cmd("g++ a.cpp -c", cwd="/src")  # what inductor's builder calls
     assert seen == [("g++ a.cpp -c", "/src", plain)] and cpp_builder._run_compile_cmd is plain
+
+
+def test_vector_isa_set_to_neon_without_a_probe_and_restored():
+    before = compat.picked_vector_isa()
+    with compat.vector_isa_set_to("VecNEON"):
+        assert compat.picked_vector_isa() == compat.CROSS_ISAS["VecNEON"] == "asimd", _changed(
+            "vector_isa_set_to", "cpu_vec_isa.VecNEON / valid_vec_isa_list / cpp.vec_isa_ok"
+        )
+    assert compat.picked_vector_isa() == before
+    with pytest.raises(RuntimeError, match=r"inductor has no vector ISA VecNope"):
+        with compat.vector_isa_set_to("VecNope"):
+            pass
+
+
+def test_compiles_with_include_first_puts_the_folder_ahead_of_torchs():
+    line = "g++ /tmp/a.cpp -I/torch/include -o 'a b.so'"
+    assert (
+        compat.with_include_first(line, "/tmp/inc dir")
+        == "g++ '-I/tmp/inc dir' /tmp/a.cpp -I/torch/include -o 'a b.so'"
+    )
+    from torch._inductor import cpp_builder
+
+    seen = []
+    plain = cpp_builder._run_compile_cmd
+    cpp_builder._run_compile_cmd = lambda cmd, cwd: seen.append(cmd)
+    try:
+        with compat.compiles_with_include_first("/inc"):
+            cpp_builder._run_compile_cmd("g++ -c x.cpp", "/tmp")
+    finally:
+        cpp_builder._run_compile_cmd = plain
+    assert seen == ["g++ -I/inc -c x.cpp"], _changed(
+        "compiles_with_include_first", "cpp_builder._run_compile_cmd"
+    )

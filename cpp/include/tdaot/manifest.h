@@ -112,6 +112,10 @@ struct Manifest {
   std::string device;            // "cpu" or "cuda"
   std::string cpu_target;        // the -march the kernels were compiled for ("native", ...)
   std::string cpu_isa;  // the vector ISA inductor generated code for ("avx512", "avx2", ...)
+  // The architecture the models run on ("x86_64", "aarch64"); empty in packages from before it
+  // was recorded (the optional top-level "architecture"). An aarch64 package holds static-batch
+  // lite models only, which may leave batches of `batch` unserved.
+  std::string architecture;
   std::string torch_version;
   std::string tensordict_version;
   std::string tdaot_version;

@@ -61,7 +61,14 @@ void store(void* data, const std::vector<double>& flat) {
 }
 
 // bfloat16 is float32's upper half (rounded to nearest even; a NaN stays NaN); float16 is the
-// compiler's IEEE binary16 (_Float16, GCC and Clang on x86-64 and AArch64).
+// compiler's IEEE binary16 (_Float16 on x86-64; on AArch64 __fp16, the ARM C Language Extensions'
+// binary16, which GCC 12's C++ has where it lacks _Float16).
+#if defined(__aarch64__)
+using Half = __fp16;
+#else
+using Half = _Float16;
+#endif
+
 uint16_t to_bfloat16(double value) {
   const float f = static_cast<float>(value);
   uint32_t bits;
@@ -90,7 +97,7 @@ void write_input(lite::Binding& b, const TensorSpec& spec, const json& value,
     case DType::Int8: store<int8_t>(data, flat); break;
     case DType::UInt8: store<uint8_t>(data, flat); break;
     case DType::Bool: store<bool>(data, flat); break;
-    case DType::Float16: store<_Float16>(data, flat); break;
+    case DType::Float16: store<Half>(data, flat); break;
     case DType::BFloat16:
       for (size_t i = 0; i < flat.size(); ++i) static_cast<uint16_t*>(data)[i] = to_bfloat16(flat[i]);
       break;
@@ -125,8 +132,9 @@ json read_output(const lite::Binding& b, const TensorSpec& spec) {
     case DType::BFloat16: {
       std::vector<float> values(static_cast<size_t>(numel(shape)));
       for (size_t i = 0; i < values.size(); ++i) {
-        values[i] = spec.dtype == DType::Float16 ? static_cast<float>(static_cast<const _Float16*>(data)[i])
-                                                 : from_bfloat16(static_cast<const uint16_t*>(data)[i]);
+        values[i] = spec.dtype == DType::Float16
+                        ? static_cast<float>(static_cast<const Half*>(data)[i])
+                        : from_bfloat16(static_cast<const uint16_t*>(data)[i]);
       }
       return nest(values.data(), shape, 0, at);
     }
@@ -186,7 +194,8 @@ int inspect(const std::string& path) {
   const lite::Policy policy(path);
   const Manifest& m = policy.manifest();
   std::cout << "package " << path << "\n  sha256 " << policy.sha256() << "\n  built with torch "
-            << m.torch_version << ", cpu_isa " << (m.cpu_isa.empty() ? "-" : m.cpu_isa) << "\n";
+            << m.torch_version << ", cpu_isa " << (m.cpu_isa.empty() ? "-" : m.cpu_isa)
+            << (m.architecture.empty() ? "" : ", architecture " + m.architecture) << "\n";
   for (const TensorSpec& s : m.inputs) {
     std::cout << "  input  " << s.key << "  " << dtype_name(s.dtype) << " " << format_batched_shape(s.shape) << "\n";
   }

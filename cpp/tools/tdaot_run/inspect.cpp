@@ -66,7 +66,8 @@ ExitCode inspect(const InspectOptions& options) {
   row("package", options.package);
   row("schema", std::to_string(m.schema_version));
   row("device", m.device);
-  row("cpu target", m.cpu_target + " (isa " + m.cpu_isa + ")");
+  row("cpu target", m.cpu_target + " (isa " + m.cpu_isa +
+                        (m.architecture.empty() ? "" : ", architecture " + m.architecture) + ")");
   row("batch", std::to_string(m.batch.min) + ".." + std::to_string(m.batch.max) +
                    (m.batch.dynamic() ? " (dynamic)" : " (static)"));
   row("interaction", m.interaction_type);

@@ -21,7 +21,7 @@ from tdaot.builder.inductor_configs import inductor_configs
 from tdaot.builder.inductor_dir import build_cache_dir
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.package import check_output_path, write_package
-from tdaot.builder.targets import CPU_TARGETS, compiling_for
+from tdaot.builder.targets import CPU_TARGETS, compiles_for, compiling_for
 from tdaot.builder.tuning import (
     ModelPlan,
     compiling_with,
@@ -72,6 +72,8 @@ def compile_model(
             # A path of the model's key: the same bytes from any cache setting (inductor_dir).
             build_cache_dir(_compile_key(program, manifest, options, plan), move_torch="torch_at" in applied),
             compiles_through_ccache() if "compile_commands_run_by" in applied else contextlib.nullcontext(),
+            # Inside ccache's routing: ccache runs the command as the toolchain needs it.
+            compiles_for(target) if "compiles_with_include_first" in applied else contextlib.nullcontext(),
         ):
             configs = inductor_configs(manifest, options, plan)
             configs["aot_inductor.metadata"] = {METADATA_KEY: manifest.to_json(), **record}
@@ -204,6 +206,13 @@ def build_package(
     with tempfile.TemporaryDirectory(prefix=".tdaot-", dir=os.path.dirname(path)) as folder:
         staging = os.path.join(folder, ARCHIVE_NAME + ".pt2")
         sealed = write_package(files, manifest, staging, bound={plan.name: plan.bound for plan in built})
+        if CPU_TARGETS[manifest.cpu_target].cross:
+            kept = lite.runnable_cross_models(sealed)  # the others would never run there
+            if len(kept) < len(sealed.models):
+                plans = [plan for plan in built if plan.name in kept]
+                manifest = dataclasses.replace(manifest, models=model_specs(manifest, plans))
+                files = {name: unit for name, unit in files.items() if name in kept}
+                sealed = write_package(files, manifest, staging, bound={p.name: p.bound for p in plans})
         # Before the package is in place: with require_lite, a package that fails it is not left.
         lite.check(sealed, options.require_lite, stacklevel=4)  # the caller of tdaot.build
         os.replace(staging, path)

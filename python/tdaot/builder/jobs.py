@@ -16,6 +16,7 @@ from dataclasses import asdict
 
 from tdaot.builder.cache import ArtifactCache
 from tdaot.builder.config import BuildSpec
+from tdaot.builder.cross import host_architecture
 from tdaot.builder.pipeline import build
 from tdaot.builder.progress import Progress
 from tdaot.builder.report import BuildResult
@@ -71,7 +72,9 @@ def build_one(
             from tdaot.testing import assert_parity  # the parity gate loads the runtime
 
             notify(spec.id, "checking parity", "")
-            report = assert_parity(module, artifact, example)
+            # A package for another architecture runs in its lite runtime under qemu-user.
+            foreign = artifact.manifest.architecture not in ("", host_architecture())
+            report = assert_parity(module, artifact, example, runtime="lite" if foreign else "torch")
             result.parity = [
                 {k: v for k, v in asdict(row).items() if k in ("key", "batch", "max_abs", "max_rel")}
                 for row in report.rows

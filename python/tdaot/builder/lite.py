@@ -174,6 +174,27 @@ def check(manifest: Manifest, require: bool, stacklevel: int = 2) -> None:
         )
 
 
+def runnable_cross_models(manifest: Manifest, stacklevel: int = 5) -> set[str]:
+    """The models of a package for another architecture (``cpu_target="aarch64"``) that run on
+    its lite runtime, the only runtime there; a LiteWarning naming each other one and why (it is
+    left out of the package), a BuildError naming them all when none runs."""
+    what = manifest.source.module_class
+    runs = {m.name for m in manifest.models if m.lite is not None and m.lite.runs}
+    failing = [m for m in manifest.models if m.name not in runs]
+    if failing and not runs:
+        raise BuildError(
+            f"cpu_target {manifest.cpu_target!r}: no model of {what} runs on the {manifest.architecture} "
+            "lite runtime, the only runtime there: " + "; ".join(_failing(m) for m in failing)
+        )
+    for model in failing:
+        warnings.warn(
+            f"{what}: {_failing(model)}; it is left out of the {manifest.architecture} package",
+            LiteWarning,
+            stacklevel=stacklevel,
+        )
+    return runs
+
+
 def no_specialised_model(what: str) -> str:
     return (
         f"require_lite: the package of {what} has no specialised model for the lite runtime to run "

@@ -32,10 +32,13 @@ from pathlib import Path
 import torch
 
 from tdaot import _torch_compat_checks as checks
+from tdaot.builder.targets import CPU_TARGETS
 from tdaot.errors import CompatWarning
 
 # Where a patch is in force: every model, a latency model (the C++ GEMM template), a bound one.
 EVERY, LATENCY, BOUND = "every", "latency", "bound"
+# Models built for this host's architecture, or for another (a cross target: tdaot.builder.cross).
+NATIVE, CROSS = "native", "cross"
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,19 @@ PATCHES: tuple[Patch, ...] = (
         "vector_isas_limited_to",
         "inductor's vector ISAs are neither probed with libtorch linked nor limited to the CPU target's",
         checks.vector_isa_limit_lacks,
+        NATIVE,
+    ),
+    Patch(
+        "vector_isa_set_to",
+        "inductor probes this host's vector ISA instead of the cross target's (no cross build)",
+        checks.vector_isa_set_lacks,
+        CROSS,
+    ),
+    Patch(
+        "compiles_with_include_first",
+        "the cross compiler finds torch's x86 SLEEF header before the target's (no cross build)",
+        checks.compile_commands_run_by_lacks,
+        CROSS,
     ),
     Patch(
         "wrapper_chosen",
@@ -149,10 +165,12 @@ NUMERICS: dict[str, str] = {
 CODE_MODULES = (
     "tdaot._torch_compat",
     "tdaot._torch_compat_checks",
+    "tdaot._torch_compat_cross",
     "tdaot._torch_compat_gemm",
     "tdaot._torch_compat_isa",
     "tdaot._torch_compat_paths",
     "tdaot.builder.compile",
+    "tdaot.builder.cross",
     "tdaot.builder.export",
     "tdaot.builder.gemm_choice",
     "tdaot.builder.inductor_dir",
@@ -175,7 +193,9 @@ def concerned(plan, manifest) -> tuple[str, ...]:
     none that changes results when it is built with ``exact_math``."""
     if manifest.device != "cpu":
         return ()
-    wanted = {EVERY} | ({LATENCY} if plan.tuning == "latency" else set()) | ({BOUND} if plan.bound else set())
+    cross = CPU_TARGETS[manifest.cpu_target].cross
+    wanted = {EVERY, CROSS if cross else NATIVE}
+    wanted |= ({LATENCY} if plan.tuning == "latency" else set()) | ({BOUND} if plan.bound else set())
     return tuple(
         p.name
         for p in PATCHES

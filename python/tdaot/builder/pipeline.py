@@ -30,10 +30,11 @@ from tdaot._version import __version__
 from tdaot.builder import lite, patches
 from tdaot.builder.cache import ArtifactCache, artifact_key, remember_refusal, remembered_refusal
 from tdaot.builder.compile import build_package, compile_model, known_refusal, planned_manifest, unit_path
+from tdaot.builder.cross_models import cross_manifest, cross_plans
 from tdaot.builder.export import ExportedPolicy, Traces
 from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
-from tdaot.builder.targets import CPU_TARGETS, vector_isa
+from tdaot.builder.targets import CPU_TARGETS, architecture, vector_isa
 from tdaot.builder.tuning import (
     ATEN_CONVOLUTION_MIN_FLOPS,
     ModelPlan,
@@ -96,7 +97,7 @@ def build(
     options = (options or BuildOptions()).replace(**option_values)
     report = on_status or (lambda status: None)
     path = check_output_path(os.fspath(path))
-    signing_key = _signing_key(options.sign_key, path)  # a bad key fails before the export
+    key = checked_signing_key(options.sign_key, path)  # a bad key fails before the export
     if options.device == "cuda":
         if not torch.cuda.is_available():
             raise BuildError("device 'cuda' was asked for but torch sees no CUDA device on this host")
@@ -134,10 +135,10 @@ def build(
         program = tune_plan(package.traces.for_plan(plan), plan)
         torch.export.save(program, exported_program_path(path))
     signed_by = None
-    if signing_key is not None:
+    if key is not None:
         from tdaot.signing import sign
 
-        signed_by = sign(path, signing_key)
+        signed_by = sign(path, key)
     return Artifact(
         path=path,
         manifest=read_manifest(path),  # the package's own: sealed with the files' digests
@@ -178,6 +179,10 @@ def _package_plan(traces: Traces, factory: str | None) -> PackagePlan:
     options = traces.options
     manifest = _manifest(traces.main, options, Source(module_class=traces.module_class, factory=factory))
     models = tuple(_plans(traces.main, options, manifest.cpu_isa))
+    target = CPU_TARGETS[options.cpu_target]
+    if target.cross:
+        models = tuple(cross_plans(list(models), manifest, architecture(target)))
+        manifest = cross_manifest(manifest, list(models))
     if options.require_lite and not any(plan.tuning == "latency" for plan in models):
         raise BuildError(lite.no_specialised_model(traces.module_class))  # before compiling
     return PackagePlan(traces, models, planned_manifest(manifest, list(models), traces.main.program), options)
@@ -239,6 +244,7 @@ def _manifest(exported: ExportedPolicy, options: BuildOptions, source: Source) -
         cpu_isa=vector_isa(target, limited=not patches.lacking(["vector_isas_limited_to"]))
         if options.device == "cpu"
         else "",
+        architecture=architecture(target),
         torch_version=torch.__version__,
         tensordict_version=tensordict.__version__,
         tdaot_version=__version__,
@@ -249,7 +255,7 @@ def _manifest(exported: ExportedPolicy, options: BuildOptions, source: Source) -
     )
 
 
-def _signing_key(sign_key: str | None, path: str):
+def checked_signing_key(sign_key: str | None, path: str):
     """The private key to sign with (tdaot.signing imports cryptography: only when asked)."""
     if sign_key is None:
         return None
@@ -322,7 +328,9 @@ def make_unit(
     package's own model ("model") raises its CompileError (the build falls back to a static batch).
     """
     manifest, options = package.manifest, package.options
-    attempts = [plan, dataclasses.replace(plan, bound=False)] if plan.bound else [plan]
+    # A cross-built model unbound would need libtorch of its architecture (cross_models).
+    unbound = plan.bound and not CPU_TARGETS[manifest.cpu_target].cross
+    attempts = [plan, dataclasses.replace(plan, bound=False)] if unbound else [plan]
     for attempt in attempts:
         # A bound attempt's key also finds a refusal remembered without a cache.
         keyed = cache is not None or attempt.bound
@@ -346,14 +354,16 @@ def make_unit(
                 cache.store(key, unit)
             return attempt, False
         what = "for the allocation-free bound run" if attempt.bound else "at all"
+        if not unbound and plan.bound:  # cross-built: no other model serves its batch
+            tail = "the package is built without it"
+            tail += f" (nothing serves batch {plan.batch} on {manifest.architecture})"
+        elif attempt.bound:
+            tail = "it is built without it (a Binding at that batch uses the standard runner)"
+        else:
+            tail = "the package is built without it (the dynamic model serves that batch)"
         warnings.warn(
             f"the {_serving(plan)} model {plan.name!r} of {manifest.source.module_class} could "
-            f"not be compiled {what} ({refusal}); "
-            + (
-                "it is built without it (a Binding at that batch uses the standard runner)"
-                if attempt.bound
-                else "the package is built without it (the dynamic model serves that batch)"
-            ),
+            f"not be compiled {what} ({refusal}); " + tail,
             SpecialisationWarning,
             stacklevel=4,  # the caller of tdaot.build
         )

@@ -24,8 +24,9 @@ from tdaot import keys as keyutil
 from tdaot.builder.compile import compile_model
 from tdaot.builder.export import Traces
 from tdaot.builder.options import BuildOptions
-from tdaot.builder.pipeline import _signing_key, file_sha256
+from tdaot.builder.pipeline import checked_signing_key, file_sha256
 from tdaot.builder.tuning import ModelPlan, plan_key_parts
+from tdaot.builder.weights_digest import model_constants
 from tdaot.builder.weights_format import RECORD_KEY, graph_digest, program_weights, write_weight_file
 from tdaot.errors import WeightsError
 from tdaot.manifest import Manifest, read_manifest
@@ -52,7 +53,7 @@ def export_weights(
     path of an Ed25519 private key, as for ``tdaot.build``) signs the file when it is written
     (:func:`tdaot.sign`); the key is checked before anything is compiled."""
     base = os.fspath(base)
-    signing_key = _signing_key(sign_key, os.fspath(out))  # a bad key fails before the compiles
+    key = checked_signing_key(sign_key, os.fspath(out))  # a bad key fails before the compiles
     manifest = read_manifest(base)
     records = _torch_compat.read_archive(base)
     built = {spec.name: _record(records, spec.name, base) for spec in manifest.models}
@@ -91,7 +92,7 @@ def export_weights(
             unit = os.path.join(staging, spec.name + ".pt2")
             compile_model(program, manifest, options, plan, unit)
             try:
-                models[spec.name] = _torch_compat.compiled_constants(_torch_compat.read_archive(unit))
+                models[spec.name] = model_constants(_torch_compat.read_archive(unit), manifest)
             except RuntimeError as err:
                 raise WeightsError(
                     f"model {spec.name!r} of package {base!r} cannot swap weights: {err}", base
@@ -101,10 +102,10 @@ def export_weights(
         if value.is_floating_point() and not torch.isfinite(value).all():
             raise WeightsError(f"weight {name!r} of the policy holds values that are not finite", out, name)
     digest = write_weight_file(out, weights, models, *package_identity(base))
-    if signing_key is not None:
+    if key is not None:
         from tdaot.signing import sign
 
-        sign(out, signing_key)
+        sign(out, key)
     return digest
 
 

@@ -51,7 +51,7 @@ def assert_lite_parity(policy, artifact, example, batch_sizes, rtol, atol) -> Pa
     if example.batch_dims == 0:
         example = example.unsqueeze(0)
     sizes = _lite_batch_sizes(batch_sizes, example.batch_size[0], manifest)
-    tool = lite.find_tool()
+    tool = lite.find_tool_for(manifest.architecture)
     rows: list[ParityRow] = []
     libraries: list[str] = []
     for batch in sizes:

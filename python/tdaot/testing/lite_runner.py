@@ -11,6 +11,12 @@ runtime="lite")`` is built on it.
 Where the tool is found (:func:`find_tool`): the ``TDAOT_LITE`` environment variable, else the
 ``tdaot-lite`` installed inside this package by the wheel (``tdaot/_cpp/bin``), else
 ``tdaot-lite`` on PATH, else ``build/cpp/tdaot-lite`` of a source checkout.
+
+A package built for another architecture than this host's (``cpu_target="aarch64"`` on x86) runs
+in that architecture's ``tdaot-lite`` under qemu-user (:func:`emulation`): the tool from
+``TDAOT_LITE_AARCH64``, else a source checkout's ``build/aarch64/prefix/bin/tdaot-lite`` (``make
+lite-aarch64``); ``qemu-aarch64-static`` (Debian's qemu-user-static) with the cross toolchain's
+loader folder. qemu's timings say nothing of an ARM core's.
 """
 
 from __future__ import annotations
@@ -38,6 +44,13 @@ PACKAGED = Path("_cpp") / "bin" / TOOL
 # A source checkout's build (make build, ninja -C build/cpp tdaot-lite).
 CHECKOUT = Path(__file__).resolve().parents[3] / "build" / "cpp" / TOOL
 RESET = "__reset__"
+# The aarch64 tool: the environment variable naming it, and where `make lite-aarch64` installs it.
+AARCH64_ENV = "TDAOT_LITE_AARCH64"
+AARCH64_CHECKOUT = Path(__file__).resolve().parents[3] / "build" / "aarch64" / "prefix" / "bin" / TOOL
+QEMU = {"aarch64": "qemu-aarch64-static"}
+# The cross toolchain's loader and C++ runtime (qemu -L), and the arm64 multiarch libraries (SLEEF).
+AARCH64_ROOT = "/usr/aarch64-linux-gnu"
+AARCH64_LIBRARIES = "/usr/lib/aarch64-linux-gnu"
 # A mapped file of libtorch or c10 (libtorch.so, libtorch_cpu.so, libtorch_cuda.so.2,
 # libc10.so, libc10_cuda.so, ...).
 _TORCH_LIBRARY = re.compile(r"^lib(torch|c10)([_.-][^/]*)?\.so(\.[0-9.]+)?$")
@@ -80,6 +93,59 @@ def find_tool() -> str:
     )
 
 
+def host_architecture() -> str:
+    """This machine's architecture as manifests name it ("x86_64", "aarch64")."""
+    import platform
+
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def find_tool_for(architecture: str) -> str:
+    """The ``tdaot-lite`` built for ``architecture``: :func:`find_tool` for this host's, else (for
+    aarch64) ``$TDAOT_LITE_AARCH64`` or a checkout's ``make lite-aarch64`` prefix;
+    FileNotFoundError saying how to get it."""
+    if not architecture or architecture == host_architecture():
+        return find_tool()
+    if architecture != "aarch64":
+        raise FileNotFoundError(f"no {TOOL} for architecture {architecture!r} (tdaot builds aarch64 only)")
+    given = os.environ.get(AARCH64_ENV)
+    candidate = given or os.fspath(AARCH64_CHECKOUT)
+    if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        return candidate
+    where = f"{AARCH64_ENV}={given!r} is not an executable file" if given else f"not at {AARCH64_CHECKOUT}"
+    raise FileNotFoundError(
+        f"the aarch64 {TOOL} (to run an aarch64 package on this {host_architecture()} host under qemu) "
+        f"was not found: {where}. Build it with `make lite-aarch64` in a source checkout, or point "
+        f"{AARCH64_ENV} at the bundle's bin/{TOOL}"
+    )
+
+
+def emulation(architecture: str) -> tuple[list[str], dict[str, str]]:
+    """The command prefix and environment that run an ``architecture`` program on this host: none
+    for this host's own; qemu-user for aarch64 on another (FileNotFoundError naming the Debian
+    package when it is missing)."""
+    if not architecture or architecture == host_architecture():
+        return [], {}
+    qemu = QEMU.get(architecture)
+    found = shutil.which(qemu) if qemu else None
+    if found is None:
+        raise FileNotFoundError(
+            f"running an {architecture} package on this {host_architecture()} host needs "
+            f"{qemu or 'an emulator'}, which is not on PATH (Debian: apt-get install qemu-user-static; "
+            "`make lite-aarch64` installs it)"
+        )
+    paths = [AARCH64_LIBRARIES, os.environ.get("LD_LIBRARY_PATH", "")]
+    return [found, "-L", AARCH64_ROOT], {"LD_LIBRARY_PATH": ":".join(filter(None, paths))}
+
+
+def package_architecture(package: str | os.PathLike) -> str:
+    """The architecture the package's manifest records ("" before it was recorded)."""
+    from tdaot.manifest import read_manifest
+
+    return read_manifest(os.fspath(package)).architecture
+
+
 def mapped_files(maps: str) -> list[str]:
     """The files named in the text of a ``/proc/<pid>/maps``, in order of first mapping."""
     files = []
@@ -112,7 +178,9 @@ def run(
     runtime's checks; ``trusted_keys``: public key files the package (and the weight file) must
     be signed by. Raises LiteToolError with the tool's message when it fails, ValueError for a
     non-finite input (JSON has none)."""
-    tool = tool or find_tool()
+    architecture = package_architecture(package)
+    tool = tool or find_tool_for(architecture)
+    prefix, env = emulation(architecture)
     rollout = not isinstance(steps, Mapping)
     try:
         text = json.dumps(list(steps) if rollout else dict(steps), allow_nan=False)
@@ -122,13 +190,16 @@ def run(
         inputs, maps = os.path.join(scratch, "inputs.json"), os.path.join(scratch, "maps")
         with open(inputs, "w") as f:
             f.write(text)
-        command = [tool, "run", os.fspath(package), "--batch", str(batch), "--inputs", inputs, "--maps", maps]
+        command = [*prefix, tool, "run", os.fspath(package), "--batch", str(batch), "--inputs", inputs]
+        command += ["--maps", maps]
         if weights is not None:
             command += ["--weights", os.fspath(weights)]
         for key in trusted_keys:
             command += ["--public-key", os.fspath(key)]
         start = time.perf_counter()
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, check=False, env={**os.environ, **env}
+        )
         seconds = time.perf_counter() - start
         if done.returncode != 0:
             message = done.stderr.strip().removeprefix(f"{TOOL}: ") or f"exit status {done.returncode}"
@@ -153,6 +224,8 @@ def flatten(value: Any) -> list:
 
 
 __all__ = [
+    "AARCH64_CHECKOUT",
+    "AARCH64_ENV",
     "CHECKOUT",
     "ENV",
     "PACKAGED",
@@ -160,9 +233,13 @@ __all__ = [
     "TOOL",
     "LiteRun",
     "LiteToolError",
+    "emulation",
     "find_tool",
+    "find_tool_for",
+    "host_architecture",
     "flatten",
     "mapped_files",
+    "package_architecture",
     "run",
     "torch_libraries",
 ]

@@ -1,11 +1,15 @@
 // The CPU features of this machine read with CPUID (and XGETBV for what the OS enables), named as
 // cpuinfo and at::cpu::get_cpu_capabilities() name them, so the lite runtime's host checks need
-// no libtorch. tests/cpp checks both readings agree on this machine. x86-64 only: elsewhere the
-// set is empty and every package naming an x86 ISA is refused.
+// no libtorch. tests/cpp checks both readings agree on this machine. On 64-bit ARM Linux the
+// auxiliary vector's HWCAP names Advanced SIMD ("asimd", what an aarch64 package's NEON kernels
+// need) and SVE; elsewhere the set is empty and every package naming an ISA is refused.
 #include "core/host/host.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#elif defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
 #endif
 
 #include <cstdint>
@@ -84,6 +88,10 @@ std::unordered_map<std::string, bool> cpu_features() {
   features["lzcnt"] = bit(ecx81, 5);
   features["sse4a"] = bit(ecx81, 6);
   features["fma4"] = bit(ecx81, 16) && os_avx;
+#elif defined(__aarch64__) && defined(__linux__)
+  const unsigned long hwcap = getauxval(AT_HWCAP);
+  features["asimd"] = (hwcap & HWCAP_ASIMD) != 0;
+  features["sve"] = (hwcap & HWCAP_SVE) != 0;
 #endif
   return features;
 }

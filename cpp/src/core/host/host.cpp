@@ -30,6 +30,8 @@ const FeatureSet kIsaFeatures[] = {
     // ATen's AVX512 kernels (and inductor's Vectorized<> for AVX512) need F, BW, DQ and VL.
     {"avx512", {"avx512_f", "avx512_bw", "avx512_dq", "avx512_vl"}},
     {"amx", {"amx_tile"}},
+    // inductor's VecNEON (64-bit ARM's Advanced SIMD).
+    {"asimd", {"asimd"}},
 };
 
 // x86-64 micro-architecture levels a package may be compiled for (-march). Other targets
@@ -139,6 +141,16 @@ void check_torch_version(const Manifest& manifest, const std::string& path, cons
   }
 }
 
+// Packages from before the architecture was recorded name none: x86_64 builds, whose cpu_isa
+// ("avx2", ...) this host's CPU features then refuse elsewhere.
+void check_architecture(const Manifest& manifest, const std::string& path, const HostInfo& host) {
+  if (manifest.architecture.empty() || manifest.architecture == host.architecture) return;
+  const std::string target = host.architecture == "aarch64" ? "aarch64" : "native";
+  mismatch(path, "was built for " + manifest.architecture + ", but this host is " +
+                     host.architecture + "; build it with cpu_target='" + target +
+                     "' for this host, or run it on an " + manifest.architecture + " machine");
+}
+
 void check_device(const Manifest& manifest, const std::string& path, const HostInfo& host) {
   if (manifest.device == "cpu") return;
   if (manifest.device == "cuda") {
@@ -154,6 +166,7 @@ void check_device(const Manifest& manifest, const std::string& path, const HostI
 }  // namespace
 
 void check_host(const Manifest& manifest, const std::string& path, const HostInfo& host) {
+  check_architecture(manifest, path, host);
   check_device(manifest, path, host);
   if (host.torch_major != 0) check_torch_version(manifest, path, host);
   // The CPU runs the host-side wrapper code even for CUDA packages.

@@ -95,6 +95,7 @@ std::string Manifest::to_json(int indent) const {
   out["device"] = device;
   out["cpu_target"] = cpu_target;
   out["cpu_isa"] = cpu_isa;
+  if (!architecture.empty()) out["architecture"] = architecture;  // absent in older packages
   out["torch_version"] = torch_version;
   out["tensordict_version"] = tensordict_version;
   out["tdaot_version"] = tdaot_version;

@@ -153,7 +153,8 @@ LiteSupport parse_lite(const Parser& p, const json& value, const std::string& fi
 // The optional "models": a non-empty list of {name, batch, tuning}, each name once, each range
 // inside the manifest's, together serving every batch of it. Absent (or null): the one model
 // AOTInductor packages by default, serving the whole range, tuning unknown.
-std::vector<ModelSpec> parse_models(const Parser& p, const json& root, const BatchRange& batch) {
+std::vector<ModelSpec> parse_models(const Parser& p, const json& root, const BatchRange& batch,
+                                    bool gaps_allowed) {
   auto it = root.find("models");
   if (it == root.end() || it->is_null()) return {ModelSpec{kDefaultModelName, batch, "", std::nullopt, std::nullopt}};
   const json& list = p.array(*it, "models");
@@ -191,6 +192,8 @@ std::vector<ModelSpec> parse_models(const Parser& p, const json& root, const Bat
     }
     models.push_back(std::move(model));
   }
+  // An aarch64 package's static lite models may leave batches between theirs unserved.
+  if (gaps_allowed) return models;
   // Every batch of the range is served: sweep the ranges in order of their start.
   std::vector<BatchRange> ranges;
   for (const auto& model : models) ranges.push_back(model.batch);
@@ -206,6 +209,19 @@ std::vector<ModelSpec> parse_models(const Parser& p, const json& root, const Bat
   }
   p.fail("models", "no model serves batch " + std::to_string(next) +
                        " of the manifest's batch range " + range_text(batch));
+}
+
+// The optional "architecture": one of kArchitectures; absent (or null) in packages from before
+// it was recorded, "" here.
+std::string parse_architecture(const Parser& p, const json& root) {
+  auto it = root.find("architecture");
+  if (it == root.end() || it->is_null()) return "";
+  const std::string architecture = p.text_member(root, "", "architecture");
+  if (std::find(detail::kArchitectures.begin(), detail::kArchitectures.end(), architecture) ==
+      detail::kArchitectures.end()) {
+    p.fail("architecture", "unknown architecture '" + architecture + "' (known: x86_64 aarch64)");
+  }
+  return architecture;
 }
 
 Source parse_source(const Parser& p, const json& root) {
@@ -434,7 +450,8 @@ Manifest parse_manifest(const std::string& text, const std::string& origin, Seal
   m.inputs = parse_specs(p, root, "inputs");
   m.outputs = parse_specs(p, root, "outputs");
   m.batch = parse_batch(p, root);
-  m.models = parse_models(p, root, m.batch);
+  m.architecture = parse_architecture(p, root);
+  m.models = parse_models(p, root, m.batch, m.architecture == detail::kCrossBuiltArchitecture);
   m.interaction_type = p.text_member(root, "", "interaction_type");
   m.device = p.text_member(root, "", "device");
   m.cpu_target = p.text_member(root, "", "cpu_target");

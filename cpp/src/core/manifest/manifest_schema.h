@@ -53,11 +53,17 @@ inline std::string unknown_dtype_message(const std::string& name) {
 }
 
 // The top-level fields of schema 2; any other is kept in Manifest::extra.
-inline constexpr std::array<std::string_view, 20> kFields{
+inline constexpr std::array<std::string_view, 21> kFields{
     "schema_version", "inputs",        "outputs",       "batch",  "models",
-    "interaction_type", "device",      "cpu_target",    "cpu_isa", "torch_version",
-    "tensordict_version", "tdaot_version", "source",    "recurrent", "custom_ops",
-    "contract", "files", "patches", "numerics", "weights_sha256"};
+    "interaction_type", "device",      "cpu_target",    "cpu_isa", "architecture",
+    "torch_version", "tensordict_version", "tdaot_version", "source", "recurrent",
+    "custom_ops", "contract", "files", "patches", "numerics", "weights_sha256"};
+
+// The architectures a package's models may be built for (tdaot.builder.targets).
+inline constexpr std::array<std::string_view, 2> kArchitectures{"x86_64", "aarch64"};
+// The one whose packages hold only static-batch lite models, which may leave batches of the
+// package's range unserved (tdaot.builder.cross_models).
+inline constexpr std::string_view kCrossBuiltArchitecture = "aarch64";
 
 // The tunings a model may have been built with (tdaot.builder.tuning).
 inline constexpr std::array<std::string_view, 2> kTunings{"throughput", "latency"};

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+SEGMENTS = 4
 sys.path.insert(0, str(HERE))
 
 
@@ -83,6 +84,13 @@ def measure(name: str, case: dict, batches: list[int], seconds: float) -> list[d
             return float((a.float() - b.float()).abs().max())
 
         p50 = {exact: statistics.median(t) / 1000 for exact, t in times.items()}
+        # The same ratio over consecutive quarters of the turns: its spread is the run's noise.
+        quarter = len(times[False]) // SEGMENTS
+        segments = [
+            statistics.median(times[True][i * quarter : (i + 1) * quarter])
+            / statistics.median(times[False][i * quarter : (i + 1) * quarter])
+            for i in range(SEGMENTS)
+        ]
         rows.append(
             {
                 "policy": name,
@@ -90,6 +98,7 @@ def measure(name: str, case: dict, batches: list[int], seconds: float) -> list[d
                 "default_us": p50[False],
                 "exact_us": p50[True],
                 "exact_over_default": p50[True] / p50[False],
+                "by_quarter": segments,
                 "calls": len(times[False]),
                 "max_abs_default_vs_exact": diff(outs[False][0], outs[True][0]),
                 "max_abs_default_vs_eager": diff(outs[False][0], reference),
@@ -118,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{row['policy']:<6} batch {row['batch']:>5}: default {row['default_us']:9.1f} us, "
                     f"exact_math {row['exact_us']:9.1f} us, exact/default {row['exact_over_default']:.3f} "
-                    f"({row['calls']} calls each); "
+                    f"({row['calls']} calls each; by quarter "
+                    f"{' '.join(f'{r:.2f}' for r in row['by_quarter'])}); "
                     f"max |default - exact| {row['max_abs_default_vs_exact']:.3g}, "
                     f"vs eager: default {row['max_abs_default_vs_eager']:.3g}, "
                     f"exact {row['max_abs_exact_vs_eager']:.3g}; "

@@ -5,6 +5,8 @@ only through this module, so a torch upgrade breaks here, and
 ``tests/python/test_torch_compat.py`` says which entry changed (each has a test that fails
 with a message naming it). Checked against torch 2.13; torch 2.11 and 2.12 lack two entries, which
 tdaot then does without (has_arrayref_entry_point, inductor_has_option("cpp.march")).
+The patches of inductor here and in _isa, _gemm and _paths are applied only where their checks
+(tdaot._torch_compat_checks) find this torch as they expect; tdaot.builder.patches lists them.
 """
 
 from __future__ import annotations

@@ -191,6 +191,14 @@ def wrapper_choice_lacks() -> str | None:
 # --- where inductor compiles (tdaot.builder.inductor_dir, compiler_cache) ------------------------
 
 
+def inductor_cache_at_lacks() -> str | None:
+    """What inductor_cache_dir and inductor_cache_at call."""
+    return _first(
+        lacks("torch._inductor.runtime.cache_dir_utils", "cache_dir", ()),
+        lacks("torch._inductor.runtime.cache_dir_utils", "temporary_cache_dir", ("directory",)),
+    )
+
+
 def torch_at_lacks() -> str | None:
     return _first(
         lacks("torch.utils.cpp_extension", "_TORCH_PATH"),

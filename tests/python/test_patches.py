@@ -62,6 +62,11 @@ def _break(name: str, monkeypatch) -> str:
     if name == "wrapper_chosen":
         monkeypatch.delattr(common, "device_codegens")
         return "device_codegens"
+    if name == "inductor_cache_at":
+        from torch._inductor.runtime import cache_dir_utils
+
+        monkeypatch.delattr(cache_dir_utils, "temporary_cache_dir")
+        return "temporary_cache_dir"
     if name == "torch_at":
         monkeypatch.delattr(cpp_builder, "_LINKER_SCRIPT")
         return "_LINKER_SCRIPT"
@@ -119,8 +124,16 @@ def test_the_table_names_each_patch_once_and_this_torch_takes_every_one():
     exact = dataclasses.replace(BOUND_PLAN, exact_math=True)
     assert patches.in_force(exact, _avx2_manifest()) == tuple(n for n in ALL if n != "tanh_within_3_5_ulp")
     avx512 = patches.in_force(ModelPlan("model", "throughput"), _avx2_manifest(isa="avx512"))
-    assert avx512 == ("vector_isas_limited_to", "wrapper_chosen", "torch_at", "compile_commands_run_by")
-    assert patches.in_force(BOUND_PLAN, _avx2_manifest(device="cuda")) == ()
+    every = (
+        "vector_isas_limited_to",
+        "wrapper_chosen",
+        "inductor_cache_at",
+        "torch_at",
+        "compile_commands_run_by",
+    )
+    assert avx512 == every
+    cuda = _avx2_manifest(device="cuda", isa="")
+    assert patches.in_force(ModelPlan("model", "throughput"), cuda) == every
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -217,6 +230,13 @@ def test_the_key_holds_exact_math_and_the_patches_in_force(monkeypatch):
     key512 = artifact_key(exported.program, avx512, plan=plan)
     _break("short_loops_scalar", monkeypatch)
     assert artifact_key(exported.program, avx512, plan=plan) == key512
+    # tdaot's source is in the cache key, not in the build folder's (the package's bytes).
+    monkeypatch.setattr(patches, "code_digest", lambda: "another tdaot")
+    assert artifact_key(exported.program, avx512, plan=plan) != key512
+    folder = artifact_key(exported.program, avx512, plan=plan, with_code=False)
+    monkeypatch.undo()
+    _break("short_loops_scalar", monkeypatch)
+    assert artifact_key(exported.program, avx512, plan=plan, with_code=False) == folder
 
 
 def test_every_patch_refused_still_builds_with_parity_and_says_so(tmp_path, monkeypatch):
@@ -277,7 +297,7 @@ def test_the_manifest_lists_the_patches_and_numerics_and_exact_math_drops_them(d
     assert main(["inspect", str(default.path)]) == 0
     shown = capsys.readouterr().out
     assert "numerics          tanh_within_3_5_ulp, divisions_as_multiplications" in shown
-    assert "torch patches     vector_isas_limited_to, wrapper_chosen" in shown
+    assert "torch patches     vector_isas_limited_to, wrapper_chosen, inductor_cache_at" in shown
 
 
 def test_exact_math_is_an_option_of_every_front_end(tmp_path):

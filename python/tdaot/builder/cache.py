@@ -42,13 +42,16 @@ def artifact_key(
     manifest: Manifest,
     options: BuildOptions | None = None,
     plan: ModelPlan | None = None,
+    *,
+    with_code: bool = True,
     **option_values,
 ) -> str:
     """The cache key of compiling ``program`` (as exported: the rewrites are named by the
     model's key parts, not hashed from their output) into the model ``plan`` (default: the
     first model ``options`` plan) of a package carrying ``manifest``, with ``options`` (or
     BuildOptions keywords). The key is per model: the package's other models are not in it,
-    so a package that gains a specialised model reuses its cached dynamic model."""
+    so a package that gains a specialised model reuses its cached dynamic model. ``with_code``:
+    the key holds tdaot's source (patches.code_digest)."""
     options = (options or BuildOptions()).replace(**option_values)
     if plan is None:
         batch = manifest.batch
@@ -72,7 +75,8 @@ def artifact_key(
         digest.update(f"{label}:{len(data)}:".encode())
         digest.update(data)
 
-    add("code", patches.code_digest().encode())
+    if with_code:  # (tdaot.builder.compile's build folder: see there)
+        add("code", patches.code_digest().encode())
     add("manifest", manifest.to_json(indent=1).encode())
     add("options", json.dumps(options.artifact_key(), sort_keys=True, default=str).encode())
     add("model", json.dumps(plan.describe(), sort_keys=True).encode())

@@ -70,7 +70,11 @@ def compile_model(
             compiling_for(target, applied),
             compiling_with(plan, applied),
             # A path of the model's key: the same bytes from any cache setting (inductor_dir).
-            build_cache_dir(_compile_key(program, manifest, options, plan), move_torch="torch_at" in applied),
+            build_cache_dir(
+                _compile_key(program, manifest, options, plan),
+                move_torch="torch_at" in applied,
+                move_cache="inductor_cache_at" in applied,
+            ),
             compiles_through_ccache() if "compile_commands_run_by" in applied else contextlib.nullcontext(),
             # Inside ccache's routing: ccache runs the command as the toolchain needs it.
             compiles_for(target) if "compiles_with_include_first" in applied else contextlib.nullcontext(),
@@ -98,7 +102,9 @@ def _compile_key(program, manifest: Manifest, options: BuildOptions, plan: Model
     the build folder is named after it and its name is in the sources, so the same policy built
     from another checkout or folder compiles the same sources (which ccache then serves)."""
     source = dataclasses.replace(manifest.source, factory=None)
-    return artifact_key(program, dataclasses.replace(manifest, source=source), options, plan)
+    # Nor tdaot's source: inductor embeds the folder in the kernel sources and their file names, so
+    # an edit of tdaot that changes no generated code leaves the package's bytes as they were.
+    return artifact_key(program, dataclasses.replace(manifest, source=source), options, plan, with_code=False)
 
 
 def known_refusal(manifest: Manifest, plan: ModelPlan) -> str | None:
@@ -134,6 +140,7 @@ def compile_package(
         exact_math=options.exact_math,
     )[0]
     manifest = planned_manifest(manifest, [plan], program)
+    patches.warn_lacking(patches.concerned(plan, manifest))
     folder = os.path.dirname(check_output_path(path))
     with tempfile.TemporaryDirectory(prefix=".tdaot-", dir=folder) as staging:
         unit = unit_path(staging, plan.name)

@@ -57,10 +57,18 @@ def private_dir(path: str) -> str | None:
 
 
 @contextlib.contextmanager
-def build_cache_dir(key: str, root: str = BUILD_CACHE_DIR, move_torch: bool = True) -> Iterator[str]:
+def build_cache_dir(
+    key: str, root: str = BUILD_CACHE_DIR, move_torch: bool = True, move_cache: bool = True
+) -> Iterator[str]:
     """Inductor's cache at ``root``/``key`` (a model's cache key) for the duration (see the
     module's docstring); yields the directory the compile used. ``move_torch``: the compile
-    commands name torch through ``root``'s link (the patch ``torch_at``, tdaot.builder.patches)."""
+    commands name torch through ``root``'s link; ``move_cache``: inductor's cache can be moved
+    at all (the patches ``torch_at`` and ``inductor_cache_at``, tdaot.builder.patches; without
+    the second, inductor compiles in its own cache, where this torch puts it: "" is yielded, and
+    the build has said so)."""
+    if not move_cache:
+        yield ""
+        return
     refusal = private_dir(root) if hasattr(os, "getuid") else "this platform has no file owners"
     if refusal is not None:
         own = inductor_cache_dir()

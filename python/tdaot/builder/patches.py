@@ -84,6 +84,11 @@ PATCHES: tuple[Patch, ...] = (
         checks.wrapper_choice_lacks,
     ),
     Patch(
+        "inductor_cache_at",
+        "inductor compiles in its own cache folder, so the package's bytes depend on that path",
+        checks.inductor_cache_at_lacks,
+    ),
+    Patch(
         "torch_at",
         "the compile commands name torch where this venv has it, so the package's bytes depend on that path",
         checks.torch_at_lacks,
@@ -189,10 +194,9 @@ def patch(name: str) -> Patch:
 
 def concerned(plan, manifest) -> tuple[str, ...]:
     """The patches that concern the model ``plan`` (a tuning.ModelPlan) of a package carrying
-    ``manifest``, whether or not this torch takes them, in table order: none for a CUDA model;
-    none that changes results when it is built with ``exact_math``."""
-    if manifest.device != "cpu":
-        return ()
+    ``manifest``, whether or not this torch takes them, in table order (a CUDA model, whose
+    manifest names no vector ISA, gets those of every model); none that changes results when it
+    is built with ``exact_math``."""
     cross = CPU_TARGETS[manifest.cpu_target].cross
     wanted = {EVERY, CROSS if cross else NATIVE}
     wanted |= ({LATENCY} if plan.tuning == "latency" else set()) | ({BOUND} if plan.bound else set())

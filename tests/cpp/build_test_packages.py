@@ -15,7 +15,7 @@ Then tutorial_v2.tdw, the weight file of a retrained tutorial policy for tutoria
 (tdaot.export_weights), for the weight swap tests, and for the signed swap tests (no compile:
 its tensors made for tutorial_signed.pt2) tutorial_signed_v2.tdw signed with keys/private.pem
 by `tdaot sign`, tutorial_signed_v2_unsigned.tdw, tutorial_signed_v2_other.tdw signed with
-other_keys/private.pem, and tutorial_signed_v2_forged.tdw: one tensor changed and its digests
+other_keys/private.pem, and tutorial_signed_v2_forged.tdw: one tensor changed and its digest
 recomputed under the signature of tutorial_signed_v2.tdw.
 Last, lite_expected.json (no compile), what the lite runtime's tests (tests/cpp/lite) compare
 with: for a few packages and batch sizes, seeded inputs and the outputs of the full runtime's

@@ -76,6 +76,8 @@ ExitCode inspect(const InspectOptions& options) {
   row("source",
       m.source.module_class + (m.source.factory.empty() ? "" : " from " + m.source.factory));
   row("files", std::to_string(m.files.size()) + " with sha256 digests (checked at load; verify)");
+  row("weights", m.weights_sha256.empty() ? "no digest recorded (cannot swap weights)"
+                                          : "sha256 " + m.weights_sha256 + " (as built)");
   if (!m.custom_ops.empty()) {
     std::string ops;
     for (const auto& op : m.custom_ops) ops += (ops.empty() ? "" : ", ") + op;

@@ -14,8 +14,6 @@ trained-run readers with ``tdaot.from_rsl_rl``.
 import importlib
 import importlib.util
 
-# _native first: it refuses a tdaot._C built for another torch by name, before anything imports it
-# (it reads torch's version without importing torch).
 from tdaot import _native, errors
 from tdaot._version import __version__
 from tdaot.errors import *  # noqa: F403 - the error classes are top-level API
@@ -41,6 +39,12 @@ _LAZY = {
 
 
 def __getattr__(name: str):
+    if name == "_C":
+        # The first import of the compiled module (`from tdaot import _C` asks here): a tdaot._C
+        # built for another torch release is refused by name before it is loaded (tdaot._native
+        # reads torch's version without importing torch). Torch-free commands never get here.
+        _native.check_installed_torch()
+        return importlib.import_module("tdaot._C")
     if name == "cmake_prefix_path":
         # The C++ package's prefix, as torch.utils.cmake_prefix_path (tdaot._native).
         return _native.cmake_prefix()
@@ -51,12 +55,7 @@ def __getattr__(name: str):
     elif not name.startswith("__") and importlib.util.find_spec(f"tdaot.{name}") is not None:
         value = importlib.import_module(f"tdaot.{name}")  # tdaot.manifest and the like, as before
     else:
-        from tdaot.runtime import deprecated
-
-        value = deprecated("tdaot", name)  # NativePolicy, NativeBinding, NativeSession, verify: warn
-        if value is None:
-            raise AttributeError(f"module 'tdaot' has no attribute {name!r}")
-        return value
+        raise AttributeError(f"module 'tdaot' has no attribute {name!r}")
     globals()[name] = value  # later lookups skip __getattr__
     return value
 

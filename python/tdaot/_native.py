@@ -4,8 +4,9 @@
 torch and imported beside another fails with an undefined symbol, or worse loads and crashes.
 The build writes the torch it compiled against beside the module (``_C_build.json``, see
 CMakeLists.txt); :func:`check_torch` reads it before anything imports ``_C`` and refuses a
-mismatch by name: importing this module does (``tdaot/__init__.py`` imports it first). Neither
-imports ``_C``.
+mismatch by name. ``tdaot/__init__.py`` calls :func:`check_installed_torch` the first time
+anything imports ``tdaot._C``, not at ``import tdaot``: the torch-free parts (``tdaot-lite``,
+``tdaot --cmake-prefix``, the build memo's replay) never check torch. Neither imports ``_C``.
 
 The wheel also installs the C++ package (headers, ``libtdaot_lite.so``, the static runtime
 libraries, the tools, ``lib/cmake/tdaot``) under ``tdaot/_cpp``: :func:`cmake_prefix` is the
@@ -20,6 +21,7 @@ import json
 import os
 
 from tdaot.errors import TorchMismatchError
+from tdaot.versions import same_torch_release, torch_release
 
 BUILD_INFO = "_C_build.json"
 CPP_PREFIX = "_cpp"
@@ -44,9 +46,10 @@ def built_for(directory: str) -> str | None:
 
 def check_torch(installed: str, directory: str | None) -> None:
     """Raises TorchMismatchError when the ``tdaot._C`` in ``directory`` was built against
-    another torch than ``installed`` (its ``__version__``); says how to rebuild."""
+    another torch release than ``installed`` (local tags such as ``+cu132`` do not count: see
+    tdaot.versions); says how to rebuild."""
     built = built_for(directory) if directory else None
-    if built is None or built == installed:
+    if built is None or same_torch_release(built, installed):
         return
     module = os.path.join(directory, "_C")
     raise TorchMismatchError(
@@ -55,7 +58,7 @@ def check_torch(installed: str, directory: str | None) -> None:
         "tdaot against the installed torch: `pip install --no-build-isolation --no-deps --force-reinstall "
         "<tdaot source or sdist>` (in a source checkout: `make setup`, or `pip install "
         "--no-build-isolation --no-deps -e .`), or install the torch it was built for "
-        f"(pip install torch=={built.split('+')[0]})"
+        f"(pip install torch=={torch_release(built)})"
     )
 
 
@@ -85,4 +88,6 @@ def installed_torch() -> str:
         return torch.__version__
 
 
-check_torch(installed_torch(), module_dir())
+def check_installed_torch() -> None:
+    """:func:`check_torch` for this install: the installed torch against the module's build."""
+    check_torch(installed_torch(), module_dir())

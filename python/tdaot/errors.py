@@ -41,8 +41,8 @@ class InternalError(TdaotError):
 
 
 class TorchMismatchError(TdaotError, ImportError):
-    """``tdaot._C`` was built against another torch than the one installed (raised by
-    ``import tdaot``; an ImportError too). The message says how to rebuild."""
+    """``tdaot._C`` was built against another torch release than the one installed (raised by
+    the first import of ``tdaot._C``; an ImportError too). The message says how to rebuild."""
 
 
 # --- loading a package (C++ runtime) -------------------------------------------------
@@ -198,6 +198,15 @@ class CliError(UsageError):
     """A command-line usage problem, reported as one line on stderr."""
 
 
+class MissingDependencyError(UsageError, ImportError):
+    """A command or option needs an optional Python module that is not installed (checked before
+    it does any work); the message names the module and the pip line (tdaot.optional)."""
+
+    def __init__(self, message: str, modules: str = "") -> None:
+        super().__init__(message)
+        self.modules = modules
+
+
 class ConfigError(UsageError, BuildError):
     """A build configuration file is unreadable or has a bad entry (naming the artifact and field)."""
 
@@ -265,6 +274,7 @@ __all__ = [
     "SpecialisationWarning",
     "StaticBatchWarning",
     "TdaotError",
+    "MissingDependencyError",
     "TorchMismatchError",
     "UnknownKeyError",
     "UsageError",

@@ -640,7 +640,11 @@ def test_mjlab_onnx_file_refusals(tmp_path, monkeypatch):
     with pytest.raises(tdaot.ContractError, match=r"bad\.onnx: not an ONNX file onnx can read"):
         tdaot.Contract.from_deploy(bad, control_dt=0.02)
     monkeypatch.setitem(sys.modules, "onnx", None)
-    with pytest.raises(tdaot.ContractError, match=r"needs the onnx package \(pip install 'tensordict-aot"):
+    with pytest.raises(
+        tdaot.MissingDependencyError,
+        match=r"policy\.onnx: reading an ONNX file's metadata needs onnx, which is not installed: "
+        r'pip install "tensordict-aot\[deploy\]" \(or: pip install "onnx>=1\.16"\)',
+    ):
         tdaot.Contract.from_deploy(path, control_dt=0.02)
 
 

@@ -16,6 +16,7 @@ import torch
 
 import tdaot
 from tdaot import _native
+from tdaot.versions import same_torch_release, torch_release
 
 
 def test_the_installed_module_records_the_torch_it_was_built_against():
@@ -37,22 +38,59 @@ def test_a_module_built_for_another_torch_is_refused_naming_both(tmp_path):
     _native.check_torch("2.12.0+cpu", str(tmp_path))  # the same torch: no error
 
 
+@pytest.mark.parametrize(
+    ("built", "installed"),
+    [
+        ("2.15.0+cu132", "2.15.0"),  # PyPI's CUDA wheel: version.py has the tag, the metadata not
+        ("2.15.0", "2.15.0+cu130"),
+        ("2.13.0+cpu", "2.13.0+cpu"),
+        ("2.14.1+cpu", "2.14.1+cu130"),  # one release's builds share its C++ ABI
+    ],
+)
+def test_builds_of_one_release_are_the_same_torch_whatever_their_local_tags(tmp_path, built, installed):
+    (tmp_path / _native.BUILD_INFO).write_text(json.dumps({"torch": built}))
+    _native.check_torch(installed, str(tmp_path))
+    assert same_torch_release(built, installed)
+    assert torch_release(built) == torch_release(installed)
+
+
+def test_the_mismatch_advice_installs_another_release_than_the_installed_one(tmp_path):
+    # The advice must change something: never `pip install torch==X` for the X already installed.
+    (tmp_path / _native.BUILD_INFO).write_text(json.dumps({"torch": "2.15.0+cu132"}))
+    with pytest.raises(_native.TorchMismatchError, match=r"pip install torch==2\.15\.0\)") as raised:
+        _native.check_torch("2.14.1", str(tmp_path))
+    assert "torch 2.14.1 is installed" in str(raised.value)
+
+
 def test_a_module_that_recorded_no_torch_is_let_through(tmp_path):
     # Built before tdaot recorded it: nothing to compare with (the import itself then decides).
     assert _native.built_for(str(tmp_path)) is None
     _native.check_torch("2.13.0", str(tmp_path))
 
 
-def _copied_install(tmp_path: Path, torch_version: str) -> Path:
+def _copied_install(tmp_path: Path, torch_version: str, *, cpp: bool = False) -> Path:
     """tdaot's Python package copied under tmp_path/site, beside the real compiled module (a
-    symlink) and a _C_build.json that says ``torch_version``; no C++ package (tdaot/_cpp)."""
+    symlink) and a _C_build.json that says ``torch_version``; the C++ package (tdaot/_cpp, a
+    symlink to the real one) only with ``cpp``."""
     package = tmp_path / "site" / "tdaot"
     skipped = shutil.ignore_patterns("__pycache__", "_cpp", "_lite", "_C.*", _native.BUILD_INFO)
     shutil.copytree(Path(tdaot.__file__).parent, package, ignore=skipped)
     (module,) = Path(_native.module_dir()).glob("_C.*.so")
     (package / module.name).symlink_to(module)
     (package / _native.BUILD_INFO).write_text(json.dumps({"torch": torch_version}))
+    if cpp:
+        (package / _native.CPP_PREFIX).symlink_to(Path(_native.module_dir()) / _native.CPP_PREFIX)
     return package.parent
+
+
+def _torch_metadata_without_local_tag(site: Path) -> str:
+    """A torch distribution's metadata in ``site`` (found before the real one) whose version lacks
+    the local tag that torch/version.py carries, as PyPI's CUDA wheels install; returns it."""
+    release = torch_release(torch.__version__)
+    info = site / f"torch-{release}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {release}\n")
+    return release
 
 
 def _python(site: Path, *args: str) -> subprocess.CompletedProcess:
@@ -64,18 +102,51 @@ def _python(site: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_importing_tdaot_beside_another_torch_fails_by_name_not_by_symbol(tmp_path):
+def test_loading_tdaot_beside_another_torch_fails_by_name_not_by_symbol(tmp_path):
     site = _copied_install(tmp_path, "2.12.0+cpu")
-    done = _python(site, "-c", "import tdaot")
+    done = _python(site, "-c", "import tdaot; tdaot.load")  # the runtime imports tdaot._C
     assert done.returncode != 0
     assert "tdaot.errors.TorchMismatchError" in done.stderr, done.stderr
     assert f"built against torch 2.12.0+cpu, but torch {torch.__version__} is installed" in done.stderr
     assert "undefined symbol" not in done.stderr
     # The same copy, recording this torch, imports (the check is what refused it above).
     (site / "tdaot" / _native.BUILD_INFO).write_text(json.dumps({"torch": torch.__version__}))
-    done = _python(site, "-c", "import tdaot; print(tdaot.__file__)")
+    done = _python(site, "-c", "import tdaot; tdaot.load; print(tdaot.__file__)")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(site / "tdaot" / "__init__.py")
+
+
+def test_a_torch_whose_metadata_drops_the_local_tag_loads_and_runs(tmp_path):
+    # The build recorded version.py's `2.13.0+cpu`; the metadata says `2.13.0`, as a pip user's
+    # CUDA wheel would: the same release, so tdaot imports its compiled module and runs.
+    if "+" not in torch.__version__:
+        pytest.skip(f"torch {torch.__version__} has no local tag to drop")
+    site = _copied_install(tmp_path, torch.__version__)
+    release = _torch_metadata_without_local_tag(site)
+    code = (
+        "import importlib.metadata, sys, tdaot; tdaot.load; "  # the runtime imports tdaot._C
+        "print(importlib.metadata.version('torch'), 'tdaot._C' in sys.modules)"
+    )
+    done = _python(site, "-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [release, "True"]
+
+
+def test_torch_free_commands_never_check_torch(tmp_path):
+    # A module built for another torch release: tdaot-lite (no torch at all) and --cmake-prefix
+    # still work; only what loads tdaot._C is refused, by name.
+    site = _copied_install(tmp_path, "2.12.0+cpu", cpp=True)
+    lite = _python(
+        site, "-c", "import sys; sys.argv = ['tdaot-lite', '--help']; from tdaot.tools import lite; lite()"
+    )
+    assert lite.returncode == 0, lite.stderr
+    assert "TorchMismatchError" not in lite.stderr and "tdaot-lite" in lite.stdout
+    prefix = _python(site, "-m", "tdaot", "--cmake-prefix")
+    assert prefix.returncode == 0, prefix.stderr
+    assert prefix.stdout.strip() == str(site / "tdaot" / "_cpp")
+    done = _python(site, "-c", "import tdaot; tdaot.load")
+    assert "tdaot.errors.TorchMismatchError" in done.stderr
+    assert f"built against torch 2.12.0+cpu, but torch {torch.__version__} is installed" in done.stderr
 
 
 def test_cmake_prefix_is_the_installed_cpp_package():

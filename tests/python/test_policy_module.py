@@ -6,9 +6,7 @@ warn, and constructing a Policy from a path is the deprecated second door."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-import warnings
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -158,47 +156,29 @@ def test_a_gru_policy_rolls_out_in_a_torchrl_environment_like_eager(gru):
     assert actual["next", "recurrent_state"][1].abs().sum() > 0
 
 
-# --- one face: the names of the last release -------------------------------------------------
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        ("NativePolicy", "Policy"),
-        ("NativeBinding", "Binding"),
-        ("NativeSession", "Session"),
-        ("verify", "verify_package"),
-    ],
-)
-def test_old_names_warn_and_are_the_new_ones(old, new):
-    with pytest.warns(DeprecationWarning, match=rf"tdaot\.{old} is deprecated .* use tdaot\.{new}"):
-        value = getattr(tdaot, old)
-    assert value is getattr(tdaot, new)
-    with pytest.warns(DeprecationWarning, match=rf"tdaot\.runtime\.{old} is deprecated"):
-        assert getattr(tdaot.runtime, old) is value
-    assert old not in tdaot.__all__ and new in tdaot.__all__
+# --- one face: one name for each thing --------------------------------------------------------
+@pytest.mark.parametrize("old", ["NativePolicy", "NativeBinding", "NativeSession", "verify"])
+def test_the_names_of_earlier_releases_are_gone(old):
+    with pytest.raises(AttributeError, match=rf"module 'tdaot' has no attribute '{old}'"):
+        getattr(tdaot, old)
+    with pytest.raises(AttributeError):
+        getattr(tdaot.runtime, old)
+    assert importlib.util.find_spec("tdaot.lite") is None  # the harness is tdaot.testing.lite_runner
 
 
-def test_constructing_a_policy_from_a_path_is_the_deprecated_door(tutorial):
+def test_a_policy_is_made_by_load_not_from_a_path(tutorial):
     path = tutorial[2].path
-    with pytest.warns(DeprecationWarning, match=r"use tdaot\.load\(path"):
-        native = tdaot.Policy(path, num_runners=2)
-    assert native.sha256 == tdaot.load(path).sha256
-    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="num_runer"):
-        tdaot.Policy(path, num_runer=2)
+    with pytest.raises(
+        tdaot.InvalidArgumentError, match=r"tdaot\.Policy wraps a loaded package, not str .*tdaot\.load\(path"
+    ):
+        tdaot.Policy(path)
+    native = tdaot.load(path, num_runners=2)
     with pytest.raises(tdaot.InvalidArgumentError, match=r"load options \(num_runners\) go to tdaot\.load"):
         tdaot.Policy(native._policy, num_runners=2)
+    assert tdaot.Policy(native._policy).sha256 == native.sha256
 
 
-def test_the_lite_harness_moved_and_its_old_path_warns():
+def test_the_lite_harness_finds_the_checkout_tool_where_make_builds_it():
     from tdaot.testing import lite_runner
 
-    sys.modules.pop("tdaot.lite", None)  # imported afresh, so its import warns here
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = importlib.import_module("tdaot.lite")
-    assert any(
-        issubclass(w.category, DeprecationWarning) and "tdaot.testing.lite_runner" in str(w.message)
-        for w in caught
-    )
-    assert old.run is lite_runner.run and old.find_tool is lite_runner.find_tool
-    # A source checkout's tool is still found where make builds it, from the module's new folder.
     assert lite_runner.CHECKOUT == Path(__file__).resolve().parents[2] / "build" / "cpp" / "tdaot-lite"

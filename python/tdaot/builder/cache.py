@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from tdaot.builder.compile import inductor_configs
+from tdaot.builder.inductor_configs import inductor_configs
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.targets import kernel_fixes
 from tdaot.builder.tuning import ModelPlan, plan_key_parts, plan_models

@@ -11,16 +11,17 @@ import torch
 
 from tdaot import _torch_compat
 from tdaot.builder import compile_log, lite
+from tdaot.builder.cache import artifact_key
 from tdaot.builder.compiler_cache import compiles_through_ccache
 from tdaot.builder.export import tracing_noise_silenced
+from tdaot.builder.inductor_configs import inductor_configs
 from tdaot.builder.inductor_dir import build_cache_dir
 from tdaot.builder.options import BuildOptions
 from tdaot.builder.package import check_output_path, write_package
-from tdaot.builder.targets import CPU_TARGETS, compiling_for, inductor_options
+from tdaot.builder.targets import CPU_TARGETS, compiling_for
 from tdaot.builder.tuning import (
     ModelPlan,
     compiling_with,
-    model_options,
     plan_key_parts,
     plan_models,
     tune_plan,
@@ -30,33 +31,6 @@ from tdaot.errors import CompileError
 from tdaot.manifest import METADATA_KEY, BatchRange, Manifest, ModelSpec
 
 ARCHIVE_NAME = "package"
-
-
-def compile_options(kernel_threads: int) -> dict:
-    """Inductor options for the OpenMP threads of the generated kernels.
-
-    Left alone, inductor hard-codes `#pragma omp parallel num_threads(N)` with N = the
-    build machine's thread count (a 64-core CI runner would bake 64 threads into a
-    robot's policy). 1 (tdaot's default, what control loops run) emits serial kernels:
-    no OpenMP region at all, ~20 % faster at batch 1 than a 1-thread parallel region.
-    N > 1 hard-codes N; 0 leaves the count to the runtime's intra_op_threads.
-    """
-    if kernel_threads == 0:
-        return {"cpp.dynamic_threads": True}
-    return {"cpp.dynamic_threads": False, "cpp.threads": kernel_threads}
-
-
-def inductor_configs(manifest: Manifest, options: BuildOptions, plan: ModelPlan) -> dict:
-    """Every inductor option of one model's build but the manifest: threads, the model's
-    tuning and the CPU target."""
-    return {
-        **compile_options(options.kernel_threads),
-        **model_options(plan),
-        **inductor_options(CPU_TARGETS[manifest.cpu_target]),
-        # Every weight stays a constant of the model, never a literal in its code (inductor
-        # inlines small ones, biases included), so that a weight swap reaches all of them.
-        "always_keep_tensor_constants": True,
-    }
 
 
 def compile_model(
@@ -115,8 +89,6 @@ def _compile_key(program, manifest: Manifest, options: BuildOptions, plan: Model
     """The model's cache key less the factory's path, which the compiled code does not depend on:
     the build folder is named after it and its name is in the sources, so the same policy built
     from another checkout or folder compiles the same sources (which ccache then serves)."""
-    from tdaot.builder.cache import artifact_key  # which imports this module
-
     source = dataclasses.replace(manifest.source, factory=None)
     return artifact_key(program, dataclasses.replace(manifest, source=source), options, plan)
 

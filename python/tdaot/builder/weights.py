@@ -29,6 +29,7 @@ from tdaot.builder.tuning import ModelPlan, plan_key_parts
 from tdaot.builder.weights_format import RECORD_KEY, graph_digest, program_weights, write_weight_file
 from tdaot.errors import WeightsError
 from tdaot.manifest import Manifest, read_manifest
+from tdaot.versions import same_torch_release
 
 
 def export_weights(
@@ -60,7 +61,7 @@ def export_weights(
             "export_weights makes weight files for cpu packages only",
             base,
         )
-    if manifest.torch_version != torch.__version__:
+    if not same_torch_release(manifest.torch_version, torch.__version__):
         raise WeightsError(
             f"package {base!r} was built with torch {manifest.torch_version}, this process runs torch "
             f"{torch.__version__}: make its weight files with the torch it was built with",

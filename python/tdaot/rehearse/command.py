@@ -8,6 +8,7 @@ import argparse
 import os
 import tempfile
 
+from tdaot import optional
 from tdaot.errors import CliError
 
 
@@ -95,6 +96,19 @@ def _size(text: str) -> tuple[int, int]:
     return width, height
 
 
+def _require_optional_modules(args: argparse.Namespace) -> None:
+    """Refuses, before any simulation, the options whose Python modules are absent (the C++
+    rehearsal itself needs none): the eager twin and the video run MuJoCo's bindings, the video
+    renders through PyOpenGL, the plots draw with matplotlib. The video's encoder is not required:
+    without imageio-ffmpeg (or an ffmpeg on PATH) it writes a GIF and says so."""
+    if args.reference:
+        optional.require("tdaot rehearse --reference", optional.MUJOCO)
+    if args.video:
+        optional.require("tdaot rehearse --video", optional.MUJOCO, optional.PYOPENGL)
+    if args.plots:
+        optional.require("tdaot rehearse --plots", optional.MATPLOTLIB)
+
+
 def run(args: argparse.Namespace) -> int:
     from tdaot.builder.factories import call_factory
     from tdaot.manifest import read_manifest
@@ -109,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
             f"--reference compares an undisturbed run with the eager twin; --scenario {args.scenario} "
             "disturbs it: run them separately"
         )
+    _require_optional_modules(args)
     module = manifest = None
     if args.reference:  # the eager policy first: a rehearsal without it would be wasted
         manifest = read_manifest(args.package)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,21 +47,18 @@ class Policy(TensorDictModuleBase):
     with ``num_runners=N`` up to N calls run in parallel.
     """
 
-    def __init__(self, path: str | os.PathLike | _C.Policy, /, **options) -> None:
+    def __init__(self, loaded: _C.Policy, /, **options) -> None:
         super().__init__()
-        if not isinstance(path, _C.Policy):
-            warnings.warn(
-                "constructing tdaot.Policy (or tdaot.NativePolicy) from a path is deprecated and will be "
-                "removed in the next release: use tdaot.load(path, ...), which takes the same options",
-                DeprecationWarning,
-                stacklevel=2,
+        if not isinstance(loaded, _C.Policy):
+            raise InvalidArgumentError(
+                f"tdaot.Policy wraps a loaded package, not {type(loaded).__name__} {loaded!r}: "
+                "use tdaot.load(path, ...) to load one"
             )
-            path = load(path, **options)._policy
-        elif options:
+        if options:
             raise InvalidArgumentError(
                 f"load options ({', '.join(options)}) go to tdaot.load, not tdaot.Policy"
             )
-        self._policy = path
+        self._policy = loaded
         self.path = self._policy.path
         #: sha256 of the package file as loaded (what ``expected_sha256`` pins).
         self.sha256 = self._policy.sha256

@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from tdaot import optional
 from tdaot.contract import Contract, Signal
 from tdaot.contract_terms import TERM_ELEMENTS
 from tdaot.errors import ContractError
@@ -33,13 +34,9 @@ def contract_from_mjlab_onnx(
     control_dt: float | None,
     env_path: Path | None,
 ) -> Contract:
-    try:
-        import onnx
-    except ImportError:
-        raise ContractError(
-            f"{path}: reading an ONNX file's metadata needs the onnx package "
-            "(pip install 'tensordict-aot[rsl-rl]')"
-        ) from None
+    optional.require(f"{path}: reading an ONNX file's metadata", optional.ONNX)
+    import onnx
+
     try:
         model = onnx.load(os.fspath(path), load_external_data=False)
     except Exception as err:  # onnx raises DecodeError, OSError, ... by version

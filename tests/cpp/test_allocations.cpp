@@ -96,5 +96,27 @@ TEST(Allocations, SessionStepAddsNothingToRunPositional) {
   EXPECT_EQ(step.tensors, run.tensors);
 }
 
+// The supervisor of the joint targets (given at construction: limits that clip every target and
+// a hold after 2 rate-limited steps) adds nothing to a Session's step.
+TEST(Allocations, ASupervisedSessionStepAddsNothing) {
+  const Policy policy(test::package_path("legged.pt2"));
+  SupervisorOptions supervised;
+  Supervisor limits;
+  limits.low = {{-0.1}, false};
+  limits.high = {{0.1}, false};
+  limits.max_rate_limited_steps = 2;
+  supervised.config = limits;
+  Session plain(policy, 1);
+  Session session(policy, 1, supervised);
+  const std::vector<at::Tensor> given = {at::randn({1, 48}) * 50};
+  const PerCall bare = measure([&] { plain.step_positional(given); });
+  const PerCall step = measure([&] { session.step_positional(given); });
+  report("legged.pt2 Session::step_positional", bare);
+  report("legged.pt2 supervised Session::step_positional", step);
+  EXPECT_GT(session.interventions().clipped, 0);
+  EXPECT_EQ(step.news, bare.news);
+  EXPECT_EQ(step.tensors, bare.tensors);
+}
+
 }  // namespace
 }  // namespace tdaot

@@ -28,6 +28,8 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 NOT_RUN = {
     ("docs/contract.md", 0): "builds a 12-joint robot's policy with its contract (names, limits, offsets); "
     "test_contract.py builds the legged package's contract and checks load, order and clipping",
+    ("docs/contract.md", 1): "binds a 12-joint robot's package whose observation has joint terms, with a "
+    "supervisor; test_supervisor.py binds the rehearsal's arm with one and checks the same calls",
     ("docs/install.md", 0): "a test function for a user's pytest with the tdaot plugin's fixtures; "
     "test_pytest_plugin.py runs such a test in a pytester session",
     ("docs/from-training.md", 0): "reads a trained run directory and its robot's MJCF; "

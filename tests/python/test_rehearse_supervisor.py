@@ -97,9 +97,12 @@ def test_a_soft_start_takes_the_h1_over_gently(h1, tmp_path):
     assert soft["start_peak_torque"] < 0.5 * hard["start_peak_torque"], (soft, hard)
     assert soft["falls"] == 0 and soft["supervisor"] == "running" and soft["fallback_at"] == -1
     assert soft["blended"] == 50 and hard["blended"] == 0 and hard["supervisor"] == "none"
-    # The trajectory: the first second blending with its gain scale, then running.
-    assert [row["supervisor"] for row in rows[:50]] == ["blending"] * 50
-    assert rows[-1]["supervisor"] == "running" and rows[-1]["gain_scale"] == 1.0
+    # The trajectory: the first second blending, then running (the 50th step reaches the policy's
+    # targets: its state after it is running, its gains whole).
+    assert [row["supervisor"] for row in rows[:49]] == ["blending"] * 49
+    assert [row["gain_scale"] for row in rows[:49]] == [1.0] * 49  # start_gain_fraction 1
+    assert rows[49]["supervisor"] == "running" and rows[49]["gain_scale"] == 1.0
+    assert rows[-1]["supervisor"] == "running"
     assert {row["supervisor"] for row in hard_rows} == {"none"}
 
     crouched, rows, text = _rehearse(h1, tmp_path, "--seconds", "3", "--scenario", "crouch-start")
@@ -107,7 +110,7 @@ def test_a_soft_start_takes_the_h1_over_gently(h1, tmp_path):
         h1, tmp_path, "--seconds", "3", "--scenario", "crouch-start", "--no-supervisor"
     )
     print(text, jumped_text, sep="\n")
-    assert crouched["handover_torque"] < 0.1 * jumped["handover_torque"], (crouched, jumped)
+    assert crouched["handover_torque"] < 0.2 * jumped["handover_torque"], (crouched, jumped)
     assert crouched["falls"] == jumped["falls"] == 0 and crouched["final_height"] > 1.0
     # The crouch: each non-zero default angle 0.3 rad deeper, at rest.
     assert rows[0]["q.left_knee_joint"] == pytest.approx(0.6) and rows[0]["q.left_hip_yaw_joint"] == 0.0
@@ -133,11 +136,17 @@ def test_a_push_over_the_velocity_cap_takes_the_damp_fallback(h1, tmp_path):
     assert {row["supervisor"] for row in after} == {"damped"} and {row["gain_scale"] for row in after} == {
         0.0
     }
-    # Damped: each target is the measured position (tau is the damping's alone), the base never
-    # thrown above where it stood.
+    # Damped: each target is the measured position inside the limits (tau is the damping's
+    # alone), the base never thrown above where it stood, and no torque spike: the largest joint
+    # torque of the run stays a third of the policy's fighting the shove.
+    limits = tdaot.read_manifest(h1).contract.supervisor
+    joints = [c.removeprefix("q.") for c in rows[0] if c.startswith("q.")]
     for row in after:
-        for j in [c.removeprefix("q.") for c in row if c.startswith("q.")]:
-            assert row[f"target.{j}"] == pytest.approx(row[f"q.{j}"], abs=1e-5)
+        for i, j in enumerate(joints):
+            expected = min(max(row[f"q.{j}"], limits.low[i]), limits.high[i])
+            assert row[f"target.{j}"] == pytest.approx(expected, abs=1e-5)
+    fought, _, _ = _rehearse(h1, tmp_path, "--seconds", "4", "--scenario", "push", "--no-supervisor")
+    assert summary["peak_torque"] < fought["peak_torque"] / 3, (summary, fought)
     assert max(row["base_z"] for row in after) <= summary["start_height"] + 0.02
 
 

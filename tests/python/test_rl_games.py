@@ -79,9 +79,9 @@ env_configurations.register(
 )
 
 
-def _params(name: str, train_dir, *, normalize: bool, compiled: bool, activation: str) -> dict:
+def _params(name: str, train_dir, *, normalize: bool, compiled: bool, activation: str, rnn=None) -> dict:
     """rl_games' params as Isaac Lab's rl_games agent.yaml holds them."""
-    return {
+    params = {
         "seed": 42,
         "algo": {"name": "a2c_continuous"},
         "model": {"name": "continuous_a2c_logstd"},
@@ -143,22 +143,32 @@ def _params(name: str, train_dir, *, normalize: bool, compiled: bool, activation
         },
         "env": {"clip_observations": CLIP_OBS, "clip_actions": CLIP_ACTIONS},
     }
+    if rnn is not None:
+        params["network"]["rnn"] = rnn
+        params["config"]["seq_length"] = 4
+    return params
 
 
 RUNS = {
     "compiled_norm": {"normalize": True, "compiled": True, "activation": "elu"},
     "plain": {"normalize": False, "compiled": False, "activation": "tanh"},
 }
+# rl_games' RNN models: an LSTM before the MLP with its layer norm (IsaacGymEnvs' LSTM tasks), a
+# 2-layer GRU after it.
+RNN_RUNS = {
+    "lstm": {"name": "lstm", "units": 8, "layers": 1, "before_mlp": True, "layer_norm": True},
+    "gru": {"name": "gru", "units": 8, "layers": 2, "before_mlp": False},
+}
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """name -> (run directory, params): trained and saved by rl_games' Runner."""
-    root = tmp_path_factory.mktemp("rl_games")
+def _train(root, runs: dict) -> dict:
+    import torch._dynamo.config as dynamo_config
+
     made = {}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(torch._dynamo.config, "disable", True)  # torch.compile wraps, compiles nothing
-        for name, options in RUNS.items():
+    saved = dynamo_config.disable
+    dynamo_config.disable = True  # rl_games' torch.compile wraps the model (its keys), compiles nothing
+    try:
+        for name, options in runs.items():
             params = _params(name, root, **options)
             runner = Runner()
             runner.load({"params": copy.deepcopy(params)})
@@ -168,7 +178,74 @@ def runs(tmp_path_factory):
             (run / "params").mkdir()
             (run / "params" / "agent.yaml").write_text(yaml.dump({"params": params}))
             made[name] = (run, params)
+    finally:
+        dynamo_config.disable = saved
     return made
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """name -> (run directory, params): trained and saved by rl_games' Runner."""
+    return _train(tmp_path_factory.mktemp("rl_games"), RUNS)
+
+
+@pytest.fixture(scope="module")
+def rnn_runs(tmp_path_factory):
+    """The RNN models, trained and saved by rl_games' Runner."""
+    options = {"normalize": True, "compiled": False, "activation": "elu"}
+    return _train(
+        tmp_path_factory.mktemp("rl_games_rnn"), {n: {**options, "rnn": r} for n, r in RNN_RUNS.items()}
+    )
+
+
+@pytest.mark.parametrize("name", list(RNN_RUNS))
+def test_rnn_models_match_the_player_over_steps_with_resets(rnn_runs, name):
+    run, params = rnn_runs[name]
+    policy, example = from_rl_games(run)
+    keys = ["recurrent_state_h", "recurrent_state_c"] if name == "lstm" else ["recurrent_state"]
+    assert policy.in_keys == ["observation", *keys, "is_init"]
+    assert example[keys[0]].shape == (1, RNN_RUNS[name]["layers"], 8)
+    player = _player(params, policy.source)
+    player.batch_size = ENVS
+    player.init_rnn()
+    td = policy.example(ENVS)
+    generator = torch.Generator().manual_seed(4)
+    worst = 0.0
+    for _ in range(8):
+        obs = torch.randn(ENVS, OBS, generator=generator) * 3
+        expected = player.get_action(obs.clamp(-CLIP_OBS, CLIP_OBS), is_deterministic=True)
+        td["observation"] = obs
+        with torch.no_grad():
+            out = policy(td.clone())
+        worst = max(worst, (out["action"] - expected).abs().max().item())
+        dones = torch.rand(ENVS, generator=generator) < 0.3
+        for state in player.states:  # the player zeroes a finished env's state
+            state[:, dones, :] = 0.0
+        for key in policy.state_keys:
+            td[key] = out["next", key]
+        td["is_init"] = dones.reshape(ENVS, 1)
+    assert worst <= TOL, worst
+
+
+def test_rnn_config_refusals(rnn_runs, tmp_path):
+    run, params = rnn_runs["lstm"]
+    for edit, match in (
+        (lambda p: p["network"]["rnn"].update(concat_output=True), r"rnn.concat_output is true"),
+        (lambda p: p["network"]["rnn"].update(name="identity"), r"rnn.name is 'identity'"),
+        (lambda p: p["network"]["rnn"].update(units=16), r"rnn is .* but .* is a lstm of 1 layers, 8 units"),
+        (
+            lambda p: p["network"]["rnn"].update(layer_norm=False),
+            r"layer_norm is False but .* has a2c_network",
+        ),
+        (
+            lambda p: p["network"].pop("rnn"),
+            r"holds .*'a2c_network.rnn.rnn.weight_ih_l0'.* no params.network.rnn",
+        ),
+    ):
+        edited = copy.deepcopy(params)
+        edit(edited)
+        with pytest.raises(tdaot.InvalidArgumentError, match=match):
+            from_rl_games(run, agent={"params": edited})
 
 
 def _player(params, checkpoint) -> PpoPlayerContinuous:
@@ -303,12 +380,12 @@ def _refused(tmp_path, runs, match, *, edit_checkpoint=None, edit_params=None):
         (
             lambda c: c["model"].update({"a2c_network.rnn.rnn.weight_ih_l0": torch.zeros(1)}),
             None,
-            r"holds an RNN \('a2c_network.rnn.rnn.weight_ih_l0'\)",
+            r"holds 'a2c_network.rnn.rnn.weight_ih_l0' but the config has no params.network.rnn",
         ),
         (
             None,
             lambda p: p["network"].update({"rnn": {"name": "lstm", "units": 8}}),
-            r"params.network.rnn is set",
+            r"recurrent layer keys none; expected 'a2c_network.rnn.rnn.bias_hh_l0'",
         ),
         (None, lambda p: p["network"]["mlp"].update({"d2rl": True}), r"mlp.d2rl is true"),
         (None, lambda p: p["network"].update({"space": {"discrete": {}}}), r"space is 'discrete'"),
@@ -327,32 +404,47 @@ def test_refusals_name_the_key(tmp_path, runs, edit_checkpoint, edit_params, mat
     _refused(tmp_path, runs, match, edit_checkpoint=edit_checkpoint, edit_params=edit_params)
 
 
-# --- one package: `tdaot build --run` -------------------------------------------------------
+# --- one package: `tdaot build --run`, batch 1 (one compile: the model the lite runtime runs) --
 @pytest.fixture(scope="module")
 def built(runs, tmp_path_factory):
     run, _ = runs["compiled_norm"]
     out = tmp_path_factory.mktemp("rl_games_cli") / "rl_games.pt2"
-    assert main(["build", "--run", str(run), "-o", str(out)]) == 0
+    assert main(["build", "--run", str(run), "--batch", "1", "-o", str(out)]) == 0
     return out
 
 
 def test_the_command_line_builds_an_rl_games_run(built, runs):
     run, params = runs["compiled_norm"]
     policy, _ = from_rl_games(run)
-    generator = torch.Generator().manual_seed(3)
-    example = TensorDict({"observation": torch.randn(ENVS, OBS, generator=generator) * 3}, batch_size=[ENVS])
-    tdaot.testing.assert_parity(policy, str(built), example, atol=TOL, rtol=0)
-    tdaot.testing.assert_parity(policy, str(built), example[:1], runtime="lite", atol=TOL, rtol=0)
     player = _player(params, policy.source)
-    expected = player.get_action(example["observation"].clamp(-CLIP_OBS, CLIP_OBS), is_deterministic=True)
-    got = tdaot.load(str(built))(example.clone())["action"]
-    assert (got - expected).abs().max().item() <= TOL
+    native = tdaot.load(str(built))
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(4):
+        example = TensorDict({"observation": torch.randn(1, OBS, generator=generator) * 3}, batch_size=[1])
+        tdaot.testing.assert_parity(policy, str(built), example, atol=TOL, rtol=0)
+        tdaot.testing.assert_parity(policy, str(built), example, runtime="lite", atol=TOL, rtol=0)
+        expected = player.get_action(example["observation"].clamp(-CLIP_OBS, CLIP_OBS), is_deterministic=True)
+        got = native(example.clone())["action"]
+        assert (got - expected).abs().max().item() <= TOL
 
 
-def test_from_run_says_rl_games(runs):
-    run, _ = runs["compiled_norm"]
-    policy, _ = tdaot.from_run(run)
-    assert policy.trained_with.library == "rl_games" and "nn/ with" in policy.trained_with.evidence
-    assert policy.source == str(run / "nn" / "compiled_norm.pth")
-    single, _ = tdaot.from_run(run / "nn" / "compiled_norm.pth")
-    assert single.trained_with.library == "rl_games" and "'model'" in single.trained_with.evidence
+def test_an_rnn_package_steps_natively_and_lite(rnn_runs, tmp_path):
+    run, params = rnn_runs["lstm"]
+    policy, example = from_rl_games(run)
+    out = str(tdaot.build(policy, example, str(tmp_path / "lstm.pt2"), batch=1).path)
+    session = tdaot.load(out).session(batch=1)
+    player = _player(params, policy.source)
+    player.batch_size = 1
+    player.init_rnn()
+    generator = torch.Generator().manual_seed(6)
+    worst = 0.0
+    for index in range(8):
+        if index == 4:  # an episode ends: both start the next from zero state
+            session.reset(torch.ones(1, dtype=torch.bool))
+            for state in player.states:
+                state.zero_()
+        obs = torch.randn(1, OBS, generator=generator) * 3
+        expected = player.get_action(obs.clamp(-CLIP_OBS, CLIP_OBS), is_deterministic=True)
+        worst = max(worst, (session.step({"observation": obs})["action"] - expected).abs().max().item())
+    assert worst <= TOL, worst
+    tdaot.testing.assert_parity(policy, out, example, runtime="lite", atol=TOL, rtol=0)

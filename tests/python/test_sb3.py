@@ -15,6 +15,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import zipfile
 
 import numpy as np
 import pytest
@@ -155,12 +156,91 @@ def test_a_pickle_is_read_without_running_it(runs, tmp_path):
         from_sb3(tmp_path)
 
 
-def test_recurrent_ppo_is_refused_by_name(tmp_path):
+@pytest.fixture(scope="module")
+def recurrent(tmp_path_factory):
+    """A RecurrentPPO model (a 2-layer LSTM) and its VecNormalize, saved by sb3-contrib."""
+    folder = tmp_path_factory.mktemp("recurrent_ppo")
+    env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=2, seed=0), clip_obs=5.0)
+    kwargs = {"lstm_hidden_size": 8, "n_lstm_layers": 2, "net_arch": [8]}
+    model = RecurrentPPO(
+        "MlpLstmPolicy", env, n_steps=16, batch_size=16, n_epochs=2, seed=0, policy_kwargs=kwargs
+    )
+    model.learn(32)
+    model.save(folder / "model")
+    env.save(str(folder / "vecnormalize.pkl"))
+    return folder
+
+
+def _recurrent_rollout(folder, step, rows: int) -> float:
+    """``step(obs, starts) -> actions`` against RecurrentPPO's predict, rows starting episodes at
+    random steps; the largest |difference|."""
+    reference = RecurrentPPO.load(str(folder / "model.zip"), device="cpu")
+    with open(folder / "vecnormalize.pkl", "rb") as file:
+        normalizer = pickle.load(file)
+    rng = np.random.default_rng(3)
+    state, starts, worst = None, np.ones(rows, dtype=bool), 0.0
+    for _ in range(8):
+        obs = (rng.standard_normal((rows, OBS)) * 3).astype(np.float32)
+        expected, state = reference.predict(
+            normalizer.normalize_obs(obs), state=state, episode_start=starts, deterministic=True
+        )
+        worst = max(worst, float(np.abs(step(obs, starts) - expected).max()))
+        starts = rng.random(rows) < 0.3
+    return worst
+
+
+def test_recurrent_ppo_matches_predict_over_steps_with_resets(recurrent):
+    policy, example = from_sb3(recurrent)
+    assert policy.in_keys == ["observation", "recurrent_state_h", "recurrent_state_c", "is_init"]
+    assert policy.out_keys == ["action", ("next", "recurrent_state_h"), ("next", "recurrent_state_c")]
+    assert example["recurrent_state_h"].shape == (1, 2, 8) and example["is_init"].all()
+    rows = 4
+    td = policy.example(rows)
+
+    def step(obs, starts):
+        td["observation"] = torch.from_numpy(obs)
+        td["is_init"] = torch.from_numpy(starts).reshape(rows, 1)
+        with torch.no_grad():
+            out = policy(td.clone())
+        for key in policy.state_keys:
+            td[key] = out["next", key]
+        return out["action"].numpy()
+
+    assert _recurrent_rollout(recurrent, step, rows) <= TOL
+
+
+def test_a_recurrent_ppo_package_steps_natively_and_lite(recurrent, tmp_path):
+    policy, example = from_sb3(recurrent)
+    out = str(tdaot.build(policy, example, str(tmp_path / "lstm.pt2"), batch=1).path)
+    session = tdaot.load(out).session(batch=1)
+
+    def step(obs, starts):
+        if starts[0]:
+            session.reset(torch.ones(1, dtype=torch.bool))
+        return session.step({"observation": torch.from_numpy(obs)})["action"].numpy()
+
+    assert _recurrent_rollout(recurrent, step, 1) <= TOL
+    tdaot.testing.assert_parity(policy, out, example, runtime="lite", atol=TOL, rtol=0)
+
+
+def test_recurrent_ppo_keys_are_checked(tmp_path):
     model = RecurrentPPO("MlpLstmPolicy", "Pendulum-v1", n_steps=16, batch_size=16, n_epochs=1, seed=0,
                          policy_kwargs={"lstm_hidden_size": 8, "net_arch": [8]})  # fmt: skip
     model.save(tmp_path / "model")
-    with pytest.raises(tdaot.InvalidArgumentError, match=r"sb3-contrib RecurrentPPO model .*LSTM"):
-        from_sb3(tmp_path)
+    import io
+
+    with zipfile.ZipFile(tmp_path / "model.zip") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    state = torch.load(io.BytesIO(members["policy.pth"]), weights_only=True)
+    del state["lstm_actor.bias_hh_l0"]
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    members["policy.pth"] = buffer.getvalue()
+    with zipfile.ZipFile(tmp_path / "broken.zip", "w") as archive:
+        for name, content in members.items():
+            archive.writestr(name, content)
+    with pytest.raises(tdaot.InvalidArgumentError, match=r"recurrent layer keys .*'lstm_actor.bias_hh_l0'"):
+        from_sb3(tmp_path / "broken.zip")
 
 
 def test_directory_and_zip_mistakes_are_named(tmp_path, runs):
@@ -173,8 +253,6 @@ def test_directory_and_zip_mistakes_are_named(tmp_path, runs):
         from_sb3(tmp_path)
     with pytest.raises(tdaot.InvalidArgumentError, match=r"best.zip' is not a Stable-Baselines3 model zip"):
         from_sb3(tmp_path / "best.zip")
-    import zipfile
-
     with zipfile.ZipFile(tmp_path / "model.zip", "w") as archive:
         archive.writestr("data", "{}")
     with pytest.raises(tdaot.InvalidArgumentError, match=r"has no 'policy.pth'"):
@@ -183,7 +261,6 @@ def test_directory_and_zip_mistakes_are_named(tmp_path, runs):
 
 def _edited_zip(runs, tmp_path, *, data=None, weights=None):
     import json
-    import zipfile
 
     with zipfile.ZipFile(runs["plain"] / "model.zip") as archive:
         members = {name: archive.read(name) for name in archive.namelist()}
@@ -246,24 +323,27 @@ def test_sb3_is_not_needed(runs):
     assert result.stdout.strip() == f"torch.Size([1, {ACTIONS}])"
 
 
-# --- one package: `tdaot build --run` -------------------------------------------------------
+# --- one package: `tdaot build --run`, batch 1 (one compile: the model the lite runtime runs) --
 @pytest.fixture(scope="module")
 def built(runs, tmp_path_factory):
     out = tmp_path_factory.mktemp("sb3_cli") / "sb3.pt2"
-    assert main(["build", "--run", str(runs["isaac_sde"]), "-o", str(out)]) == 0
+    assert main(["build", "--run", str(runs["isaac_sde"]), "--batch", "1", "-o", str(out)]) == 0
     return out
 
 
 def test_the_command_line_builds_an_sb3_model(built, runs):
     run = runs["isaac_sde"]
     policy, _ = from_sb3(run)
-    obs = (np.random.default_rng(4).standard_normal((6, OBS)) * 4).astype(np.float32)
-    example = TensorDict({"observation": torch.from_numpy(obs)}, batch_size=[6])
-    tdaot.testing.assert_parity(policy, str(built), example, atol=TOL, rtol=0)
-    tdaot.testing.assert_parity(policy, str(built), example[:1], runtime="lite", atol=TOL, rtol=0)
-    got = tdaot.load(str(built))(example.clone())["action"].numpy()
-    expected = _reference(run / "model.zip", run / "model_vecnormalize.pkl")(obs)
-    assert float(np.abs(got - expected).max()) <= TOL
+    predict = _reference(run / "model.zip", run / "model_vecnormalize.pkl")
+    native = tdaot.load(str(built))
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        obs = (rng.standard_normal((1, OBS)) * 4).astype(np.float32)
+        example = TensorDict({"observation": torch.from_numpy(obs)}, batch_size=[1])
+        tdaot.testing.assert_parity(policy, str(built), example, atol=TOL, rtol=0)
+        tdaot.testing.assert_parity(policy, str(built), example, runtime="lite", atol=TOL, rtol=0)
+        got = native(example.clone())["action"].numpy()
+        assert float(np.abs(got - predict(obs)).max()) <= TOL
 
 
 def test_from_run_says_sb3(runs):

@@ -325,3 +325,24 @@ def test_from_run_and_the_command_line_say_skrl(runs, tmp_path, capsys, monkeypa
     assert "checkpoint=3 chooses an rsl_rl iteration; for a skrl run give" in capsys.readouterr().err
     assert main(["build", "--run", str(run), "--mjcf", "robot.xml", "-o", out]) == 1
     assert "mjcf maps a deployment file's joints, but no deploy file was given" in capsys.readouterr().err
+
+
+def test_a_config_entry_names_a_run_of_any_library(runs, tmp_path):
+    from tdaot.builder.config import load_config
+
+    run, _ = runs["separate_tanh"]
+    config = tmp_path / "tdaot.toml"
+    config.write_text(f"[[artifact]]\nname = 'pendulum'\nrun = '{run}'\nbatch = 1\n")
+    (spec,) = load_config(config)
+    assert spec.factory is None and spec.rsl_rl.path == str(run)
+    module, example, options = spec.load()
+    assert module.library == "skrl" and module.trained_with.library == "skrl"
+    assert options.contract is None and list(example.keys()) == ["observation"]
+    config.write_text(f"[[artifact]]\nname = 'p'\nrun = '{run}'\nfactory = 'p.py:f'\n")
+    with pytest.raises(tdaot.ConfigError, match=r"field 'run': give one of factory, rsl_rl or run"):
+        load_config(config)
+    config.write_text("[[artifact]]\nname = 'p'\n")
+    with pytest.raises(
+        tdaot.ConfigError, match=r"field 'factory': missing \(or rsl_rl: .*; or run: a run of any"
+    ):
+        load_config(config)

@@ -26,6 +26,10 @@
     deploy = "runs/go2/params/deploy.yaml"  # optional; default the run's params/deploy.yaml if present
     mjcf = "robots/go2.xml"          # optional: the joint order for a deploy.yaml (or joint_names = [...])
 
+    [[artifact]]
+    name = "anymal"
+    run = "logs/skrl/anymal/2026-11-28"  # a run of rsl_rl, skrl, rl_games or SB3 (tdaot.from_run)
+
 The build option keys (and their checks) are BuildOptions' fields (tdaot.builder.options),
 ``cpu_target`` given as the list ``cpu_targets``; the other keys say which artifact and where.
 Paths (factory files, rsl_rl run directories, deploy and mjcf files, sign_key) are relative to
@@ -47,13 +51,14 @@ from tdaot.builder.options import BuildOptions, Invalid, OptionError
 from tdaot.builder.options import fields as option_fields
 from tdaot.errors import ConfigError, InvalidArgumentError
 from tdaot.trained.run import RslRlRun
+from tdaot.trained.which_run import TrainedRun
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # Keys that are not build options: which artifact, from where, to where, checked how.
 _JOB_DEFAULTS = {"output_dir": "dist", "parity": True, "cpu_targets": [BuildOptions().cpu_target]}
 # An rsl_rl run directory (tdaot.trained.run.RslRlRun) instead of a factory, and its options.
 _RUN_FIELDS = ("checkpoint", "deploy", "mjcf", "joint_names")
-_JOB_FIELDS = {"name", "factory", "output", "rsl_rl", *_RUN_FIELDS, *_JOB_DEFAULTS}
+_JOB_FIELDS = {"name", "factory", "output", "rsl_rl", "run", *_RUN_FIELDS, *_JOB_DEFAULTS}
 # Build options by config key; cpu_target is the job field cpu_targets (one build per target).
 _OPTION_FIELDS = {spec.name: spec for spec in option_fields() if spec.name != "cpu_target"}
 _FIELDS = _JOB_FIELDS | set(_OPTION_FIELDS)
@@ -68,7 +73,7 @@ class BuildSpec:
     output: str
     parity: bool
     options: BuildOptions
-    rsl_rl: RslRlRun | None = None  # built from this run instead of a factory
+    rsl_rl: RslRlRun | TrainedRun | None = None  # built from this run (rsl_rl or run) instead of a factory
 
     def load(self):
         """(module, example, options): from the factory, or from the rsl_rl run with its
@@ -154,8 +159,10 @@ def _parse_entry(merged: dict, entry: dict, base_dir: Path, where: str) -> list[
         fail("name", f"{name!r} must be letters, digits, '_', '.' or '-'")
     if "factory" in entry and "rsl_rl" in entry:
         fail("rsl_rl", "give either factory or rsl_rl (an rsl_rl run directory), not both")
-    if "factory" not in entry and "rsl_rl" not in entry:
-        fail("factory", "missing (or rsl_rl: an rsl_rl run directory)")
+    if "run" in entry and ("factory" in entry or "rsl_rl" in entry):
+        fail("run", "give one of factory, rsl_rl or run (a run of any library), not several")
+    if "factory" not in entry and "rsl_rl" not in entry and "run" not in entry:
+        fail("factory", "missing (or rsl_rl: an rsl_rl run directory; or run: a run of any library)")
     factory, run = None, None
     if "factory" in entry:
         factory = merged["factory"]
@@ -166,9 +173,9 @@ def _parse_entry(merged: dict, entry: dict, base_dir: Path, where: str) -> list[
             factory = f"{base_dir / source}:{function}"
         for key in _RUN_FIELDS:
             if key in merged:
-                fail(key, "applies to rsl_rl entries only")
+                fail(key, "applies to rsl_rl entries only (and run entries)")
     else:
-        run = _rsl_rl_run(merged, base_dir, "contract" in merged, fail)
+        run = _trained_run(merged, base_dir, "contract" in merged, fail)
 
     if not isinstance(merged["parity"], bool):
         fail("parity", f"expected true or false, got {merged['parity']!r}")
@@ -211,8 +218,9 @@ def _parse_entry(merged: dict, entry: dict, base_dir: Path, where: str) -> list[
     ]
 
 
-def _rsl_rl_run(merged: dict, base_dir: Path, has_contract: bool, fail) -> RslRlRun:
-    """The entry's rsl_rl run, its paths taken relative to the config file."""
+def _trained_run(merged: dict, base_dir: Path, has_contract: bool, fail) -> RslRlRun | TrainedRun:
+    """The entry's rsl_rl run (``rsl_rl``) or run of any library (``run``), its paths taken
+    relative to the config file."""
 
     def path(key: str) -> str | None:
         value = merged.get(key)
@@ -235,11 +243,12 @@ def _rsl_rl_run(merged: dict, base_dir: Path, has_contract: bool, fail) -> RslRl
         fail("joint_names", f"expected a list of joint names, got {names!r}")
     if has_contract and "deploy" in merged:
         fail("deploy", "give the contract once: contract or deploy, not both")
-    run_dir = path("rsl_rl")
+    key = "rsl_rl" if "rsl_rl" in merged else "run"
+    run_dir = path(key)
     if isinstance(checkpoint, str) and not os.path.isabs(checkpoint):
         checkpoint = str(Path(run_dir) / checkpoint)  # like rsl_rl's own resume: a file of the run
     try:
-        return RslRlRun(
+        return (RslRlRun if key == "rsl_rl" else TrainedRun)(
             run_dir,
             checkpoint=checkpoint,
             deploy=path("deploy"),

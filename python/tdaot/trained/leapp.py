@@ -254,6 +254,7 @@ class LeappPolicy(TensorDictModuleBase):
 
     def __init__(self, bundle: Bundle, program: torch.nn.Module) -> None:
         super().__init__()
+        self.bundle = bundle
         self.bundle_path, self.node = str(bundle.path), bundle.node
         self.program = program
         self.input_names = [t.name for t in bundle.inputs]
@@ -393,5 +394,4 @@ def from_leapp(source: str | os.PathLike) -> tuple[LeappPolicy, TensorDict]:
     traced it). Its contract: :func:`leapp_contract` (``tdaot build --leapp`` passes it)."""
     bundle = read_bundle(source)
     policy = LeappPolicy(bundle, load_program(bundle))
-    policy.bundle = bundle
     return policy, policy.example()

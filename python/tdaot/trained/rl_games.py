@@ -14,8 +14,14 @@ compiled the model), ``epoch``, ``optimizer``, ... The network's layout is in th
   rescaled to the action space, which Isaac Lab's wrapper makes ``±params.env.clip_actions``;
   Isaac Lab's wrapper also clamps observations to ``±params.env.clip_observations``.
 
-The deterministic action is the player's ``get_action(obs, is_deterministic=True)``. rl_games'
-RNN models, CNNs, D2RL MLPs, discrete and SAC heads are refused by name.
+* ``params.network.rnn`` (``lstm`` / ``gru``, ``units``, ``layers``, ``before_mlp``,
+  ``layer_norm``): ``a2c_network.rnn.rnn.*`` (``a_rnn`` when separate) before the MLP or between
+  it and ``mu``, then ``a2c_network.layer_norm``; its state carried as ``recurrent_state_h`` /
+  ``recurrent_state_c`` (LSTM) or ``recurrent_state`` (GRU), zeroed where ``is_init`` is true,
+  as the player zeroes a finished environment's state.
+
+The deterministic action is the player's ``get_action(obs, is_deterministic=True)``. CNNs, D2RL
+MLPs, an RNN's ``concat_input`` / ``concat_output``, discrete and SAC heads are refused by name.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from tdaot.trained.trainer_files import (
     load_yaml_mapping,
     number,
     refuse,
+    rnn_layer,
     state_dict,
     take,
     vector,
@@ -134,11 +141,6 @@ def _network(config: Mapping[str, Any]) -> Mapping[str, Any]:
         refuse(f"rl_games config params.model.name is {model!r}; tdaot rebuilds {', '.join(MODELS)}")
     if network.get("name", "actor_critic") != "actor_critic":
         refuse(f"rl_games config params.network.name is {network.get('name')!r}; tdaot rebuilds actor_critic")
-    if "rnn" in network:
-        refuse(
-            "rl_games config params.network.rnn is set: tdaot does not rebuild rl_games' RNN models "
-            f"(rnn: {network['rnn']!r})"
-        )
     if "cnn" in network:
         refuse("rl_games config params.network.cnn is set: tdaot rebuilds MLP actors, not rl_games' CNNs")
     space = network.get("space")
@@ -177,11 +179,7 @@ def read_policy(
     state = _model_state(checkpoint)
     network = _network(config)
     where = "rl_games checkpoint 'model'"
-    if any("rnn" in key for key in state):
-        refuse(
-            f"{where} holds an RNN ({key_names(k for k in state if 'rnn' in k)}): tdaot does not rebuild "
-            f"rl_games' RNN models"
-        )
+    rnn, rnn_norm, before_mlp = _recurrent(network, state, where)
     running = take(state, "running_mean_std.")
     take(state, "value_mean_std.")
     layers = linear_chain(take(state, "a2c_network.actor_mlp."), "a2c_network.actor_mlp.", where)
@@ -194,7 +192,9 @@ def read_policy(
         state,
         where,
         "running_mean_std.*, value_mean_std.*, a2c_network.actor_mlp.N.*, a2c_network.mu.*, "
-        "a2c_network.sigma, a2c_network.value.*, a2c_network.critic_mlp.N.* (each maybe prefixed _orig_mod.)",
+        "a2c_network.sigma, a2c_network.value.*, a2c_network.critic_mlp.N.*, a2c_network.rnn.rnn.* and "
+        "a2c_network.layer_norm.* (a_rnn, a_layer_norm, c_rnn, c_layer_norm when separate) (each maybe "
+        "prefixed _orig_mod.)",
     )
     units = network["mlp"].get("units")
     if units != [w.shape[0] for w, _ in layers]:
@@ -202,11 +202,15 @@ def read_policy(
             f"rl_games config params.network.mlp.units is {units!r} but the checkpoint's actor_mlp has "
             f"{[w.shape[0] for w, _ in layers]}"
         )
-    if mu[0].shape[1] != layers[-1][0].shape[0]:
-        refuse(
-            f"{where}: a2c_network.mu takes {mu[0].shape[1]} features but actor_mlp gives "
-            f"{layers[-1][0].shape[0]}"
-        )
+    gives = layers[-1][0].shape[0] if rnn is None or before_mlp else rnn.hidden_size
+    if mu[0].shape[1] != gives:
+        refuse(f"{where}: a2c_network.mu takes {mu[0].shape[1]} features but the layer before gives {gives}")
+    if rnn is not None:
+        takes, given = (layers[0][0].shape[1], rnn.hidden_size) if before_mlp else (rnn.input_size, units[-1])
+        if takes != given:
+            refuse(
+                f"{where}: the {'actor_mlp' if before_mlp else 'RNN'} takes {takes} features but gets {given}"
+            )
     modules: list[nn.Module] = []
     for weight, bias in [*layers, mu]:
         linear = nn.Linear(weight.shape[1], weight.shape[0], dtype=weight.dtype)
@@ -215,11 +219,66 @@ def read_policy(
         modules.append(_activation(network["mlp"].get("activation"), "params.network.mlp.activation"))
     modules[-1] = _activation(network["space"]["continuous"].get("mu_activation", "None"),
                               "params.network.space.continuous.mu_activation")  # fmt: skip
-    obs_dim, actions = layers[0][0].shape[1], mu[0].shape[0]
+    obs_dim = rnn.input_size if rnn is not None and before_mlp else layers[0][0].shape[1]
+    actions = mu[0].shape[0]
     normalizer = _normalizer(running, config, obs_dim)
-    spec = ActorSpec(library=LIBRARY, source=source, modules=modules, obs_dim=obs_dim, num_actions=actions,
-                     normalizer=normalizer)  # fmt: skip
+    spec = ActorSpec(
+        library=LIBRARY, source=source, modules=modules, obs_dim=obs_dim, num_actions=actions,
+        normalizer=normalizer, rnn=rnn, rnn_at=0 if before_mlp else 2 * len(layers), rnn_norm=rnn_norm,
+    )  # fmt: skip
     return _post_processing(spec, config, action_range)
+
+
+def _recurrent(network: Mapping[str, Any], state: dict[str, torch.Tensor], where: str):
+    """(the actor's LSTM or GRU, its LayerNorm, whether it runs before the MLP), or Nones."""
+    separate = bool(network.get("separate", False))
+    prefix, norm = ("a2c_network.a_rnn.rnn.", "a2c_network.a_layer_norm.") if separate else (
+        "a2c_network.rnn.rnn.", "a2c_network.layer_norm.")  # fmt: skip
+    config = network.get("rnn")
+    if config is None:
+        found = [k for k in state if "rnn" in k or "layer_norm" in k]
+        if found:
+            refuse(f"{where} holds {key_names(found)} but the config has no params.network.rnn")
+        return None, None, False
+    config = _mapping_of(config, "params.network.rnn")
+    name = config.get("name")
+    if name not in ("lstm", "gru"):
+        refuse(f"rl_games config params.network.rnn.name is {name!r}; tdaot rebuilds lstm and gru")
+    for flag in ("concat_input", "concat_output"):
+        if config.get(flag):
+            refuse(f"rl_games config params.network.rnn.{flag} is true: tdaot does not rebuild it")
+    rnn = rnn_layer(take(state, prefix), prefix, where)
+    if separate:
+        take(state, "a2c_network.c_rnn.rnn.")
+        take(state, "a2c_network.c_layer_norm.")
+    kind = "lstm" if isinstance(rnn, nn.LSTM) else "gru"
+    if (
+        kind != name
+        or rnn.hidden_size != config.get("units", rnn.hidden_size)
+        or rnn.num_layers != config.get("layers", 1)
+    ):
+        refuse(
+            f"rl_games config params.network.rnn is {dict(config)!r} but {where} {prefix}* is a {kind} of "
+            f"{rnn.num_layers} layers, {rnn.hidden_size} units"
+        )
+    layer_norm = None
+    norm_params = take(state, norm)
+    if bool(config.get("layer_norm", False)) != bool(norm_params):
+        refuse(f"rl_games config params.network.rnn.layer_norm is {config.get('layer_norm')!r} but {where} "
+               f"{'has' if norm_params else 'has no'} {norm}* entries")  # fmt: skip
+    if norm_params:
+        layer_norm = nn.LayerNorm(rnn.hidden_size)
+        try:
+            layer_norm.load_state_dict(norm_params)
+        except RuntimeError as err:
+            refuse(f"{where}: {norm}* is not a LayerNorm of {rnn.hidden_size}: {err}")
+    return rnn, layer_norm, bool(config.get("before_mlp", False))
+
+
+def _mapping_of(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        refuse(f"rl_games config {where} is {value!r}, not a mapping")
+    return value
 
 
 def _normalizer(running: dict[str, torch.Tensor], config: Mapping[str, Any], obs_dim: int):

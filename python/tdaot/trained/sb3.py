@@ -1,4 +1,5 @@
-"""``tdaot.from_sb3``: a Stable-Baselines3 2.x model (PPO, A2C) as a tensordict policy tdaot builds.
+"""``tdaot.from_sb3``: a Stable-Baselines3 2.x model (PPO, A2C, sb3-contrib's RecurrentPPO) as a
+tensordict policy tdaot builds.
 
 ``model.save`` writes a zip: ``data`` (JSON; what JSON cannot hold is cloudpickled, base64, under
 ``:serialized:``), ``policy.pth`` (the policy's state dict) and more. The actor of an
@@ -13,8 +14,10 @@ writes ``model_vecnormalize.pkl``, the RL Zoo ``vecnormalize.pkl``. Its observat
 normalization is ``clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs)``.
 
 Every pickle (the spaces, policy_kwargs, VecNormalize) is read as data by
-:mod:`tdaot.trained.safe_pickle`: nothing in it runs. sb3-contrib's RecurrentPPO (its LSTM),
-SAC/TD3 actors, image, dict and discrete spaces are refused by name.
+:mod:`tdaot.trained.safe_pickle`: nothing in it runs. RecurrentPPO's ``lstm_actor`` runs before
+the actor's MLP, its state carried as ``recurrent_state_h`` / ``recurrent_state_c`` and zeroed at
+an episode's start (``is_init``), as ``predict(..., episode_start=...)`` does. SAC/TD3 actors,
+image, dict and discrete spaces are refused by name.
 """
 
 from __future__ import annotations
@@ -44,12 +47,13 @@ from tdaot.trained.trainer_files import (
     linear_chain,
     linear_pair,
     refuse,
+    rnn_layer,
     state_dict,
     take,
 )
 
 LIBRARY = "sb3"
-POLICIES = ("stable_baselines3.common.policies.ActorCriticPolicy",)
+POLICIES = ("stable_baselines3.common.policies.ActorCriticPolicy",)  # PPO's and A2C's
 RECURRENT_POLICY = "sb3_contrib.common.recurrent.policies.RecurrentActorCriticPolicy"
 BOX = "gymnasium.spaces.box.Box"
 VEC_NORMALIZE = "stable_baselines3.common.vec_env.vec_normalize.VecNormalize"
@@ -189,16 +193,12 @@ def read_policy(data: Mapping[str, Any], weights: dict[str, torch.Tensor], sourc
     """The deterministic actor of an SB3 save (its ``data`` and ``policy.pth``)."""
     where = f"'{source}'"
     policy_class = global_name(_unpickled(data, "policy_class", where))
-    if policy_class == RECURRENT_POLICY or any(k.startswith("lstm_actor.") for k in weights):
-        refuse(
-            f"{where} is an sb3-contrib RecurrentPPO model ({policy_class}, lstm_actor.* keys): tdaot does "
-            f"not "
-            "rebuild its LSTM policy"
-        )
-    if policy_class not in POLICIES:
+    recurrent = policy_class == RECURRENT_POLICY
+    if policy_class not in (*POLICIES, RECURRENT_POLICY):
         refuse(
             f"{where} data['policy_class'] is {policy_class or data.get('policy_class')!r}; tdaot rebuilds "
-            f"{', '.join(POLICIES)} (PPO and A2C's MlpPolicy)"
+            f"{', '.join((*POLICIES, RECURRENT_POLICY))} (PPO's and A2C's MlpPolicy, RecurrentPPO's "
+            f"MlpLstmPolicy)"
         )
     observation = _unpickled(data, "observation_space", where)
     if global_name(observation) != BOX:
@@ -214,6 +214,11 @@ def read_policy(data: Mapping[str, Any], weights: dict[str, torch.Tensor], sourc
     use_sde = bool(data.get("use_sde", False))
     state = dict(weights)
     location = f"{where} policy.pth"
+    lstm = None
+    if recurrent:  # sb3-contrib's RecurrentPPO: lstm_actor before the actor's MLP
+        lstm = rnn_layer(take(state, "lstm_actor."), "lstm_actor.", location)
+        take(state, "lstm_critic.")
+        take(state, "critic.")
     layers = (
         linear_chain(take(state, "mlp_extractor.policy_net."), "mlp_extractor.policy_net.", location)
         if any(k.startswith("mlp_extractor.policy_net.") for k in state)
@@ -229,7 +234,8 @@ def read_policy(data: Mapping[str, Any], weights: dict[str, torch.Tensor], sourc
         state,
         location,
         "mlp_extractor.policy_net.N.*, mlp_extractor.value_net.N.*, action_net.*, value_net.*, log_std "
-        "(an ActorCriticPolicy with a FlattenExtractor)",
+        "(an ActorCriticPolicy with a FlattenExtractor; RecurrentPPO's lstm_actor.*, lstm_critic.*, "
+        "critic.*)",
     )
     modules: list[nn.Module] = []
     for weight, bias in layers:
@@ -239,7 +245,14 @@ def read_policy(data: Mapping[str, Any], weights: dict[str, torch.Tensor], sourc
     head = nn.Linear(mean[0].shape[1], mean[0].shape[0], dtype=mean[0].dtype)
     head.load_state_dict({"weight": mean[0], "bias": mean[1]})
     modules.append(head)
-    obs_dim = layers[0][0].shape[1] if layers else mean[0].shape[1]
+    mlp_in = layers[0][0].shape[1] if layers else mean[0].shape[1]
+    obs_dim = mlp_in
+    if lstm is not None:
+        if mlp_in != lstm.hidden_size:
+            refuse(
+                f"{location}: the actor's MLP takes {mlp_in} features but lstm_actor gives {lstm.hidden_size}"
+            )
+        obs_dim = lstm.input_size
     if obs_dim != obs_low.shape[0]:
         refuse(
             f"{location}: the actor takes {obs_dim} observations but data['observation_space'] has "
@@ -253,18 +266,23 @@ def read_policy(data: Mapping[str, Any], weights: dict[str, torch.Tensor], sourc
         )
     low = torch.from_numpy(action_low.astype(np.float32))
     high = torch.from_numpy(action_high.astype(np.float32))
-    spec = ActorSpec(library=LIBRARY, source=source, modules=modules, obs_dim=obs_dim, num_actions=actions)
+    spec = ActorSpec(
+        library=LIBRARY, source=source, modules=modules, obs_dim=obs_dim, num_actions=actions, rnn=lstm,
+        notes=("RecurrentPPO LSTM",) if lstm is not None else (),
+    )  # fmt: skip
     if squash:
         if not bool(torch.isfinite(low).all() and torch.isfinite(high).all()):
             refuse(f"{where} squash_output rescales to data['action_space'], whose bounds are not finite")
         # unscale_action: low + 0.5 * (a + 1) * (high - low); the gSDE distribution's mode is tanh'd.
         return dataclasses.replace(
             spec, squash=use_sde, rescale=((high - low) / 2.0, low + (high - low) / 2.0, False),
-            notes=("squashed output rescaled to the action space",),
+            notes=(*spec.notes, "squashed output rescaled to the action space"),
         )  # fmt: skip
     if bool(torch.isinf(low).all() and torch.isinf(high).all()):
         return spec
-    return dataclasses.replace(spec, action_clip=(low, high), notes=("action clipped to the action space",))
+    return dataclasses.replace(
+        spec, action_clip=(low, high), notes=(*spec.notes, "action clipped to the action space")
+    )
 
 
 def read_vecnormalize(path: Path, obs_dim: int) -> ObservationNormalizer | None:
@@ -328,6 +346,6 @@ def from_sb3(
         normalizer = read_vecnormalize(found, spec.obs_dim)
         notes = (f"VecNormalize {found}" + ("" if normalizer else " (norm_obs false)"), *notes)
         spec = dataclasses.replace(spec, normalizer=normalizer)
-    policy = MlpActor(dataclasses.replace(spec, chosen=how, notes=notes))
-    policy.vecnormalize = str(found) if found is not None else None
+    vecnormalize_file = str(found) if found is not None else None
+    policy = MlpActor(dataclasses.replace(spec, chosen=how, notes=notes, vecnormalize=vecnormalize_file))
     return policy, policy.example(1)

@@ -146,3 +146,38 @@ def number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         refuse(f"{where} is {value!r}, expected a number")
     return float(value)
+
+
+def rnn_layer(params: Mapping[str, torch.Tensor], prefix: str, where: str) -> torch.nn.LSTM | torch.nn.GRU:
+    """A one-directional ``torch.nn.LSTM`` or ``GRU`` without projections from its parameters
+    under ``prefix`` (``weight_ih_l0``, ``weight_hh_l0``, ``bias_ih_l0``, ``bias_hh_l0``, ... per
+    layer); which one the gates say (4 x hidden rows: LSTM, 3 x: GRU)."""
+    layers = 0
+    while f"weight_ih_l{layers}" in params:
+        layers += 1
+    names = ("weight_ih_l", "weight_hh_l", "bias_ih_l", "bias_hh_l")
+    expected = {f"{name}{k}" for name in names for k in range(max(layers, 1))}
+    if not layers or set(params) != expected:
+        refuse(
+            f"{where}: recurrent layer keys {key_names(prefix + k for k in params)}; expected "
+            f"{key_names(prefix + k for k in expected)} (a one-directional torch LSTM or GRU without "
+            "projections)"
+        )
+    hidden = params["weight_hh_l0"].shape[1]
+    inputs = params["weight_ih_l0"].shape[1]
+    gates = params["weight_ih_l0"].shape[0] // hidden if hidden else 0
+    if gates not in (3, 4) or params["weight_ih_l0"].shape[0] != gates * hidden:
+        refuse(
+            f"{where}: {prefix}weight_ih_l0 {list(params['weight_ih_l0'].shape)} is neither an LSTM's "
+            f"[4 * {hidden}, n] nor a GRU's [3 * {hidden}, n]"
+        )
+    cls = torch.nn.LSTM if gates == 4 else torch.nn.GRU
+    rnn = cls(inputs, hidden, layers, dtype=params["weight_ih_l0"].dtype)
+    for name, value in rnn.state_dict().items():
+        if tuple(params[name].shape) != tuple(value.shape):
+            refuse(
+                f"{where}: {prefix}{name} is {list(params[name].shape)}, expected {list(value.shape)} (an "
+                f"{cls.__name__} of {inputs} inputs, hidden size {hidden})"
+            )
+    rnn.load_state_dict(dict(params))
+    return rnn

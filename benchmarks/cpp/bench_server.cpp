@@ -42,8 +42,8 @@
 #include <utility>
 #include <vector>
 
-#include "tdaot/binding.h"
-#include "tdaot/policy.h"
+#include "tdaot/torch/binding.h"
+#include "tdaot/torch/policy.h"
 #include "peer_protocol.h"
 
 namespace {

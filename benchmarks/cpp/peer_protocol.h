@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "tdaot/stats.h"
+#include "tdaot/service/stats.h"
 
 namespace bench {
 

@@ -10,8 +10,8 @@
 #include <functional>
 #include <iostream>
 
-#include "tdaot/policy.h"
-#include "tdaot/session.h"
+#include "tdaot/torch/policy.h"
+#include "tdaot/torch/session.h"
 #include "test_support.h"
 
 namespace tdaot {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "tdaot/binding.h"
-#include "tdaot/policy.h"
-#include "tdaot/session.h"
+#include "tdaot/torch/binding.h"
+#include "tdaot/torch/policy.h"
+#include "tdaot/torch/session.h"
 #include "test_support.h"
 
 namespace tdaot {

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "tdaot/binding.h"
+#include "tdaot/torch/binding.h"
 #include "tdaot/contract.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
-#include "tdaot/session.h"
+#include "tdaot/torch/session.h"
 #include "test_support.h"
 
 namespace tdaot {

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "tdaot/errors.h"
-#include "tdaot/policy.h"
-#include "tdaot/session.h"
+#include "tdaot/torch/policy.h"
+#include "tdaot/torch/session.h"
 #include "test_support.h"
 
 #ifdef TDAOT_WITH_CUDA

@@ -10,7 +10,7 @@
 
 #include "runtime/ops.h"
 #include "tdaot/errors.h"
-#include "tdaot/policy.h"
+#include "tdaot/torch/policy.h"
 #include "test_support.h"
 
 namespace tdaot {

@@ -9,7 +9,7 @@
 #include "runtime/torch_host.h"
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
-#include "tdaot/policy.h"
+#include "tdaot/torch/policy.h"
 #include "test_support.h"
 
 namespace tdaot::detail {

@@ -14,7 +14,7 @@
 #include "core/package/digest.h"
 #include "core/package/package.h"
 #include "tdaot/errors.h"
-#include "tdaot/policy.h"
+#include "tdaot/torch/policy.h"
 #include "package_refusals.h"
 #include "test_support.h"
 

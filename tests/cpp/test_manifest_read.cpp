@@ -10,7 +10,7 @@
 
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
-#include "tdaot/policy.h"
+#include "tdaot/torch/policy.h"
 #include "test_support.h"
 
 namespace tdaot {

@@ -11,7 +11,7 @@
 
 #include "core/manifest/manifest_internal.h"
 #include "tdaot/errors.h"
-#include "tdaot/policy.h"
+#include "tdaot/torch/policy.h"
 #include "test_support.h"
 #include "runtime/validation.h"
 

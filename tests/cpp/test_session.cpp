@@ -10,7 +10,7 @@
 
 #include "core/run/busy_guard.h"
 #include "tdaot/errors.h"
-#include "tdaot/session.h"
+#include "tdaot/torch/session.h"
 #include "test_support.h"
 
 namespace tdaot {

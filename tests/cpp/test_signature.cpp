@@ -13,7 +13,7 @@
 #include "core/manifest/manifest_internal.h"
 #include "core/package/signature.h"
 #include "tdaot/errors.h"
-#include "tdaot/policy.h"
+#include "tdaot/torch/policy.h"
 #include "test_support.h"
 
 namespace tdaot {

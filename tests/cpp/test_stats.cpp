@@ -1,6 +1,6 @@
 // tdaot/stats.h: nearest-rank percentiles and summaries on known inputs, and the soak's
 // constant-memory histogram against the exact percentiles.
-#include "tdaot/stats.h"
+#include "tdaot/service/stats.h"
 
 #include <gtest/gtest.h>
 

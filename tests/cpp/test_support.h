@@ -17,7 +17,7 @@
 #include "fixtures.h"
 
 #include "tdaot/manifest.h"
-#include "tdaot/types.h"
+#include "tdaot/torch/types.h"
 
 namespace tdaot::test {
 

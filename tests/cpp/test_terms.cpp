@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tdaot/errors.h"
-#include "tdaot/terms.h"
+#include "tdaot/service/terms.h"
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "tdaot/binding.h"
+#include "tdaot/torch/binding.h"
 #include "tdaot/errors.h"
-#include "tdaot/policy.h"
+#include "tdaot/torch/policy.h"
 #include "test_support.h"
 #include "weight_refusals.h"
 

@@ -14,7 +14,7 @@
 #include "core/package/signature.h"
 #include "tdaot/manifest.h"
 #include "tdaot/errors.h"
-#include "tdaot/policy.h"
+#include "tdaot/torch/policy.h"
 #include "test_support.h"
 #include "weight_refusals.h"
 

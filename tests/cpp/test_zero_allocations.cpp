@@ -18,9 +18,9 @@
 #include "core/run/supervisor.h"
 #include "runtime/envelope.h"
 #include "malloc_counter.h"
-#include "tdaot/binding.h"
-#include "tdaot/policy.h"
-#include "tdaot/session.h"
+#include "tdaot/torch/binding.h"
+#include "tdaot/torch/policy.h"
+#include "tdaot/torch/session.h"
 #include "test_support.h"
 
 namespace tdaot {

@@ -32,7 +32,7 @@
 
 #include "tdaot/errors.h"
 #include "tdaot/manifest.h"
-#include "tdaot/policy.h"
+#include "tdaot/torch/policy.h"
 #include "runtime/validation.h"
 
 namespace {

@@ -31,8 +31,8 @@
 // Exit codes: 0 success, 1 a tdaot error, 2 bad usage.
 #include <tdaot/contract.h>
 #include <tdaot/lite.h>
-#include <tdaot/stats.h>
-#include <tdaot/terms.h>
+#include <tdaot/service/stats.h>
+#include <tdaot/service/terms.h>
 
 #include <algorithm>
 #include <chrono>

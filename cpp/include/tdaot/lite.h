@@ -46,8 +46,6 @@ namespace tdaot::lite {
 // How a package is loaded: PackageOptions (which file is accepted, where it is unpacked). The
 // same name as the full runtime's tdaot::PolicyOptions, which adds what libtorch loading needs.
 struct PolicyOptions : PackageOptions {};
-// The name before the runtimes shared theirs; removed in the release after next.
-using Options [[deprecated("use tdaot::lite::PolicyOptions")]] = PolicyOptions;
 
 // The one options struct of both runtimes' bind (tdaot/bind_options.h); cuda_graph is refused.
 using BindOptions = tdaot::BindOptions;

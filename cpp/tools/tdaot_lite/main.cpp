@@ -29,7 +29,7 @@
 #include "core/inputs_json.h"
 #include "core/manifest/manifest_internal.h"
 #include "tdaot/lite.h"
-#include "tdaot/stats.h"
+#include "tdaot/service/stats.h"
 
 namespace tdaot::tool {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tdaot/terms.h"
+#include "tdaot/service/terms.h"
 
 namespace tdaot::rehearse {
 

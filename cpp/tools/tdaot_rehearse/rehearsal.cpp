@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "tdaot/terms.h"
+#include "tdaot/service/terms.h"
 #include "tdaot_rehearse/mujoco_robot.h"
 #include "tdaot_rehearse/runner.h"
 #include "tdaot_rehearse/trajectory.h"

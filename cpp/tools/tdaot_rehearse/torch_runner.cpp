@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "tdaot/binding.h"
-#include "tdaot/policy.h"
-#include "tdaot/session.h"
-#include "tdaot/types.h"
+#include "tdaot/torch/binding.h"
+#include "tdaot/torch/policy.h"
+#include "tdaot/torch/session.h"
+#include "tdaot/torch/types.h"
 #include "tdaot_rehearse/rehearsal.h"
 #include "tdaot_rehearse/runner.h"
 

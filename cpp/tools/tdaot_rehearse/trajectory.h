@@ -8,7 +8,7 @@
 
 #include "tdaot/envelope.h"
 #include "tdaot/supervisor.h"
-#include "tdaot/terms.h"
+#include "tdaot/service/terms.h"
 #include "tdaot_rehearse/mujoco_robot.h"
 
 namespace tdaot::rehearse {

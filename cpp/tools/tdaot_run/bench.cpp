@@ -26,7 +26,7 @@
 
 #include "common.h"
 #include "common/alloc_window.h"
-#include "tdaot/stats.h"
+#include "tdaot/service/stats.h"
 
 namespace tdaot::tool {
 namespace {

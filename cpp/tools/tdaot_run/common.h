@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "tdaot/manifest.h"
-#include "tdaot/policy.h"
+#include "tdaot/torch/policy.h"
 
 namespace tdaot::tool {
 

@@ -20,8 +20,8 @@
 #include <optional>
 
 #include "common.h"
-#include "tdaot/session.h"
-#include "tdaot/stats.h"
+#include "tdaot/torch/session.h"
+#include "tdaot/service/stats.h"
 
 namespace tdaot::tool {
 namespace {

@@ -1,5 +1,0 @@
-// Forwarding header, kept so that existing includes build: the helpers a robot service uses
-// beside the runtime live in tdaot/service/ (this one is tdaot/service/terms.h).
-#pragma once
-
-#include "tdaot/service/terms.h"

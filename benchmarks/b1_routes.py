@@ -8,9 +8,9 @@ For each policy's default package (a `make bench` build: build/bench/artifacts/<
 times, at batch 1, one call each per turn in a fresh random order (alternate.py's loop): the
 package as the full runtime loads it (``tdaot``: the model it routes batch 1 to), and each of its
 models that serves batch 1 forced (PolicyOptions::model_name: ``b1``, the lite-capable latency
-model; ``b1_aten``, where built; ``model``, the dynamic throughput model), and the packages of
-``--variant``, each plain (``run_positional``) and bound (``bind(1).run()``), and ONNX Runtime
-where it is installed. Ratios are to ``b1``, the model every batch-1 call ran before b1_aten.
+model; ``model``, the dynamic throughput model), and the packages of ``--variant``, each plain
+(``run_positional``) and bound (``bind(1).run()``), and ONNX Runtime where it is installed.
+Ratios are to ``b1``.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def main() -> int:
         tensors = make_inputs(info["inputs"], 1)
         package = str(source / args.package)
         loaded = {"tdaot": tdaot.load(package, intra_op_threads=1)}
-        # Each model of the package that serves batch 1, forced (b1, b1_aten, model).
+        # Each model of the package that serves batch 1, forced (b1, model).
         for spec in loaded["tdaot"].manifest.models:
             if 1 in spec.batch:
                 loaded[spec.name] = tdaot.load(package, intra_op_threads=1, model_name=spec.name)

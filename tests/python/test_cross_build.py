@@ -94,7 +94,6 @@ def test_an_aarch64_package_keeps_its_static_lite_models_and_names_each_one_left
     plans = [
         ModelPlan("model", "throughput"),
         ModelPlan("b1", "latency", 1, True),
-        ModelPlan("b4_aten", "latency", 4, True, aten_convolutions=True),
         ModelPlan("b4", "latency", 4, True),
         ModelPlan("b32", "throughput", 32),
     ]
@@ -103,12 +102,11 @@ def test_an_aarch64_package_keeps_its_static_lite_models_and_names_each_one_left
         kept = cross_plans(plans, _manifest(), "aarch64")
     assert [p.name for p in kept] == ["b1", "b4"]
     messages = [str(w.message) for w in caught if w.category is LiteWarning]
-    assert len(messages) == 3
+    assert len(messages) == 2
     assert (
         "Walk: the dynamic-batch model 'model' needs libtorch, which is not built for aarch64" in messages[0]
     )
-    assert "the ATen-convolution model 'b4_aten' (batch 4) needs libtorch" in messages[1]
-    assert "the batch-32 model 'b32' is throughput tuned (above 16 rows) and needs libtorch" in messages[2]
+    assert "the batch-32 model 'b32' is throughput tuned (above 16 rows) and needs libtorch" in messages[1]
     assert cross_manifest(_manifest(), kept).batch == BatchRange(1, 4)
 
 

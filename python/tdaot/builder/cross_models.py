@@ -24,8 +24,6 @@ from tdaot.manifest import BatchRange, Manifest
 def _why_left_out(plan: ModelPlan) -> str | None:
     if plan.batch is None:
         return f"the dynamic-batch model {plan.name!r} needs libtorch"
-    if plan.aten_convolutions:
-        return f"the ATen-convolution model {plan.name!r} (batch {plan.batch}) needs libtorch"
     if not plan.bound:
         return (
             f"the batch-{plan.batch} model {plan.name!r} is throughput tuned (above "

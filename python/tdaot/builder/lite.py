@@ -155,14 +155,12 @@ def support(libraries: Iterable[bytes], spec: ModelSpec, bound: bool) -> LiteSup
 def check(manifest: Manifest, require: bool, stacklevel: int = 2) -> None:
     """With ``require`` (the ``require_lite`` option), a BuildError unless every specialised
     (latency) model of ``manifest`` runs on the lite runtime; without, a LiteWarning for each
-    one that does not. The throughput model is never at fault, nor a full-runtime twin (a
-    "bN_aten", tdaot.builder.tuning) whose batches a model that runs lite serves."""
+    one that does not. The throughput model is never at fault."""
     what = manifest.source.module_class
     latency = [m for m in manifest.models if m.tuning == "latency"]
     if require and not latency:
         raise BuildError(no_specialised_model(what))
-    served = [m.batch for m in latency if m.lite is not None and m.lite.runs]
-    failing = [m for m in latency if (m.lite is None or not m.lite.runs) and m.batch not in served]
+    failing = [m for m in latency if m.lite is None or not m.lite.runs]
     if not failing:
         return
     lines = [_failing(m) for m in failing]

@@ -35,14 +35,7 @@ from tdaot.builder.export import ExportedPolicy, Traces
 from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
 from tdaot.builder.targets import CPU_TARGETS, architecture, vector_isa
-from tdaot.builder.tuning import (
-    ATEN_CONVOLUTION_MIN_FLOPS,
-    ModelPlan,
-    calls_recurrent_ops,
-    convolution_flops,
-    plan_models,
-    tune_plan,
-)
+from tdaot.builder.tuning import ModelPlan, calls_recurrent_ops, plan_models, tune_plan
 from tdaot.builder.weights_format import program_weights
 from tdaot.errors import BuildError, CompileError, SpecialisationWarning, StaticBatchWarning
 from tdaot.manifest import Manifest, Source, read_manifest
@@ -274,7 +267,6 @@ def _plans(exported: ExportedPolicy, options: BuildOptions, vector_isa: str) -> 
     batch = exported.batch
     program = exported.program
     recurrent = calls_recurrent_ops(program)
-    heavy = convolution_flops(program) >= ATEN_CONVOLUTION_MIN_FLOPS
     plans = plan_models(
         options.tuning,
         options.specialize,
@@ -282,7 +274,6 @@ def _plans(exported: ExportedPolicy, options: BuildOptions, vector_isa: str) -> 
         batch.min,
         batch.max,
         recurrent,
-        heavy,
         vector_isa,
         options.exact_math,
     )

@@ -8,14 +8,9 @@ the latency tuning's C++ GEMM template was 1.2-2.4x slower from batch 64 up). Th
 each call to the model for its batch. A package whose batch is static holds one model of that
 kind. On CUDA, ``"auto"`` is ``"throughput"``.
 
-Convolutional policies under ``"auto"``: inductor's own convolution kernels (the bound run's
-im2col GEMMs, the only ones the lite runtime can run) lose to ATen's (oneDNN) on heavy
-convolution stacks. Where the convolutions of a dynamic package do at least
-``ATEN_CONVOLUTION_MIN_FLOPS`` per row, each latency model ``bN`` gets a twin ``bN_aten``, the
-same latency model with ATen's convolutions (full runtime only), listed before it: the full
-runtime sends batch N to the first of the two (the dispatch rule's tie), the lite runtime, which
-loads only models it can run, to ``bN``. A rule on the graph, not a timing, so every build
-machine makes the same package.
+Convolutional policies under ``"auto"``: the bound latency models compute convolutions as
+im2col GEMMs (the only convolutions the lite runtime can run); the throughput model calls ATen's
+(oneDNN).
 
 Recurrent layers under ``"auto"``: a throughput model serving at most
 ``DECOMPOSED_RNN_MAX_BATCH`` rows (``DECOMPOSED_RNN_MAX_BATCH_BY_ISA`` for the vector ISA its
@@ -102,13 +97,6 @@ DECOMPOSED_RNN_MAX_BATCH = 128
 # once a tanh took SLEEF's 3.5-ulp function (_torch_compat.tanh_within_3_5_ulp), 0.86 and 0.91 at
 # 4096 (ONNX Runtime 1.02-1.07x the decomposed model): AVX2 kernels decompose at every batch.
 DECOMPOSED_RNN_MAX_BATCH_BY_ISA = {"avx2": math.inf}
-# Convolution work per row (2 x multiply-adds, at the example's shapes) from which a dynamic
-# package's latency models get an ATen-convolution twin (the module docstring). Set when the twin
-# won on the IMPALA ResNet (60 MFLOP of convolutions: 0.69x the `b1` model's batch-1 CPU time,
-# AMD EPYC, AVX2, 2026-11-28). Since `b1`'s micro-kernels hold their accumulators in registers
-# (float_micro_kernels_in_registers, 6x16 on AVX2) the twin is 1.68x `b1` there (b1_routes.py
-# --clock cpu, one process), so no network measured gets one. Not measured on AVX-512 since.
-ATEN_CONVOLUTION_MIN_FLOPS = math.inf
 # Largest static batch compiled for the bound run: its intermediates live on the stack.
 # It is also the largest a specialised model gets the latency tuning for.
 BOUND_MAX_BATCH = 16
@@ -170,8 +158,6 @@ class ModelPlan:
     decomposed: bool = False
     # How the runtime slices a large call (ModelSpec.chunk_rows); not part of the compile.
     chunk_rows: int | None = None
-    # Convolutions left to ATen, not rewritten as GEMMs for the bound run (a "bN_aten" twin).
-    aten_convolutions: bool = False
     # A throughput model's divisions by constants as multiplications (the latency tuning's too).
     reciprocals: bool = False
     # A throughput model's narrow linear layers computed 16 wide (rewrites.narrow_products_padded).
@@ -184,7 +170,7 @@ class ModelPlan:
         # Only where set: the other models' cache keys stay what they were.
         if self.batch_max is not None:
             described["batch_max"] = self.batch_max
-        for flag in ("decomposed", "aten_convolutions", "reciprocals", "padded_products", "exact_math"):
+        for flag in ("decomposed", "reciprocals", "padded_products", "exact_math"):
             if getattr(self, flag):
                 described[flag] = True
         return described
@@ -200,17 +186,15 @@ def plan_models(
     low: int,
     high: int,
     recurrent: bool = False,
-    heavy_convolutions: bool = False,
     vector_isa: str = "",
     exact_math: bool = False,
 ) -> list[ModelPlan]:
     """The models a package serving batches ``low..high`` holds under ``tuning`` (``recurrent``:
-    its program calls one of ``RECURRENT_OPS``; ``heavy_convolutions``: its convolutions do at
-    least ATEN_CONVOLUTION_MIN_FLOPS per row; ``vector_isa``: the one its kernels are built for,
+    its program calls one of ``RECURRENT_OPS``; ``vector_isa``: the one its kernels are built for,
     as the manifest records it; ``exact_math``: every model is built with no change to results
     beyond torch's own)."""
     if exact_math:
-        plans = plan_models(tuning, specialize, device, low, high, recurrent, heavy_convolutions, vector_isa)
+        plans = plan_models(tuning, specialize, device, low, high, recurrent, vector_isa)
         return [dataclasses.replace(p, exact_math=True) for p in plans]
     if tuning == "auto" and device != "cpu":
         tuning = "throughput"  # latency models are CPU builds
@@ -230,11 +214,7 @@ def plan_models(
             plans.append(ModelPlan("small", "throughput", batch_max=decomposed_max))
         for size in sizes:
             if low <= size <= high:
-                plan = _specialised(f"b{size}", size)
-                if heavy_convolutions and plan.tuning == "latency":
-                    # First: the full runtime's pick at that batch (module docstring).
-                    plans.append(dataclasses.replace(plan, name=f"{plan.name}_aten", aten_convolutions=True))
-                plans.append(plan)
+                plans.append(_specialised(f"b{size}", size))
     # A pixel policy's `/ 255` as `* (1 / 255)` in these throughput models, p50 against the
     # division at batch 64 (2026-11-28, AMD EPYC Zen 3, AVX2): through the bench server
     # (benchmarks/variants.py, "reciprocal") conv policy 0.64x, Nature CNN 0.84x; in one process
@@ -287,32 +267,6 @@ def chunk_rows(program: torch.export.ExportedProgram, batch: BatchRange) -> int 
 def _power_of_two_within(rows: int) -> int:
     """The largest power of two up to ``rows`` (1 at least)."""
     return 1 << (max(1, rows).bit_length() - 1)
-
-
-def convolution_flops(program: torch.export.ExportedProgram) -> int:
-    """2 x the multiply-adds per row of ``program``'s convolutions, at its traced shapes."""
-    flops = 0
-    for node in program.graph.nodes:
-        if node.op != "call_function" or node.target not in _CONVOLUTIONS:
-            continue
-        out, weight = node.meta.get("val"), node.args[1].meta.get("val")
-        if isinstance(out, torch.Tensor) and isinstance(weight, torch.Tensor):
-            # Per output value: one product per input channel of its group and kernel tap.
-            sizes = [*out.shape[1:], *weight.shape[1:]]
-            if all(isinstance(size, int) for size in sizes):
-                flops += 2 * math.prod(sizes)
-    return flops
-
-
-_CONVOLUTIONS = {
-    torch.ops.aten.convolution.default,
-    torch.ops.aten.conv1d.default,
-    torch.ops.aten.conv2d.default,
-    torch.ops.aten.conv3d.default,
-    torch.ops.aten.conv1d.padding,
-    torch.ops.aten.conv2d.padding,
-    torch.ops.aten.conv3d.padding,
-}
 
 
 def calls_recurrent_ops(program: torch.export.ExportedProgram) -> bool:
@@ -377,21 +331,12 @@ def plan_key_parts(plan: ModelPlan) -> dict:
                 "output_clones_kept",
             ],
         }
-        if plan.aten_convolutions:
-            rewrites_done = parts["bound"]["rewrites"]
-            parts["bound"]["rewrites"] = [r for r in rewrites_done if r not in _CONVOLUTION_REWRITES]
-    if plan.aten_convolutions:
-        parts["aten_convolutions"] = True
     return parts
 
 
 def cache_key_parts(tuning: str, bound: bool = False, dynamic: bool = False, **plan_fields) -> dict:
     """``plan_key_parts`` of a model of ``tuning`` (``dynamic``: its batch is; ``plan_fields``: the rest)."""
     return plan_key_parts(ModelPlan("model", tuning, None if dynamic else 1, bound, **plan_fields))
-
-
-# The bound rewrites a model with ATen's convolutions skips.
-_CONVOLUTION_REWRITES = ("convolutions_as_gemm", "channels_last_weights/2")
 
 
 def _table_rewrites(plan: ModelPlan) -> list[tuple[str, Callable]]:
@@ -415,15 +360,15 @@ def rewrites_made(program: torch.export.ExportedProgram, plan: ModelPlan) -> lis
 
 def tune_plan(program: torch.export.ExportedProgram, plan: ModelPlan) -> torch.export.ExportedProgram:
     """The program one model of a package compiles: for "latency", recurrent ops decomposed and
-    divisions by constants as multiplications; for the bound run, convolutions as GEMMs too
-    (unless ``aten_convolutions``); a throughput model's recurrent ops decomposed, divisions
+    divisions by constants as multiplications; for the bound run, convolutions as GEMMs too; a
+    throughput model's recurrent ops decomposed, divisions
     rewritten and narrow linear layers computed 16 wide where its plan says so."""
     table: dict = {}
     if plan.recurrent_decomposed():
         table |= _torch_compat.decompositions(program, RECURRENT_OPS)
     for _, table_for in _table_rewrites(plan):
         table |= table_for(program)
-    if plan.bound and not plan.aten_convolutions:
+    if plan.bound:
         table |= rewrites.convolution_table(program)
         # Before the retrace: conv2d_as_gemm picks each convolution's patch order by the layout
         # of its weight (a constant the retrace reads).

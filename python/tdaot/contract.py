@@ -56,11 +56,11 @@ from tdaot.contract_terms import (
     TERM_PARAMS,  # noqa: F401
     Term,
     Values,
-    _check_term,
-    _plain,
-    _term_elements,
-    _term_from_dict,
+    checked_term,
     describe_contract,
+    plain_value,
+    term_elements,
+    term_from_dict,
 )
 from tdaot.errors import ContractError, KeyNameError
 
@@ -101,7 +101,7 @@ class Signal:
         for name in (*_VALUE_FIELDS, *_GAIN_FIELDS):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, _plain(value))
+                object.__setattr__(self, name, plain_value(value))
 
     def value(self, name: str, index: int) -> float | None:
         """Field ``name`` for element ``index`` (None when absent)."""
@@ -326,7 +326,7 @@ def _signal_from_dict(where: str, data: Any) -> Signal:
         if isinstance(terms, (str, bytes)) or not isinstance(terms, Sequence):
             raise ContractError(f"{where}: field 'terms': expected a list of terms, got {terms!r}")
         return Signal(
-            **{**data, "terms": [_term_from_dict(f"{where} term {i}", t) for i, t in enumerate(terms)]}
+            **{**data, "terms": [term_from_dict(f"{where} term {i}", t) for i, t in enumerate(terms)]}
         )
     if "names" not in data:
         raise ContractError(f"{where}: field 'names' is missing")
@@ -374,7 +374,7 @@ def _signals(section: str, signals: Any, outputs: Mapping[str, Signal] | None) -
 def _resolve_terms(where: str, key: str, signal: Signal, outputs: Mapping[str, Signal]) -> Signal:
     """The signal of `signal.terms` with its names and per-element values derived (each term
     checked); a signal already derived is given back equal."""
-    terms = [_check_term(where, key, index, term, outputs) for index, term in enumerate(signal.terms)]
+    terms = [checked_term(where, key, index, term, outputs) for index, term in enumerate(signal.terms)]
     names: list[str] = []
     values: dict[str, list[float]] = {n: [] for n in ("scale", "offset", "low", "high")}
     seen: set[tuple[str, str | None]] = set()
@@ -382,7 +382,7 @@ def _resolve_terms(where: str, key: str, signal: Signal, outputs: Mapping[str, S
         if (term.name, term.output) in seen:
             raise ContractError(f"{where}: term {index} {term.name!r}: field 'name': appears twice", key)
         seen.add((term.name, term.output))
-        elements = _term_elements(term, outputs)
+        elements = term_elements(term, outputs)
         for step in range(term.history - 1, -1, -1):
             suffix = f"@-{step}" if step else ""
             for e, element in enumerate(elements):

@@ -31,7 +31,7 @@ TERM_ELEMENTS: dict[str, tuple[str, ...] | None] = {
 TERM_PARAMS: dict[str, tuple[str, ...]] = {"gait_phase": ("period",)}
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """Numbers as floats and sequences (lists, tensors, arrays) as tuples; anything else as
     given, for the Contract to refuse with the key in its message."""
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
@@ -77,8 +77,8 @@ class Term:
     ) -> None:
         fields = {"name": name, "history": history, "output": output, "size": 0}
         for key, value in (("scale", scale), ("offset", offset), ("low", low), ("high", high)):
-            fields[key] = None if value is None else _plain(value)
-        fields["params"] = {k: _plain(v) for k, v in params.items()}
+            fields[key] = None if value is None else plain_value(value)
+        fields["params"] = {k: plain_value(v) for k, v in params.items()}
         for key, value in fields.items():
             object.__setattr__(self, key, value)
 
@@ -125,20 +125,20 @@ def _short(values: Values) -> str:
     return "[" + ", ".join(f"{v:g}" for v in values[:4]) + (", ...]" if len(values) > 4 else "]")
 
 
-def _term_from_dict(where: str, data: Any) -> Term:
+def term_from_dict(where: str, data: Any) -> Term:
     if not isinstance(data, Mapping) or not isinstance(data.get("name"), str):
         raise ContractError(f"{where}: expected a table of term fields with a 'name', got {data!r}")
     return Term(**{k: v for k, v in data.items() if v is not None})
 
 
-def _term_elements(term: Term, outputs: Mapping[str, Any]) -> tuple[str, ...]:
+def term_elements(term: Term, outputs: Mapping[str, Any]) -> tuple[str, ...]:
     elements = TERM_ELEMENTS[term.name]
     if elements is None:  # a joint term: the joint output signal's names
         return outputs[term.output if term.output is not None else sorted(outputs)[0]].names
     return elements
 
 
-def _check_term(where: str, key: str, index: int, term: Any, outputs: Mapping[str, Any]) -> Term:
+def checked_term(where: str, key: str, index: int, term: Any, outputs: Mapping[str, Any]) -> Term:
     if not isinstance(term, Term):
         raise ContractError(f"{where}: term {index}: expected a tdaot.Term, got {type(term).__name__}", key)
     name = term.name
@@ -181,7 +181,7 @@ def _check_term(where: str, key: str, index: int, term: Any, outputs: Mapping[st
             "has one element per joint of the contract's joint output signal, but the "
             "contract has no output signal",
         )
-    elements = _term_elements(term, outputs)
+    elements = term_elements(term, outputs)
     for field_name in ("scale", "offset", "low", "high"):
         values = getattr(term, field_name)
         if values is None:

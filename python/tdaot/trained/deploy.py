@@ -19,7 +19,6 @@ This is not a reader of Isaac Lab's env.yaml (tdaot.trained.isaac_env) and it bu
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,26 +26,21 @@ from typing import Any
 
 from tdaot.contract import Contract, Signal
 from tdaot.contract_supervisor import Supervisor
-from tdaot.contract_terms import TERM_ELEMENTS, Term
+from tdaot.contract_terms import TERM_ELEMENTS
 from tdaot.errors import ContractError
+from tdaot.trained.deploy_terms import (
+    TERM_ALIASES,
+    bounds,
+    clipped_term,
+    collapse,
+    is_int,
+    is_number,
+    term_name,
+)
 from tdaot.trained.isaac_yaml import load_isaac_yaml
 from tdaot.trained.mjcf import mjcf_joint_names, mjcf_joint_ranges
+from tdaot.trained.mjlab_onnx import contract_from_mjlab_onnx
 
-#: The term names these files write -> tdaot's vocabulary term. Isaac Lab's own velocity tasks and
-#: mjlab name the joint terms after the quantity (``joint_pos`` is ``joint_pos_rel``, ``actions``
-#: the last action), unitree_rl_lab after the function; mjlab's ``command`` is the velocity
-#: command when the task's command is a velocity twist (:data:`VELOCITY_COMMANDS`).
-TERM_ALIASES: dict[str, str] = {
-    **{name: name for name in TERM_ELEMENTS},
-    "joint_pos": "joint_pos_rel",
-    "joint_vel": "joint_vel_rel",
-    "actions": "last_action",
-    "command": "velocity_commands",
-}
-#: Command names whose ``command`` observation is (lin_vel_x, lin_vel_y, ang_vel_z).
-VELOCITY_COMMANDS = ("base_velocity", "twist", "velocity")
-#: The ONNX metadata keys an mjlab export must carry.
-MJLAB_REQUIRED = ("joint_names", "default_joint_pos", "action_scale", "observation_names")
 _COMMAND_AXES = ("lin_vel_x", "lin_vel_y", "ang_vel_z")
 
 
@@ -89,8 +83,6 @@ def contract_from_deploy(
         robot = mjcf_joint_names(mjcf)
     env_path = _env_yaml(path, env_yaml)
     if path.suffix == ".onnx":
-        from tdaot.trained.mjlab_onnx import contract_from_mjlab_onnx
-
         contract = contract_from_mjlab_onnx(path, robot, input_key, output_key, control_dt, env_path)
     else:
         contract = _from_deploy_yaml(path, robot, input_key, output_key)
@@ -173,7 +165,7 @@ def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, outpu
             f"{path}: a deploy.yaml gives joints by index (joint_ids_map); pass joint_names (the "
             "robot's joint order) or mjcf (its actuated joints) to name them"
         )
-    if not isinstance(ids, list) or not ids or not all(_is_int(i) for i in ids):
+    if not isinstance(ids, list) or not ids or not all(is_int(i) for i in ids):
         raise ContractError(f"{path}: field 'joint_ids_map': expected a list of joint indices, got {ids!r}")
     bad = next((i for i in ids if not 0 <= i < len(robot)), None)
     if bad is not None:
@@ -194,9 +186,9 @@ def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, outpu
     n = len(joints)
 
     def numbers(value: Any, field: str, count: int, what: str) -> tuple[float, ...]:
-        if _is_number(value):
+        if is_number(value):
             return (float(value),) * count
-        if not isinstance(value, list) or not all(_is_number(v) for v in value):
+        if not isinstance(value, list) or not all(is_number(v) for v in value):
             raise ContractError(f"{path}: field {field!r}: expected numbers, got {value!r}")
         if len(value) != count:
             raise ContractError(
@@ -205,7 +197,7 @@ def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, outpu
         return tuple(float(v) for v in value)
 
     step_dt = need("step_dt")
-    if not _is_number(step_dt):
+    if not is_number(step_dt):
         raise ContractError(f"{path}: field 'step_dt': expected seconds per step, got {step_dt!r}")
     sdk = f"one per robot joint, in the robot's order: joint_names/mjcf name {len(robot)}"
     stiffness = numbers(need("stiffness"), "stiffness", len(robot), sdk)
@@ -229,20 +221,20 @@ def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, outpu
     if clip is not None:
         pairs = clip if isinstance(clip, list) and len(clip) == n else None
         if pairs is None or not all(
-            isinstance(p, list) and len(p) == 2 and all(_is_number(v) for v in p) for p in pairs
+            isinstance(p, list) and len(p) == 2 and all(is_number(v) for v in p) for p in pairs
         ):
             raise ContractError(
                 f"{path}: field '{at}.clip': expected {n} [low, high] pairs (one per joint), got {clip!r}"
             )
-        low, high = _bounds(path, f"{at}.clip", [(float(lo), float(hi)) for lo, hi in pairs])
+        low, high = bounds(path, f"{at}.clip", [(float(lo), float(hi)) for lo, hi in pairs])
     output = Signal(
         names=joints,
-        scale=_collapse(scale),
-        offset=_collapse(offset),
+        scale=collapse(scale),
+        offset=collapse(offset),
         low=low,
         high=high,
-        stiffness=_collapse(tuple(stiffness[i] for i in ids)),
-        damping=_collapse(tuple(damping[i] for i in ids)),
+        stiffness=collapse(tuple(stiffness[i] for i in ids)),
+        damping=collapse(tuple(damping[i] for i in ids)),
     )
 
     observations = need("observations")
@@ -270,7 +262,7 @@ def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, outpu
             )
         if not isinstance(cfg, Mapping):
             raise ContractError(f"{path}: field {where!r}: expected a mapping, got {cfg!r}")
-        term = _term_name(path, name, where)
+        term = term_name(path, name, where)
         size = len(joints) if TERM_ELEMENTS[term] is None else len(TERM_ELEMENTS[term])
         params = cfg.get("params") or {}
         ranges = None
@@ -278,7 +270,7 @@ def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, outpu
             ranges = _command_ranges(path, where, params, commands)
         extra = _params(path, where, term, params)
         history = cfg.get("history_length", 1)
-        if not _is_int(history) or history < 0:
+        if not is_int(history) or history < 0:
             raise ContractError(
                 f"{path}: field '{where}.history_length': expected an integer >= 0, got {history!r}"
             )
@@ -288,12 +280,14 @@ def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, outpu
         )
         term_clip = cfg.get("clip")
         if term_clip is not None and not (
-            isinstance(term_clip, list) and len(term_clip) == 2 and all(_is_number(v) for v in term_clip)
+            isinstance(term_clip, list) and len(term_clip) == 2 and all(is_number(v) for v in term_clip)
         ):
             raise ContractError(f"{path}: field '{where}.clip': expected [low, high], got {term_clip!r}")
         rest = tuple(o - d for o, d in zip(offset, default)) if term == "joint_pos_rel" else None
         terms.append(
-            _term(path, where, term, term_scale, term_clip, ranges, max(1, history), extra, rest, output_key)
+            clipped_term(
+                path, where, term, term_scale, term_clip, ranges, max(1, history), extra, rest, output_key
+            )
         )
     return Contract(
         control_dt=float(step_dt),
@@ -318,7 +312,7 @@ def _command_ranges(path: Path, where: str, params: Any, commands: Any) -> list[
     result = []
     for axis in _COMMAND_AXES:
         pair = ranges.get(axis) if isinstance(ranges, Mapping) else None
-        if not (isinstance(pair, list) and len(pair) == 2 and all(_is_number(v) for v in pair)):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(is_number(v) for v in pair)):
             raise ContractError(
                 f"{path}: field 'commands.{name}.ranges.{axis}': expected [low, high], got {pair!r}"
             )
@@ -339,7 +333,7 @@ def _params(path: Path, where: str, term: str, params: Any) -> dict[str, float]:
     for key, value in params.items():
         if term == "velocity_commands" and key == "command_name":
             continue
-        if term == "gait_phase" and key == "period" and _is_number(value):
+        if term == "gait_phase" and key == "period" and is_number(value):
             result["period"] = float(value)
             continue
         if key == "asset_cfg" and _whole_robot(value):
@@ -360,104 +354,3 @@ def _whole_robot(asset: Any) -> bool:
         and asset.get("name", "robot") == "robot"
         and all(asset.get(key) in every for key in ("joint_names", "joint_ids"))
     )
-
-
-# --- mjlab ONNX metadata ---------------------------------------------------------------------
-
-
-def _term_name(path: Path, name: str, where: str) -> str:
-    term = TERM_ALIASES.get(name)
-    if term is None:
-        known = " ".join(TERM_ELEMENTS)
-        aliases = ", ".join(f"{a} = {t}" for a, t in TERM_ALIASES.items() if a != t)
-        raise ContractError(
-            f"{path}: {where}: unknown observation term {name!r} (tdaot's vocabulary: {known}; "
-            f"also read: {aliases})"
-        )
-    return term
-
-
-def _term(
-    path: Path,
-    where: str,
-    term: str,
-    scale: tuple[float, ...],
-    clip: list[float] | None,
-    ranges: list[tuple[float, float]] | None,
-    history: int,
-    params: dict[str, float],
-    rest: tuple[float, ...] | None,
-    output_key: str,
-) -> Term:
-    """One tdaot term of a file's clip-then-scale term: the clip (intersected with a command's
-    ranges, which come first) moved through the scale. ``rest`` (joint_pos_rel): the action's
-    offset less the file's default pose, per joint; tdaot's raw is q - the action's offset, so
-    the term's offset is ``rest * scale`` ((q - default) * scale exactly)."""
-    bounds = [(-math.inf, math.inf)] * len(scale)
-    if ranges is not None:
-        bounds = list(ranges)
-    if clip is not None:
-        lo, hi = float(clip[0]), float(clip[1])
-        if lo > hi:
-            raise ContractError(f"{path}: {where}: clip low {lo} > high {hi}")
-        bounds = [(max(a, lo), min(b, hi)) for a, b in bounds]
-        empty = next((k for k, (a, b) in enumerate(bounds) if a > b), None)
-        if empty is not None:
-            raise ContractError(f"{path}: {where}: the clip {clip} and the command ranges leave nothing")
-    scaled = []
-    for (a, b), s in zip(bounds, scale):
-        if s == 0:
-            scaled.append((-math.inf, math.inf))  # the value is 0 whatever the clip
-        else:
-            scaled.append(tuple(sorted((a * s, b * s))))
-    low, high = _bounds(path, f"{where}: clip", scaled)
-    offset = 0.0 if rest is None else _collapse(tuple(r * s for r, s in zip(rest, scale)))
-    output = output_key if TERM_ELEMENTS[term] is None else None
-    return Term(
-        term,
-        scale=_collapse(scale),
-        offset=offset,
-        low=low,
-        high=high,
-        history=history,
-        output=output,
-        **params,
-    )
-
-
-def _bounds(path: Path, where: str, pairs: list[tuple[float, float]]) -> tuple[Any, Any]:
-    """Per-element (low, high) pairs as a term's or signal's low and high: None where every
-    element is unbounded on that side; a side bounded for some elements only is refused (a
-    contract bound is finite per element)."""
-    result = []
-    for side, name in ((0, "low"), (1, "high")):
-        values = [pair[side] for pair in pairs]
-        finite = [math.isfinite(v) for v in values]
-        if not any(finite):
-            result.append(None)
-        elif all(finite):
-            result.append(_collapse(tuple(values)))
-        else:
-            raise ContractError(
-                f"{path}: {where}: the {name} bound is infinite for some elements and finite for "
-                "others; a tdaot clip bounds every element of a term or none"
-            )
-    return result[0], result[1]
-
-
-def _collapse(values: tuple[float, ...] | None) -> Any:
-    if values is None:
-        return None
-    return values[0] if all(v == values[0] for v in values) else values
-
-
-def _maybe(values: tuple[float, ...] | None) -> Any:
-    return None if values is None else _collapse(values)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

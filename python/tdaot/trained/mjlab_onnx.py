@@ -13,15 +13,15 @@ from tdaot import optional
 from tdaot.contract import Contract, Signal
 from tdaot.contract_terms import TERM_ELEMENTS
 from tdaot.errors import ContractError
-from tdaot.trained.deploy import (
+from tdaot.trained.deploy_terms import (
     MJLAB_REQUIRED,
     VELOCITY_COMMANDS,
-    _collapse,
-    _is_int,
-    _is_number,
-    _maybe,
-    _term,
-    _term_name,
+    clipped_term,
+    collapse,
+    is_int,
+    is_number,
+    maybe,
+    term_name,
 )
 from tdaot.trained.isaac_yaml import load_isaac_yaml
 
@@ -84,10 +84,10 @@ def contract_from_mjlab_onnx(
     default = per_joint("default_joint_pos")
     output = Signal(
         names=joints,
-        scale=_collapse(per_joint("action_scale")),
-        offset=_collapse(default),
-        stiffness=_maybe(per_joint("joint_stiffness")),
-        damping=_maybe(per_joint("joint_damping")),
+        scale=collapse(per_joint("action_scale")),
+        offset=collapse(default),
+        stiffness=maybe(per_joint("joint_stiffness")),
+        damping=maybe(per_joint("joint_damping")),
     )
     names = csv("observation_names")
     count = len(names)
@@ -109,7 +109,7 @@ def contract_from_mjlab_onnx(
     terms = []
     for index, name in enumerate(names):
         where = f"observation_names[{index}] {name!r}"
-        term = _term_name(path, name, f"metadata {where}")
+        term = term_name(path, name, f"metadata {where}")
         if name == "command" and not (len(command_names) == 1 and command_names[0] in VELOCITY_COMMANDS):
             raise ContractError(
                 f"{path}: metadata {where}: the command is {', '.join(command_names) or 'unnamed'}; "
@@ -143,7 +143,7 @@ def contract_from_mjlab_onnx(
                 "flattened history only"
             )
         terms.append(
-            _term(
+            clipped_term(
                 path,
                 f"metadata {where}",
                 term,
@@ -185,7 +185,7 @@ def _env_step(env_path: Path) -> float | None:
     if dt is None and isinstance(sim.get("mujoco"), Mapping):
         dt = sim["mujoco"].get("timestep")
     decimation = env.get("decimation")
-    if _is_number(dt) and _is_int(decimation):
+    if is_number(dt) and is_int(decimation):
         return float(dt) * decimation
     return None
 

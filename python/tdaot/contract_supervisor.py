@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Union
 
+from tdaot.contract_terms import plain_value
 from tdaot.errors import ContractError
 
 Values = Union[float, tuple[float, ...]]
@@ -20,20 +21,6 @@ Values = Union[float, tuple[float, ...]]
 #: measured positions, stiffness scale 0, the contract's damping).
 FALLBACKS = ("hold", "damp")
 _LIST_FIELDS = ("blend_max_velocity", "low", "high", "max_velocity")
-
-
-def plain_values(value: Any) -> Any:
-    """A number as a float and a sequence (list, tensor, array) as a tuple of floats; anything
-    else as given, for the checks to refuse by name."""
-    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
-        value = value.tolist()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (list, tuple)):
-        return tuple(
-            float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value
-        )
-    return value
 
 
 @dataclass(frozen=True)
@@ -68,7 +55,7 @@ class Supervisor:
         for name in (*_LIST_FIELDS, "blend_seconds", "start_gain_fraction", "margin", "max_tilt"):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, plain_values(value))
+                object.__setattr__(self, name, plain_value(value))
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}

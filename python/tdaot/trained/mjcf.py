@@ -39,20 +39,9 @@ def mjcf_joint_names(mjcf: str | os.PathLike) -> list[str]:
     return names
 
 
-def _mjcf_actuators(path: Path, seen: frozenset[Path] = frozenset()) -> list[ElementTree.Element]:
-    if path.resolve() in seen:
-        raise ContractError(f"mjcf {str(path)!r}: includes itself")
-    try:
-        root = ElementTree.parse(path).getroot()
-    except (OSError, ElementTree.ParseError) as err:
-        raise ContractError(f"mjcf {str(path)!r}: cannot read it: {err}") from None
-    found: list[ElementTree.Element] = []
-    for element in root.iter():
-        if element.tag == "include" and element.get("file"):
-            found += _mjcf_actuators(path.parent / element.get("file"), seen | {path.resolve()})
-        elif element.tag == "actuator":
-            found += list(element)
-    return found
+def _mjcf_actuators(path: Path) -> list[ElementTree.Element]:
+    """The actuators of an MJCF and of the files it includes, in document order."""
+    return [actuator for element in _mjcf_elements(path) if element.tag == "actuator" for actuator in element]
 
 
 def mjcf_joint_ranges(

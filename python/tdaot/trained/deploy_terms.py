@@ -57,19 +57,19 @@ def clipped_term(
     ranges, which come first) moved through the scale. ``rest`` (joint_pos_rel): the action's
     offset less the file's default pose, per joint; tdaot's raw is q - the action's offset, so
     the term's offset is ``rest * scale`` ((q - default) * scale exactly)."""
-    bounds = [(-math.inf, math.inf)] * len(scale)
+    clipped = [(-math.inf, math.inf)] * len(scale)
     if ranges is not None:
-        bounds = list(ranges)
+        clipped = list(ranges)
     if clip is not None:
         lo, hi = float(clip[0]), float(clip[1])
         if lo > hi:
             raise ContractError(f"{path}: {where}: clip low {lo} > high {hi}")
-        bounds = [(max(a, lo), min(b, hi)) for a, b in bounds]
-        empty = next((k for k, (a, b) in enumerate(bounds) if a > b), None)
+        clipped = [(max(a, lo), min(b, hi)) for a, b in clipped]
+        empty = next((k for k, (a, b) in enumerate(clipped) if a > b), None)
         if empty is not None:
             raise ContractError(f"{path}: {where}: the clip {clip} and the command ranges leave nothing")
     scaled = []
-    for (a, b), s in zip(bounds, scale):
+    for (a, b), s in zip(clipped, scale):
         if s == 0:
             scaled.append((-math.inf, math.inf))  # the value is 0 whatever the clip
         else:

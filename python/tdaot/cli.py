@@ -14,6 +14,7 @@ from tdaot.builder import BuildOptions, build, exported_program_path
 from tdaot.builder.config import load_config
 from tdaot.builder.factories import call_factory
 from tdaot.builder.options import fields as option_fields
+from tdaot.cli_trained import leapp_inputs, run_inputs
 from tdaot.errors import CliError, TdaotError, exit_code
 from tdaot.manifest import read_manifest
 from tdaot.rehearse.command import add_parser as add_rehearse_parser
@@ -227,9 +228,9 @@ def _build(args, memo=None) -> int:
     given = {spec.name: getattr(args, spec.name) for spec in option_fields()}
     options = BuildOptions(**{name: value for name, value in given.items() if value is not None})
     if args.leapp:
-        module, example, options = _leapp_inputs(args, options, batch_given=given["batch"] is not None)
+        module, example, options = leapp_inputs(args, options, batch_given=given["batch"] is not None)
     elif run_flag:
-        module, example, options = _run_inputs(args, options)
+        module, example, options = run_inputs(args, options)
     else:
         module, example = call_factory(args.factory)
     cache = False if args.no_cache else (args.cache_dir or True)
@@ -288,58 +289,6 @@ def _replayed(args, summary: dict, artifact) -> str:
 
 def _built_line(artifact, how: str) -> str:
     return f"built {artifact.path} ({artifact.size_bytes / 1024:.0f} KiB) {how}"
-
-
-def _run_inputs(args, options: BuildOptions):
-    """The run's policy and example, and the options with the contract of its deployment file."""
-    from tdaot.trained.run import RslRlRun
-    from tdaot.trained.which_run import TrainedRun
-
-    if options.contract is not None and args.deploy is not None:
-        raise CliError("give the contract once: --contract or --deploy, not both")
-    checkpoint = args.checkpoint
-    if checkpoint is not None and checkpoint.isdigit():
-        checkpoint = int(checkpoint)  # an iteration: model_<N>.pt
-    joint_names = None
-    if args.joint_names is not None:
-        joint_names = tuple(name.strip() for name in args.joint_names.split(","))
-    run = (RslRlRun if args.rsl_rl else TrainedRun)(
-        args.rsl_rl or args.run,
-        checkpoint=checkpoint,
-        deploy=args.deploy,
-        mjcf=args.mjcf,
-        joint_names=joint_names,
-        find_deploy=options.contract is None,  # an explicit --contract is the contract
-        supervisor=not args.no_supervisor,
-    )
-    module, example, contract, note = run.load()
-    if contract is not None:
-        options = options.replace(contract=contract)
-    elif options.contract is not None:
-        note = note.split("; ")[0] + "; contract from --contract" if args.run else "contract from --contract"
-    print(f"{args.rsl_rl or args.run}: {module.extra_repr()}; {note}", file=sys.stderr)
-    return module, example, options
-
-
-def _leapp_inputs(args, options: BuildOptions, *, batch_given: bool):
-    """The bundle's policy and example, and the options with its contract and a static batch."""
-    from tdaot.trained.leapp import from_leapp, leapp_contract
-
-    for flag in ("checkpoint", "deploy", "mjcf", "joint_names"):
-        if getattr(args, flag) is not None:
-            raise CliError(f"--{flag.replace('_', '-')} belongs to --rsl-rl and --run builds, not --leapp")
-    module, example = from_leapp(args.leapp)
-    if options.contract is not None:
-        note = "contract from --contract"
-    else:
-        contract = leapp_contract(module.bundle, module)
-        note = "contract from the bundle's kinds and names" if contract else "no kinds or names: no contract"
-        if contract is not None:
-            options = options.replace(contract=contract)
-    if not batch_given:
-        options = options.replace(batch="static")  # the traced program's shapes are batch 1
-    print(f"{args.leapp}: {module.extra_repr()}; {note}", file=sys.stderr)
-    return module, example, options
 
 
 def _build_config(args) -> int:

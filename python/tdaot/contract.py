@@ -425,7 +425,7 @@ def _check_signal(where: str, key: str, signal: Signal) -> None:
     twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
     if twice is not None:
         fail("names", f"{twice!r} appears twice")
-    for name in _VALUE_FIELDS:
+    for name in (*_VALUE_FIELDS, *_GAIN_FIELDS):
         values = getattr(signal, name)
         if values is None:
             if name in ("scale", "offset"):
@@ -433,21 +433,14 @@ def _check_signal(where: str, key: str, signal: Signal) -> None:
             continue
         items = values if isinstance(values, tuple) else (values,)
         if isinstance(values, tuple) and len(values) != len(names):
-            fail(name, f"has {len(values)} values, expected {len(names)} (one per name) or one number")
+            each = "joint" if name in _GAIN_FIELDS else "name"
+            fail(name, f"has {len(values)} values, expected {len(names)} (one per {each}) or one number")
         if not all(isinstance(v, float) and math.isfinite(v) for v in items):
             fail(name, f"expected finite numbers, got {values!r}")
-    for name in _GAIN_FIELDS:
-        values = getattr(signal, name)
-        if values is None:
-            continue
-        items = values if isinstance(values, tuple) else (values,)
-        if isinstance(values, tuple) and len(values) != len(names):
-            fail(name, f"has {len(values)} values, expected {len(names)} (one per joint) or one number")
-        if not all(isinstance(v, float) and math.isfinite(v) for v in items):
-            fail(name, f"expected finite numbers, got {values!r}")
-        negative = next((n for i, n in enumerate(names) if signal.value(name, i) < 0), None)
-        if negative is not None:
-            fail(name, f"{name} for {negative!r} is negative")
+        if name in _GAIN_FIELDS:
+            negative = next((n for i, n in enumerate(names) if signal.value(name, i) < 0), None)
+            if negative is not None:
+                fail(name, f"{name} for {negative!r} is negative")
     for index, element in enumerate(names):
         low, high, delta = (signal.value(n, index) for n in ("low", "high", "max_delta"))
         if low is not None and high is not None and low > high:

@@ -28,6 +28,14 @@ from tdaot.builder.tuning import ModelPlan
 from tdaot.manifest import Manifest, Source
 
 ALL = tuple(p.name for p in patches.PATCHES)
+# The patches of a model built for this host's architecture (the cross target's two aside).
+NATIVE = tuple(p.name for p in patches.PATCHES if p.where != patches.CROSS)
+# Patches whose checks read the same thing of torch: a torch without it refuses them together.
+SHARED_CHECKS = (
+    {"float_gemm_register_block", "one_row_gemm_blocks"},
+    {"vector_isas_limited_to", "vector_isa_set_to"},
+    {"compile_commands_run_by", "compiles_with_include_first"},
+)
 
 
 def _other_signature(monkeypatch, owner, name: str, static: bool = False) -> None:
@@ -59,6 +67,9 @@ def _break(name: str, monkeypatch) -> str:
     if name == "vector_isas_limited_to":
         monkeypatch.delattr(cpu_vec_isa, "valid_vec_isa_list")
         return "valid_vec_isa_list"
+    if name == "vector_isa_set_to":
+        monkeypatch.delattr(cpu_vec_isa, "VecNEON")
+        return "VecNEON"
     if name == "wrapper_chosen":
         monkeypatch.delattr(common, "device_codegens")
         return "device_codegens"
@@ -70,7 +81,7 @@ def _break(name: str, monkeypatch) -> str:
     if name == "torch_at":
         monkeypatch.delattr(cpp_builder, "_LINKER_SCRIPT")
         return "_LINKER_SCRIPT"
-    if name == "compile_commands_run_by":
+    if name in ("compile_commands_run_by", "compiles_with_include_first"):
         _other_signature(monkeypatch, cpp_builder, "_run_compile_cmd")
         return "_run_compile_cmd"
     if name == "byte_loads_direct":
@@ -116,13 +127,21 @@ BOUND_PLAN = ModelPlan("model", "latency", 1, bound=True)
 
 def test_the_table_names_each_patch_once_and_this_torch_takes_every_one():
     assert len(set(ALL)) == len(ALL)
-    assert {p.where for p in patches.PATCHES} <= {patches.EVERY, patches.LATENCY, patches.BOUND}
+    assert {p.where for p in patches.PATCHES} <= {
+        patches.EVERY, patches.NATIVE, patches.CROSS, patches.LATENCY, patches.BOUND
+    }  # fmt: skip
     assert {p.numerics for p in patches.PATCHES if p.numerics} <= set(patches.NUMERICS)
     assert patches.lacking(ALL) == {}, f"torch {torch.__version__} differs from what these patches need"
-    # A bound AVX2 model is concerned by all of them; exact_math drops the one changing results.
-    assert patches.in_force(BOUND_PLAN, _avx2_manifest()) == ALL
+    # A bound AVX2 model is concerned by all but the cross target's; exact_math drops the one
+    # changing results.
+    assert patches.in_force(BOUND_PLAN, _avx2_manifest()) == NATIVE
     exact = dataclasses.replace(BOUND_PLAN, exact_math=True)
-    assert patches.in_force(exact, _avx2_manifest()) == tuple(n for n in ALL if n != "tanh_within_3_5_ulp")
+    assert patches.in_force(exact, _avx2_manifest()) == tuple(n for n in NATIVE if n != "tanh_within_3_5_ulp")
+    # An aarch64 model takes the cross target's two, none of the x86 kernel patches.
+    arm = dataclasses.replace(_avx2_manifest(isa="neon"), cpu_target="aarch64")
+    cross = patches.in_force(BOUND_PLAN, arm)
+    assert {"vector_isa_set_to", "compiles_with_include_first"} <= set(cross)
+    assert not {"vector_isas_limited_to", "byte_loads_direct", "tanh_within_3_5_ulp"} & set(cross)
     avx512 = patches.in_force(ModelPlan("model", "throughput"), _avx2_manifest(isa="avx512"))
     every = (
         "vector_isas_limited_to",
@@ -142,8 +161,12 @@ def test_a_patch_torch_does_not_take_is_left_out_with_a_warning_naming_it(name, 
     refused = patches.lacking(ALL)
     # Only the patches that need what changed (the two GEMM-table patches share their check).
     assert name in refused and expected in refused[name], refused
-    assert set(refused) <= {name, "float_gemm_register_block", "one_row_gemm_blocks"}, refused
+    together = set().union(*(group for group in SHARED_CHECKS if name in group)) | {name}
+    assert set(refused) <= together, refused
     assert name not in patches.in_force(BOUND_PLAN, _avx2_manifest())
+    assert name not in patches.in_force(
+        BOUND_PLAN, dataclasses.replace(_avx2_manifest(), cpu_target="aarch64")
+    )
     with pytest.warns(tdaot.CompatWarning) as caught:
         patches.warn_lacking([name, name])  # once, however often it is named
     messages = [str(w.message) for w in caught if issubclass(w.category, tdaot.CompatWarning)]
@@ -258,8 +281,8 @@ def test_every_patch_refused_still_builds_with_parity_and_says_so(tmp_path, monk
         warnings.simplefilter("always")
         artifact = tdaot.build(policy, example, tmp_path / "p.pt2", cache=False, **OPTIONS)
     refused = [str(w.message) for w in caught if issubclass(w.category, tdaot.CompatWarning)]
-    assert sorted(refused) == sorted(set(refused)) and len(refused) == len(ALL), refused
-    for name in ALL:
+    assert sorted(refused) == sorted(set(refused)) and len(refused) == len(NATIVE), refused
+    for name in NATIVE:
         assert any(f"patch {name!r}" in m and torch.__version__ in m for m in refused), name
     assert artifact.manifest.patches == ()
     assert artifact.manifest.numerics == ("divisions_as_multiplications",)  # a rewrite, not a patch
@@ -281,10 +304,10 @@ def default_and_exact(tmp_path_factory):
 def test_the_manifest_lists_the_patches_and_numerics_and_exact_math_drops_them(default_and_exact, capsys):
     policy, example, built = default_and_exact
     default, exact = built[False], built[True]
-    assert default.manifest.patches == ALL
+    assert default.manifest.patches == NATIVE
     assert default.manifest.numerics == ("tanh_within_3_5_ulp", "divisions_as_multiplications")
     assert "Sleef_tanhf8_u35" in _kernel_source(default.path)
-    assert exact.manifest.patches == tuple(n for n in ALL if n != "tanh_within_3_5_ulp")
+    assert exact.manifest.patches == tuple(n for n in NATIVE if n != "tanh_within_3_5_ulp")
     assert exact.manifest.numerics == ()
     assert "Sleef_tanhf8_u35" not in _kernel_source(exact.path)
     for artifact in (default, exact):

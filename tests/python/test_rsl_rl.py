@@ -795,9 +795,10 @@ def test_the_deployment_file_becomes_the_contract(runs, tmp_path, capsys, monkey
     calls = []
     contract = tdaot.Contract(control_dt=0.02)
 
-    def from_deploy(path, *, joint_names=None, mjcf=None, input_key="policy"):
+    def from_deploy(path, *, joint_names=None, mjcf=None, input_key="policy", supervisor=True):
         calls.append((str(path), joint_names, mjcf))
         assert input_key == "policy"  # the actor's observation group
+        assert supervisor is True  # a deployment file's default supervisor (--no-supervisor: False)
         return contract
 
     monkeypatch.setattr(tdaot.Contract, "from_deploy", from_deploy, raising=False)

@@ -311,8 +311,9 @@ def test_from_run_and_the_command_line_say_skrl(runs, tmp_path, capsys, monkeypa
     assert built["options"]["contract"].control_dt == 0.02 and built["module"].library == "skrl"
     calls = []
 
-    def from_deploy(path, *, joint_names=None, mjcf=None, input_key="policy"):
+    def from_deploy(path, *, joint_names=None, mjcf=None, input_key="policy", supervisor=True):
         calls.append((str(path), joint_names, mjcf, input_key))
+        assert supervisor is True  # the deployment file's default supervisor
         return tdaot.Contract(control_dt=0.02)
 
     monkeypatch.setattr(tdaot.Contract, "from_deploy", from_deploy, raising=False)

@@ -146,8 +146,10 @@ def from_run(path: str | os.PathLike):
 @dataclass(frozen=True)
 class TrainedRun:
     """A run of any library as one build's inputs (``tdaot build --run``): its policy, example,
-    and the contract of ``deploy`` (deploy.yaml or an mjlab ONNX export) where given. An rsl_rl
-    run goes through :class:`tdaot.trained.run.RslRlRun` (its params/deploy.yaml found there)."""
+    and the contract of ``deploy`` (deploy.yaml or an mjlab ONNX export) where given, with the
+    default supervisor of its joint targets unless ``supervisor`` is False (``--no-supervisor``).
+    An rsl_rl run goes through :class:`tdaot.trained.run.RslRlRun` (its params/deploy.yaml found
+    there)."""
 
     path: str
     checkpoint: str | int | None = None
@@ -155,6 +157,7 @@ class TrainedRun:
     mjcf: str | None = None
     joint_names: tuple[str, ...] | None = None
     find_deploy: bool = True
+    supervisor: bool = True
 
     def load(self):
         """(policy, example, contract or None, one line saying what was read)."""
@@ -165,7 +168,7 @@ class TrainedRun:
 
             run = RslRlRun(
                 self.path, checkpoint=self.checkpoint, deploy=self.deploy, mjcf=self.mjcf,
-                joint_names=self.joint_names, find_deploy=self.find_deploy,
+                joint_names=self.joint_names, find_deploy=self.find_deploy, supervisor=self.supervisor,
             )  # fmt: skip
             policy, example, contract, note = run.load()
             policy.trained_with = kind
@@ -191,5 +194,6 @@ class TrainedRun:
             joint_names=list(self.joint_names) if self.joint_names is not None else None,
             mjcf=self.mjcf,
             input_key=policy.in_keys[0],  # the one observation of an MLP actor
+            supervisor=self.supervisor,
         )
         return policy, example, contract, f"{said}; contract from {self.deploy}"

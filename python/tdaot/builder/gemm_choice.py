@@ -20,24 +20,21 @@ TEMPLATE_OPTIONS = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "CP
 
 # The C++ GEMM template's register block for fp32 products of at least GEMM_BLOCK_MIN_ROWS rows
 # on AVX-512 (where it divides the columns); inductor's own pick there is the larger 8x32 or 8x48.
-# Batch-1 bound calls, 16x16 against inductor's pick (tdaot-run bench --bind, pinned, 2026-11-27,
-# Xeon): the conv benchmark policy 0.83x, the Nature CNN 0.78x, an IMPALA ResNet 0.70x (im2col
-# GEMMs of 16 to 4096 rows; benchmarks/README.md); the MLP and the LSTM (1-row products,
-# left to inductor) 0.95-1.05x.
+# Faster at batch 1 on every convolution policy measured (benchmarks/README.md, "The figures
+# behind the build's constants").
 GEMM_REGISTER_BLOCK = (16, 16)
 GEMM_BLOCK_MIN_ROWS = 16
 # The same on AVX2, whose 16 registers inductor fills with 4x16 (8 accumulators: two FMA ports
-# of 4-cycle latency are then never both busy). 6x16 holds 12. The Nature CNN's batch-1 im2col
-# GEMMs, each compiled from the package's kernel source and timed alone (thread CPU time, AMD
-# EPYC Zen 3, 2026-11-28), with the micro-kernel in registers: 4x16 38-62 GFLOP/s, 6x16 72-75.
+# of 4-cycle latency are then never both busy). 6x16 holds 12 (measured: benchmarks/README.md,
+# "The figures behind the build's constants").
 # Both blocks also take products whose rows are a dynamic batch.
 AVX2_GEMM_REGISTER_BLOCK = (6, 16)
 AVX2_GEMM_BLOCK_MIN_ROWS = 6
 # The template's register block for fp32 products of one row (a batch-1 linear layer), in columns
 # per vector ISA: eight vectors, eight independent FMA chains, where inductor's own pick runs the
 # one-row tail of a taller block, two chains (AVX2's 4x16, AVX-512's 8x32), bound by the FMA
-# latency. MLP batch-1 bound call, p50 (tdaot-run bench --bind, pinned; 2026-11-28, AMD EPYC Zen 3,
-# AVX2): 6.7 -> 4.7 us. The AVX-512 width is the same eight vectors, not measured yet.
+# latency (benchmarks/README.md, "The figures behind the build's constants"). The AVX-512 width
+# is the same eight vectors.
 ONE_ROW_GEMM_COLUMNS = {"VecAVX2": 64, "VecAVX512": 128}
 
 

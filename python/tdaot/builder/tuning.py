@@ -88,14 +88,11 @@ DEFAULT_TUNING = "auto"
 # The batch sizes "auto" specialises for when specialize is not given.
 DEFAULT_SPECIALIZE = (1,)
 # Up to this many rows a recurrent policy's throughput model (under "auto") decomposes its
-# recurrent layers. p50 decomposed / fused, nn.LSTM(48, 128) one step (benchmarks/variants.py,
-# 2026-11-25, Xeon): batch 2 0.19, 8 0.35, 32 0.63, 64 0.83, 128 0.94, 192 1.01, 256 1.19.
+# recurrent layers: where the decomposed layer was measured faster than ATen's fused op
+# (benchmarks/README.md, "The figures behind the build's constants").
 DECOMPOSED_RNN_MAX_BATCH = 128
-# The same per vector ISA where it was measured otherwise. AVX2 (AMD EPYC Zen 3, 2026-11-28, one
-# process, benchmarks/alternate.py --control), decomposed / fused: 0.84 and 0.87 at batch 256
-# (1033 against 1187 us; ONNX Runtime 1048), with MKL's and oneDNN's generic paths on AMD; and
-# once a tanh took SLEEF's 3.5-ulp function (_torch_compat.tanh_within_3_5_ulp), 0.86 and 0.91 at
-# 4096 (ONNX Runtime 1.02-1.07x the decomposed model): AVX2 kernels decompose at every batch.
+# The same per vector ISA where it was measured otherwise: AVX2 kernels (with the 3.5-ulp tanh)
+# decompose at every batch (benchmarks/README.md, "The figures behind the build's constants").
 DECOMPOSED_RNN_MAX_BATCH_BY_ISA = {"avx2": math.inf}
 # Largest static batch compiled for the bound run: its intermediates live on the stack.
 # It is also the largest a specialised model gets the latency tuning for.
@@ -110,17 +107,12 @@ CHUNK_BYTES = 16 << 20
 # The same budget for the dynamic model's run-time slices, where a slice costs one more call and
 # no code: smaller, as glibc also gives memory back whenever a call's freed blocks at the top of
 # its heap outgrow twice its (dynamic) mmap threshold, and faults it in again on the next call.
-# CPU time per call at batch 4096 (one process, benchmarks/chunks_ab.py, loaded 2-core VM): conv
-# (48 KiB a row) whole 258 ms (95 ms of it system time, 64k faults), slices of 32 / 64 / 128 /
-# 256 rows 152 / 135 / 132 / 143 ms; MLP (1 KiB a row) whole 9.4 ms (2.9 ms system, 2k faults:
-# 4 MiB buffers), slices of 256 / 1024 / 2048 rows 6.3 / 6.5 / 6.8 ms, no faults. 3 MiB gives the
-# conv policy 64 rows and the MLP 2048.
+# 3 MiB gives the conv policy 64 rows and the MLP 2048, both near their fastest slice
+# (benchmarks/README.md, "The figures behind the build's constants").
 SLICE_BYTES = 3 << 20
 # But a slice is at least this many rows while they stay within CHUNK_BYTES: every slice sets up
-# each oneDNN convolution and each matrix product again, for fewer rows. Batch 64 in slices of the
-# budget's rows against 32-row slices (benchmarks/chunks_ab.py, one process, 12 rounds, 2026-11-28,
-# AMD EPYC Zen 3, AVX2): Nature CNN (113 KiB a row) 16 rows 1.08 / 32 rows 0.93 of the whole
-# call; IMPALA ResNet (256 KiB a row) 8 rows 1.11 / 32 rows 1.00, no page faults either way.
+# each oneDNN convolution and each matrix product again, for fewer rows (benchmarks/README.md,
+# "The figures behind the build's constants").
 SLICE_MIN_ROWS = 32
 
 # Inductor options per model tuning; part of the cache key (tdaot.builder.cache.artifact_key).
@@ -215,11 +207,9 @@ def plan_models(
         for size in sizes:
             if low <= size <= high:
                 plans.append(_specialised(f"b{size}", size))
-    # A pixel policy's `/ 255` as `* (1 / 255)` in these throughput models, p50 against the
-    # division at batch 64 (2026-11-28, AMD EPYC Zen 3, AVX2): through the bench server
-    # (benchmarks/variants.py, "reciprocal") conv policy 0.64x, Nature CNN 0.84x; in one process
-    # (benchmarks/alternate.py --control) conv 0.97-1.04 (noise), Nature CNN 0.93. Results differ
-    # from eager's division by at most an ulp of each quotient.
+    # A pixel policy's `/ 255` as `* (1 / 255)` in these throughput models: faster at batch 64,
+    # within an ulp of each quotient (benchmarks/README.md, "The figures behind the build's
+    # constants").
     # Narrow products padded: MKL's AVX2 path (AMD EPYC) only; not measured on an AVX-512 Xeon.
     padded = vector_isa == "avx2"
     plans = [

@@ -181,11 +181,9 @@ def _division_as_multiplication(x, divisor):
     return NotImplemented if reciprocal is None else torch.mul(x, reciprocal)
 
 
-# Out-features a throughput model's linear layer pads to PADDED_PRODUCT_COLUMNS. MKL's sgemm on
-# the AMD EPYC (Zen 3, AVX2, 2026-11-28, one thread, addmm alone, p50, alternating): a 256-in
-# layer of 12 out-features over 2048 rows 436 us, 16 wide 283 us; 64 rows 17.8 / 13.2, 256 rows
-# 77 / 59; 6, 8, 10 and 14 out-features alike (0.7-0.85x); at 1-4 padding costs (2-4x), at
-# 20-24 it is even. The padded weight costs one copy of 16 x in-features floats per call.
+# Out-features a throughput model's linear layer pads to PADDED_PRODUCT_COLUMNS: MKL's AVX2
+# sgemm runs them slower than 16 wide (benchmarks/README.md, "The figures behind the build's
+# constants"). The padded weight costs one copy of 16 x in-features floats per call.
 NARROW_PRODUCT_COLUMNS = range(5, 16)
 PADDED_PRODUCT_COLUMNS = 16
 

@@ -67,14 +67,25 @@ class RslRlRun:
                 )
             where = "" if not self.find_deploy else f" (no {DEPLOY_FILE} in '{self.run_dir}')"
             return policy, example, None, f"no deployment file{where}: built without a contract"
-        contract = Contract.from_deploy(
-            deploy,
-            joint_names=list(self.joint_names) if self.joint_names is not None else None,
-            mjcf=self.mjcf,
-            input_key=_observation_key(policy.obs_groups),
-            supervisor=self.supervisor,
+        contract = deploy_contract(
+            deploy, self.joint_names, self.mjcf, _observation_key(policy.obs_groups), self.supervisor
         )
         return policy, example, contract, f"contract from {deploy}"
+
+
+def deploy_contract(
+    deploy: str, joint_names: tuple[str, ...] | None, mjcf: str | None, input_key: str, supervisor: bool
+) -> Contract:
+    """The contract of a run's deployment file, its joints named by ``joint_names`` or ``mjcf``,
+    read into the policy's observation ``input_key`` (rsl_rl runs here, any library's through
+    tdaot.trained.which_run.TrainedRun)."""
+    return Contract.from_deploy(
+        deploy,
+        joint_names=list(joint_names) if joint_names is not None else None,
+        mjcf=mjcf,
+        input_key=input_key,
+        supervisor=supervisor,
+    )
 
 
 def _observation_key(groups: tuple[str, ...]) -> str:

@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tdaot.contract import Contract
 from tdaot.errors import InvalidArgumentError
+from tdaot.trained.run import RslRlRun, deploy_contract
 from tdaot.trained.trainer_files import key_names, load_tensors
 
 LIBRARIES = ("rsl_rl", "skrl", "rl_games", "sb3")
@@ -164,8 +164,6 @@ class TrainedRun:
         kind = detect_run(self.path)
         said = f"{kind.library} run ({kind.evidence})"
         if kind.library == "rsl_rl":
-            from tdaot.trained.run import RslRlRun
-
             run = RslRlRun(
                 self.path, checkpoint=self.checkpoint, deploy=self.deploy, mjcf=self.mjcf,
                 joint_names=self.joint_names, find_deploy=self.find_deploy, supervisor=self.supervisor,
@@ -189,11 +187,8 @@ class TrainedRun:
             return policy, example, None, f"{said}; no deployment file: built without a contract"
         if not os.path.isfile(self.deploy):
             raise InvalidArgumentError(f"deploy file '{self.deploy}' does not exist")
-        contract = Contract.from_deploy(
-            self.deploy,
-            joint_names=list(self.joint_names) if self.joint_names is not None else None,
-            mjcf=self.mjcf,
-            input_key=policy.in_keys[0],  # the one observation of an MLP actor
-            supervisor=self.supervisor,
+        # The one observation of an MLP actor.
+        contract = deploy_contract(
+            self.deploy, self.joint_names, self.mjcf, policy.in_keys[0], self.supervisor
         )
         return policy, example, contract, f"{said}; contract from {self.deploy}"

@@ -40,6 +40,7 @@ from torch import nn
 from tdaot.trained.mlp_actor import ActorSpec, MlpActor, ObservationNormalizer
 from tdaot.trained.trainer_files import (
     check_unknown,
+    entry_state_dict,
     key_names,
     linear_chain,
     linear_pair,
@@ -48,7 +49,6 @@ from tdaot.trained.trainer_files import (
     number,
     refuse,
     rnn_layer,
-    state_dict,
     take,
     vector,
 )
@@ -158,13 +158,9 @@ def _network(config: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _model_state(checkpoint: Any) -> dict[str, torch.Tensor]:
-    if not isinstance(checkpoint, Mapping) or "model" not in checkpoint:
-        found = key_names(checkpoint) if isinstance(checkpoint, Mapping) else type(checkpoint).__name__
-        refuse(
-            f"not an rl_games checkpoint: top-level keys {found}; expected 'model' (and 'epoch', "
-            "'optimizer', ...: what rl_games' agents save)"
-        )
-    state = state_dict(checkpoint["model"], "the checkpoint's 'model'")
+    state = entry_state_dict(
+        checkpoint, "model", "an rl_games checkpoint", "'epoch', 'optimizer', ...: what rl_games' agents save"
+    )
     # rl_games compiles its model (torch.compile) and saves the compiled module's keys.
     return {k[len(COMPILED_PREFIX) :] if k.startswith(COMPILED_PREFIX) else k: v for k, v in state.items()}
 

@@ -35,6 +35,7 @@ from torch import nn
 from tdaot.trained.mlp_actor import ActorSpec, MlpActor, ObservationNormalizer
 from tdaot.trained.trainer_files import (
     check_unknown,
+    entry_state_dict,
     key_names,
     linear_pair,
     load_tensors,
@@ -203,13 +204,12 @@ def _hidden_layers(
 
 def read_policy(checkpoint: Any, config: Mapping[str, Any], source: str) -> ActorSpec:
     """The deterministic actor of a skrl checkpoint (the loaded dict) under its runner config."""
-    if not isinstance(checkpoint, Mapping) or "policy" not in checkpoint:
-        found = key_names(checkpoint) if isinstance(checkpoint, Mapping) else type(checkpoint).__name__
-        refuse(
-            f"not a skrl agent checkpoint: top-level keys {found}; expected 'policy' (and 'value', "
-            "'optimizer', 'observation_preprocessor', ...: a state dict per module)"
-        )
-    state = state_dict(checkpoint["policy"], "the checkpoint's 'policy'")
+    state = entry_state_dict(
+        checkpoint,
+        "policy",
+        "a skrl agent checkpoint",
+        "'value', 'optimizer', 'observation_preprocessor', ...: a state dict per module",
+    )
     if any(key.endswith(_RECURRENT_KEYS) for key in state):
         rnn = sorted(k for k in state if k.endswith(_RECURRENT_KEYS))
         refuse(

@@ -67,6 +67,15 @@ def state_dict(value: Any, where: str) -> dict[str, torch.Tensor]:
     return dict(value)
 
 
+def entry_state_dict(checkpoint: Any, entry: str, what: str, others: str) -> dict[str, torch.Tensor]:
+    """The state dict a checkpoint (the loaded object) holds under its top-level ``entry``; refused
+    naming the keys found when it is not ``what`` (a mapping with that entry, and ``others``)."""
+    if not isinstance(checkpoint, Mapping) or entry not in checkpoint:
+        found = key_names(checkpoint) if isinstance(checkpoint, Mapping) else type(checkpoint).__name__
+        refuse(f"not {what}: top-level keys {found}; expected {entry!r} (and {others})")
+    return state_dict(checkpoint[entry], f"the checkpoint's {entry!r}")
+
+
 def take(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     """The entries under ``prefix``, removed from ``state``, by their names after it."""
     taken = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}

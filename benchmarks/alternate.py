@@ -33,6 +33,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from common import fmt_time_us
+
 HERE = Path(__file__).resolve().parent
 
 # The samples are cut into this many consecutive segments (the same turns for every runtime),
@@ -176,7 +178,6 @@ def measure(
 
 def table(rows: list[dict]) -> list[str]:
     """Markdown: the rows of a run (``results["alternation"]``), ratios with their segments' range."""
-    from report import fmt_time_us  # here: report imports this module
 
     if not rows:
         return []

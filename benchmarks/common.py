@@ -83,3 +83,13 @@ def cpu_description() -> str:
         f"{fields.get('model name', 'unknown CPU')} (family {fields.get('cpu family', '?')}, "
         f"model {fields.get('model', '?')}, {isa.replace('_tile', '').upper()})"
     )
+
+
+def fmt_time_us(us: float | None) -> str:
+    if us is None:
+        return "–"
+    if us < 1e3:
+        return f"{us:.1f} µs"
+    if us < 1e6:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us / 1e6:.2f} s"

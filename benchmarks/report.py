@@ -12,6 +12,7 @@ from pathlib import Path
 
 import alternate
 import flops
+from common import fmt_time_us
 
 
 def stats(ns: list[int], batch: int) -> dict:
@@ -30,16 +31,6 @@ def stats(ns: list[int], batch: int) -> dict:
         "max_us": ordered[-1] / 1e3,
         "samples_per_s": batch * len(ordered) / (sum(ordered) / 1e9),
     }
-
-
-def fmt_time_us(us: float | None) -> str:
-    if us is None:
-        return "–"
-    if us < 1e3:
-        return f"{us:.1f} µs"
-    if us < 1e6:
-        return f"{us / 1e3:.2f} ms"
-    return f"{us / 1e6:.2f} s"
 
 
 def fmt_rate(per_s: float | None) -> str:

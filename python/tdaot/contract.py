@@ -46,91 +46,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from tdaot import _C
 from tdaot import keys as keyutil
+from tdaot.contract_signal import (
+    GAIN_FIELDS,
+    HISTORY_LAYOUTS,
+    SIGNAL_FIELDS,
+    VALUE_FIELDS,
+    Signal,
+)
 from tdaot.contract_supervisor import Supervisor, check_supervisor
 from tdaot.contract_terms import (
     TERM_ELEMENTS,  # noqa: F401 - re-exported: the vocabulary is part of tdaot.contract
     TERM_PARAMS,  # noqa: F401
-    Term,
+    Term,  # noqa: F401 - re-exported with Signal
     Values,
     checked_term,
     describe_contract,
-    plain_value,
     term_elements,
     term_from_dict,
 )
 from tdaot.errors import ContractError, KeyNameError
-
-_VALUE_FIELDS = ("scale", "offset", "low", "high", "max_delta")
-_GAIN_FIELDS = ("stiffness", "damping")
-_SIGNAL_FIELDS = ("names", *_VALUE_FIELDS, "terms", *_GAIN_FIELDS, "history_layout")
-#: How a signal of terms lays out history: each term's steps together, oldest first, term after
-#: term (Isaac Lab's and unitree_rl_lab's deploy code). The one layout; a frame-major file (all
-#: terms of one step, then the next) is refused by name rather than misread.
-HISTORY_LAYOUTS = ("term-major",)
-
-
-@dataclass(frozen=True)
-class Signal:
-    """One key of per-sample shape [n]: ``names`` (n unique strings, the policy's order) and
-    ``value = clip(raw * scale + offset, low, high)``; ``max_delta`` limits an output's move per
-    session step. Each number is one float or n floats; ``low``, ``high``, ``max_delta`` are
-    optional. An input may give ``terms`` instead of names and values (derived from them when the
-    Contract is made; ``history_layout`` says how their history is laid out, "term-major"); an
-    output of joint targets may carry ``stiffness`` and ``damping``."""
-
-    names: tuple[str, ...] = ()
-    scale: Values = 1.0
-    offset: Values = 0.0
-    low: Values | None = None
-    high: Values | None = None
-    max_delta: Values | None = None
-    terms: tuple[Term, ...] = ()
-    stiffness: Values | None = None
-    damping: Values | None = None
-    history_layout: str = "term-major"
-
-    def __post_init__(self) -> None:
-        for name in ("names", "terms"):
-            value = getattr(self, name)
-            if not isinstance(value, str) and isinstance(value, Sequence):
-                object.__setattr__(self, name, tuple(value))
-        for name in (*_VALUE_FIELDS, *_GAIN_FIELDS):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, plain_value(value))
-
-    def value(self, name: str, index: int) -> float | None:
-        """Field ``name`` for element ``index`` (None when absent)."""
-        values = getattr(self, name)
-        return values[index] if isinstance(values, tuple) else values
-
-    def apply(self, raw: torch.Tensor) -> torch.Tensor:
-        """``clip(raw * scale + offset, low, high)`` on a [..., n] tensor (as compiled in)."""
-
-        def constant(values: Values) -> torch.Tensor:
-            return torch.tensor(values, dtype=raw.dtype, device=raw.device)
-
-        value = raw
-        if self.scale != 1.0:
-            value = value * constant(self.scale)
-        if self.offset != 0.0:
-            value = value + constant(self.offset)
-        if self.low is not None or self.high is not None:
-            low = None if self.low is None else constant(self.low)
-            high = None if self.high is None else constant(self.high)
-            value = torch.clamp(value, min=low, max=high)
-        return value
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.terms:  # names and values are derived from the terms
-            return {"terms": [term.to_dict() for term in self.terms], "history_layout": self.history_layout}
-        fields = [name for name in _SIGNAL_FIELDS if name not in ("terms", "history_layout")]
-        data = {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
-        return {name: list(v) if isinstance(v, tuple) else v for name, v in data.items()}
 
 
 @dataclass(frozen=True)
@@ -297,13 +233,14 @@ class Contract:
         there is one, whose training armature the metadata records; False: none). Every field a
         file holds that tdaot cannot carry exactly is refused with a ContractError naming it
         (docs/from-training.md)."""
-        from tdaot.trained.deploy import contract_from_deploy
+        # The readers return fields, not a Contract, so they need not import this module.
+        from tdaot.trained.deploy import contract_fields_from_deploy
 
-        return contract_from_deploy(path, joint_names=joint_names, mjcf=mjcf, **options)
+        return cls(**contract_fields_from_deploy(path, joint_names=joint_names, mjcf=mjcf, **options))
 
     def describe(self) -> list[str]:
         """The contract as indented lines (tdaot inspect)."""
-        lines = describe_contract(self, _VALUE_FIELDS, _GAIN_FIELDS)
+        lines = describe_contract(self, VALUE_FIELDS, GAIN_FIELDS)
         return lines + (self.supervisor.describe() if self.supervisor is not None else [])
 
 
@@ -317,9 +254,9 @@ def _manifest_key(key: Any, where: str) -> str:
 def _signal_from_dict(where: str, data: Any) -> Signal:
     if not isinstance(data, Mapping):
         raise ContractError(f"{where}: expected a table of signal fields, got {data!r}")
-    unknown = sorted(set(data) - set(_SIGNAL_FIELDS))
+    unknown = sorted(set(data) - set(SIGNAL_FIELDS))
     if unknown:
-        raise ContractError(f"{where}: unknown field {unknown[0]!r} (known: {' '.join(_SIGNAL_FIELDS)})")
+        raise ContractError(f"{where}: unknown field {unknown[0]!r} (known: {' '.join(SIGNAL_FIELDS)})")
     data = {k: v for k, v in data.items() if v is not None}
     if "terms" in data:
         terms = data["terms"]
@@ -351,7 +288,7 @@ def _signals(section: str, signals: Any, outputs: Mapping[str, Signal] | None) -
                 f"(known: {' '.join(HISTORY_LAYOUTS)}: each term's steps together, oldest first)",
                 key,
             )
-        gain = next((n for n in _GAIN_FIELDS if getattr(signal, n) is not None), None)
+        gain = next((n for n in GAIN_FIELDS if getattr(signal, n) is not None), None)
         if outputs is not None and gain is not None:
             raise ContractError(
                 f"{where}: field {gain!r}: gains belong to an output signal of joint targets; "
@@ -425,7 +362,7 @@ def _check_signal(where: str, key: str, signal: Signal) -> None:
     twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
     if twice is not None:
         fail("names", f"{twice!r} appears twice")
-    for name in (*_VALUE_FIELDS, *_GAIN_FIELDS):
+    for name in (*VALUE_FIELDS, *GAIN_FIELDS):
         values = getattr(signal, name)
         if values is None:
             if name in ("scale", "offset"):
@@ -433,11 +370,11 @@ def _check_signal(where: str, key: str, signal: Signal) -> None:
             continue
         items = values if isinstance(values, tuple) else (values,)
         if isinstance(values, tuple) and len(values) != len(names):
-            each = "joint" if name in _GAIN_FIELDS else "name"
+            each = "joint" if name in GAIN_FIELDS else "name"
             fail(name, f"has {len(values)} values, expected {len(names)} (one per {each}) or one number")
         if not all(isinstance(v, float) and math.isfinite(v) for v in items):
             fail(name, f"expected finite numbers, got {values!r}")
-        if name in _GAIN_FIELDS:
+        if name in GAIN_FIELDS:
             negative = next((n for i, n in enumerate(names) if signal.value(name, i) < 0), None)
             if negative is not None:
                 fail(name, f"{name} for {negative!r} is negative")

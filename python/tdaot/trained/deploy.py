@@ -18,18 +18,18 @@ This is not a reader of Isaac Lab's env.yaml (tdaot.trained.isaac_env) and it bu
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tdaot.contract import Contract, Signal
+from tdaot.contract_signal import Signal
 from tdaot.contract_supervisor import Supervisor
 from tdaot.contract_terms import TERM_ELEMENTS
 from tdaot.errors import ContractError
 from tdaot.trained.deploy_terms import (
     TERM_ALIASES,
+    ContractFields,
     bounds,
     clipped_term,
     collapse,
@@ -39,12 +39,12 @@ from tdaot.trained.deploy_terms import (
 )
 from tdaot.trained.isaac_yaml import load_isaac_yaml
 from tdaot.trained.mjcf import mjcf_joint_names, mjcf_joint_ranges
-from tdaot.trained.mjlab_onnx import contract_from_mjlab_onnx
+from tdaot.trained.mjlab_onnx import contract_fields_from_mjlab_onnx
 
 _COMMAND_AXES = ("lin_vel_x", "lin_vel_y", "ang_vel_z")
 
 
-def contract_from_deploy(
+def contract_fields_from_deploy(
     path: str | os.PathLike,
     *,
     joint_names: Sequence[str] | None = None,
@@ -54,8 +54,9 @@ def contract_from_deploy(
     control_dt: float | None = None,
     env_yaml: str | os.PathLike | bool | None = None,
     supervisor: bool = True,
-) -> Contract:
-    """The contract of a deploy.yaml or an mjlab ONNX file (chosen by the ``.onnx`` suffix).
+) -> ContractFields:
+    """The fields of the contract (``tdaot.Contract(**fields)``) of a deploy.yaml or an mjlab ONNX
+    file (chosen by the ``.onnx`` suffix); :meth:`tdaot.Contract.from_deploy` makes the Contract.
 
     ``joint_names`` (the robot's joint order, the SDK's) or ``mjcf`` (its actuated joints, in
     actuator order) name the joints of a deploy.yaml, which has only indices; for an ONNX file
@@ -83,41 +84,41 @@ def contract_from_deploy(
         robot = mjcf_joint_names(mjcf)
     env_path = _env_yaml(path, env_yaml)
     if path.suffix == ".onnx":
-        contract = contract_from_mjlab_onnx(path, robot, input_key, output_key, control_dt, env_path)
+        fields = contract_fields_from_mjlab_onnx(path, robot, input_key, output_key, control_dt, env_path)
     else:
-        contract = _from_deploy_yaml(path, robot, input_key, output_key)
+        fields = _from_deploy_yaml(path, robot, input_key, output_key)
     if supervisor:
-        contract = dataclasses.replace(contract, supervisor=default_supervisor(contract, output_key, mjcf))
+        fields["supervisor"] = default_supervisor(fields, output_key, mjcf)
     if env_path is None:
-        return contract
+        return fields
     from tdaot.trained.isaac_env import ARMATURE_KEY, armature_metadata, training_joint_properties
 
-    joints = contract.outputs[output_key].names
+    joints = fields["outputs"][output_key].names
     properties = training_joint_properties(env_path, joints)
-    if not properties:
-        return contract
-    metadata = {**contract.metadata, ARMATURE_KEY: armature_metadata(properties)}
-    return dataclasses.replace(contract, metadata=metadata)
+    if properties:
+        fields["metadata"] = {**fields["metadata"], ARMATURE_KEY: armature_metadata(properties)}
+    return fields
 
 
 def default_supervisor(
-    contract: Contract, output_key: str, mjcf: str | os.PathLike | None
+    fields: ContractFields, output_key: str, mjcf: str | os.PathLike | None
 ) -> Supervisor | None:
     """The supervisor a package from a deployment file gets: limits from the MJCF's joint ranges
     (when ``mjcf`` gives every joint of ``output_key`` one); with a joint_pos_rel term of the
     output, a soft start of 1 s from the measured pose and the ``damp`` fallback (given damping
     gains; else ``hold``). None when there is nothing to supervise with (no term, no ranges)."""
-    joints = contract.outputs[output_key].names
+    inputs, outputs = fields["inputs"], fields["outputs"]
+    joints = outputs[output_key].names
     ranges = mjcf_joint_ranges(mjcf, joints) if mjcf is not None else None
     positions = any(
-        term.name == "joint_pos_rel" and (term.output or sorted(contract.outputs)[0]) == output_key
-        for signal in contract.inputs.values()
+        term.name == "joint_pos_rel" and (term.output or sorted(outputs)[0]) == output_key
+        for signal in inputs.values()
         for term in signal.terms
     )
     if not positions and ranges is None:
         return None
     limits = {"low": ranges[0], "high": ranges[1]} if ranges is not None else {}
-    damped = positions and contract.outputs[output_key].damping is not None
+    damped = positions and outputs[output_key].damping is not None
     return Supervisor(
         output=output_key,
         blend_seconds=1.0 if positions else 0.0,
@@ -142,7 +143,7 @@ def _env_yaml(path: Path, given: str | os.PathLike | bool | None) -> Path | None
 # --- deploy.yaml -----------------------------------------------------------------------------
 
 
-def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, output_key: str) -> Contract:
+def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, output_key: str) -> ContractFields:
     data = load_isaac_yaml(path)
     if not isinstance(data, Mapping):
         raise ContractError(f"{path}: expected a mapping of deployment fields, got {type(data).__name__}")
@@ -289,14 +290,14 @@ def _from_deploy_yaml(path: Path, robot: list[str] | None, input_key: str, outpu
                 path, where, term, term_scale, term_clip, ranges, max(1, history), extra, rest, output_key
             )
         )
-    return Contract(
-        control_dt=float(step_dt),
-        inputs={input_key: Signal(terms=terms)},
-        outputs={output_key: output},
-        metadata={
+    return {
+        "control_dt": float(step_dt),
+        "inputs": {input_key: Signal(terms=terms)},
+        "outputs": {output_key: output},
+        "metadata": {
             "deployment": "deploy.yaml" if path.name == "deploy.yaml" else f"deploy.yaml ({path.name})"
         },
-    )
+    }
 
 
 def _command_ranges(path: Path, where: str, params: Any, commands: Any) -> list[tuple[float, float]] | None:

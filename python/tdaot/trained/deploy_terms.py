@@ -12,6 +12,11 @@ from typing import Any
 from tdaot.contract_terms import TERM_ELEMENTS, Term
 from tdaot.errors import ContractError
 
+#: What a deployment file's reader returns: the keyword arguments of ``tdaot.Contract`` (control_dt,
+#: inputs, outputs, metadata, supervisor), so that the readers need not import tdaot.contract,
+#: whose ``Contract.from_deploy`` calls them.
+ContractFields = dict[str, Any]
+
 #: The term names these files write -> tdaot's vocabulary term. Isaac Lab's own velocity tasks and
 #: mjlab name the joint terms after the quantity (``joint_pos`` is ``joint_pos_rel``, ``actions``
 #: the last action), unitree_rl_lab after the function; mjlab's ``command`` is the velocity

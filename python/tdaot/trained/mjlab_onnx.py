@@ -10,12 +10,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tdaot import optional
-from tdaot.contract import Contract, Signal
+from tdaot.contract_signal import Signal
 from tdaot.contract_terms import TERM_ELEMENTS
 from tdaot.errors import ContractError
 from tdaot.trained.deploy_terms import (
     MJLAB_REQUIRED,
     VELOCITY_COMMANDS,
+    ContractFields,
     clipped_term,
     collapse,
     is_int,
@@ -26,14 +27,14 @@ from tdaot.trained.deploy_terms import (
 from tdaot.trained.isaac_yaml import load_isaac_yaml
 
 
-def contract_from_mjlab_onnx(
+def contract_fields_from_mjlab_onnx(
     path: Path,
     robot: list[str] | None,
     input_key: str,
     output_key: str,
     control_dt: float | None,
     env_path: Path | None,
-) -> Contract:
+) -> ContractFields:
     optional.require(f"{path}: reading an ONNX file's metadata", optional.ONNX)
     import onnx
 
@@ -166,12 +167,12 @@ def contract_from_mjlab_onnx(
     metadata = {"deployment": f"mjlab ONNX metadata ({path.name})"}
     if meta.get("run_path"):
         metadata["run_path"] = meta["run_path"]
-    return Contract(
-        control_dt=control_dt,
-        inputs={input_key: Signal(terms=terms)},
-        outputs={output_key: output},
-        metadata=metadata,
-    )
+    return {
+        "control_dt": control_dt,
+        "inputs": {input_key: Signal(terms=terms)},
+        "outputs": {output_key: output},
+        "metadata": metadata,
+    }
 
 
 def _env_step(env_path: Path) -> float | None:

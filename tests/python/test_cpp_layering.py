@@ -114,9 +114,7 @@ def test_only_the_torch_folder_reaches_torch():
     # torch-free through its whole include closure.
     headers = CPP / "include"
     free = [
-        str(path.relative_to(headers))
-        for path in sources(headers / "tdaot")
-        if path.parent.name != "torch"
+        str(path.relative_to(headers)) for path in sources(headers / "tdaot") if path.parent.name != "torch"
     ]
     assert "tdaot/lite.h" in free and "tdaot/service/terms.h" in free
     bad = [

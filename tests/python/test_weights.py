@@ -535,11 +535,14 @@ def test_the_signed_bytes_are_the_same_in_python_and_cpp_and_exclude_signatures(
     payload = signing_payload(path)
     assert payload == _C.weights_signing_payload(path)
     metadata = read_metadata(path)
-    assert payload == (
-        f"{FORMAT}\nbase_sha256 {metadata['tdaot.base_sha256']}\n"
-        f"base_manifest_sha256 {metadata['tdaot.base_manifest_sha256']}\n"
-        f"weights_sha256 {weight_file[1]}\n"
-    ).encode()
+    assert (
+        payload
+        == (
+            f"{FORMAT}\nbase_sha256 {metadata['tdaot.base_sha256']}\n"
+            f"base_manifest_sha256 {metadata['tdaot.base_manifest_sha256']}\n"
+            f"weights_sha256 {weight_file[1]}\n"
+        ).encode()
+    )
     assert weight_file[1] == canonical_digest(_tensors(path)) == metadata["tdaot.weights_sha256"]
     with safetensors.safe_open(path, "pt") as file:
         metadata = file.metadata()

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import tdaot
-from tdaot.trained.which_run import detect_run
+from tdaot.trained.run import RslRlRun
+from tdaot.trained.which_run import TrainedRun, detect_run
 
 
 def _save(path, keys):
@@ -80,3 +81,12 @@ def test_a_directory_of_two_libraries_is_refused(tmp_path):
         match=r"holds the files of several libraries \(rsl_rl: 1 model_<iteration>.pt; rl_games: nn/ with",
     ):
         tdaot.from_run(tmp_path)
+
+
+@pytest.mark.parametrize("run_class", [TrainedRun, RslRlRun])
+def test_a_joint_order_given_twice_or_not_as_names_is_refused_before_the_run_is_read(tmp_path, run_class):
+    missing = str(tmp_path / "no-such-run")  # not read: the refusal comes first
+    with pytest.raises(tdaot.InvalidArgumentError, match="joint order once: mjcf or joint_names, not both"):
+        run_class(missing, mjcf="robot.xml", joint_names=("hip",))
+    with pytest.raises(tdaot.InvalidArgumentError, match=r"joint_names \(3,\): expected joint names"):
+        run_class(missing, joint_names=(3,))

@@ -33,15 +33,7 @@ class RslRlRun:
     supervisor: bool = True
 
     def __post_init__(self) -> None:
-        if self.mjcf is not None and self.joint_names is not None:
-            raise InvalidArgumentError("give the robot's joint order once: mjcf or joint_names, not both")
-        if self.joint_names is not None and (
-            not all(isinstance(n, str) for n in self.joint_names) or not any(self.joint_names)
-        ):
-            # An empty name is a reserved slot of the robot's motor order (Unitree H1's index 9).
-            raise InvalidArgumentError(
-                f"joint_names {self.joint_names!r}: expected joint names (an empty one for a reserved slot)"
-            )
+        check_joint_order(self.mjcf, self.joint_names)
 
     def deploy_file(self) -> str | None:
         """The deployment file this build reads, or None."""
@@ -71,6 +63,18 @@ class RslRlRun:
             deploy, self.joint_names, self.mjcf, _observation_key(policy.obs_groups), self.supervisor
         )
         return policy, example, contract, f"contract from {deploy}"
+
+
+def check_joint_order(mjcf: str | None, joint_names: tuple[str, ...] | None) -> None:
+    """Refuses a robot's joint order given twice (``mjcf`` and ``joint_names``) or names that are
+    not strings, before a run is read (rsl_rl runs and any library's TrainedRun alike)."""
+    if mjcf is not None and joint_names is not None:
+        raise InvalidArgumentError("give the robot's joint order once: mjcf or joint_names, not both")
+    if joint_names is not None and (not all(isinstance(n, str) for n in joint_names) or not any(joint_names)):
+        # An empty name is a reserved slot of the robot's motor order (Unitree H1's index 9).
+        raise InvalidArgumentError(
+            f"joint_names {joint_names!r}: expected joint names (an empty one for a reserved slot)"
+        )
 
 
 def deploy_contract(

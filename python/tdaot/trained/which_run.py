@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tdaot.errors import InvalidArgumentError
-from tdaot.trained.run import RslRlRun, deploy_contract
+from tdaot.trained.run import RslRlRun, check_joint_order, deploy_contract
 from tdaot.trained.trainer_files import key_names, load_tensors
 
 LIBRARIES = ("rsl_rl", "skrl", "rl_games", "sb3")
@@ -158,6 +158,9 @@ class TrainedRun:
     joint_names: tuple[str, ...] | None = None
     find_deploy: bool = True
     supervisor: bool = True
+
+    def __post_init__(self) -> None:
+        check_joint_order(self.mjcf, self.joint_names)
 
     def load(self):
         """(policy, example, contract or None, one line saying what was read)."""

@@ -132,3 +132,76 @@ def write(
     with open(path, "wb") as file:
         file.write(bytes(data))
     return bytes(data)
+
+
+def record_run(
+    native,
+    path,
+    *,
+    batch: int,
+    steps: int,
+    inputs_for,
+    resets: dict | None = None,
+    envelope: bool = False,
+    supervisor=False,
+    capacity: int | None = None,
+) -> dict:
+    """Runs ``native`` bound at ``batch`` for ``steps`` steps (``inputs_for(i)`` gives step i's
+    inputs by manifest key, ``resets[i]`` a bool [batch] mask reset before step i) and writes
+    what the binding saw as a flight log at ``path``, keeping the last ``capacity`` steps (default
+    all) in ring order. Returns {"outputs": [per step {key: tensor}]}."""
+    binding = native.bind(batch, envelope=envelope, supervisor=supervisor)
+    capacity = capacity or steps
+    recorded, outputs = [], []
+    start = 0
+    for i in range(steps):
+        reset = torch.zeros(batch, dtype=torch.bool)
+        if resets and i in resets:
+            reset = resets[i].clone()
+            binding.reset(reset)
+        for key, value in inputs_for(i).items():
+            binding.inputs[key].copy_(value)
+        seen = {key: binding.inputs[key].clone() for key in native.manifest.input_keys}
+        binding.run()
+        outs = {key: binding.outputs[key].clone() for key in native.manifest.output_keys}
+        outputs.append(outs)
+        counts = binding.interventions
+        step = {
+            "seq": i + 1,
+            "start_ns": start,
+            "duration_ns": 1000 + 10 * i,
+            "interventions": [counts[k] for k in INTERVENTIONS],
+            "reset": reset.tolist(),
+            "inputs": seen,
+            "outputs": outs,
+        }
+        if binding.supervised:
+            modes = ("running", "blending", "held", "damped")
+            step["supervisor"] = [
+                (modes.index(s.mode), s.gain_scale, s.damping_scale, s.blend, s.steps)
+                for s in (binding.supervisor_row(r) for r in range(batch))
+            ]
+        recorded.append(step)
+        start += 20_000_000
+    kept = recorded[-capacity:]
+    write(
+        path,
+        manifest=native.manifest.to_dict(),
+        batch=batch,
+        steps=kept,
+        inputs={s.key: (s.dtype, [batch, *s.shape]) for s in native.manifest.inputs},
+        outputs={s.key: (s.dtype, [batch, *s.shape]) for s in native.manifest.outputs},
+        capacity=capacity,
+        envelope=envelope,
+        supervised=binding.supervised,
+        slot_order=[(step["seq"] - 1) % capacity for step in kept],
+        header_changes={
+            "package": {
+                "path": native.path,
+                "sha256": native.sha256,
+                "manifest": native.manifest.to_dict(),
+            },
+            "model": binding.model,
+        },
+    )
+    return {"outputs": outputs}

@@ -1,0 +1,156 @@
+"""Replaying flight logs (tdaot.testing.replay, `tdaot replay`): a log of a real binding replays
+bit for bit through its package, and the eager policy agrees; a changed byte is reported at its
+step and key; a recurrent package's state is carried and its resets honoured; the envelope and
+a supervisor replayed as recorded, or left out where their state cannot be rebuilt."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+import torch
+from flight_log_writer import record_run
+
+import tdaot
+from tdaot.cli import main as cli
+from tdaot.flight_log import read
+from tdaot.testing import replay
+
+STEPS = 12
+
+
+def _observations(batch: int, features: int, scale: float = 1.0):
+    generator = torch.Generator().manual_seed(7)
+    table = torch.randn(STEPS, batch, features, generator=generator) * scale
+    return lambda i: {"observation": table[i]}
+
+
+@pytest.fixture(scope="module")
+def tutorial_log(tutorial, tmp_path_factory):
+    path = tmp_path_factory.mktemp("logs") / "tutorial.tdlog"
+    native = tdaot.load(tutorial[2].path)
+    record_run(native, path, batch=3, steps=STEPS, inputs_for=_observations(3, 3))
+    return path
+
+
+def _flip(path, out, seq: int, field: str, byte: int = 0):
+    """A copy of the log at ``path`` with one byte of ``field`` of step ``seq`` flipped."""
+    data = bytearray(path.read_bytes())
+    (size,) = struct.unpack_from("<I", data, 8)
+    header = json.loads(data[16 : 16 + size])
+    offset = {f["name"]: f["offset"] for f in header["fields"]}[field]
+    for slot in range(header["capacity"]):
+        base = header["data_offset"] + slot * header["step_bytes"]
+        if struct.unpack_from("<Q", data, base)[0] == seq:
+            data[base + offset + byte] ^= 0x01
+    out.write_bytes(bytes(data))
+    return out
+
+
+def test_a_log_of_a_real_binding_replays_bit_for_bit_and_the_eager_policy_agrees(tutorial, tutorial_log):
+    report = replay(tutorial_log, tutorial[0])
+    package, eager = report.checks
+    assert package.exact and package.compared == STEPS and package.ok
+    assert eager.reference == "recorded outputs" and eager.compared == STEPS and eager.ok
+    assert "agree bit for bit over 12 steps" in report.describe()
+
+
+def test_one_flipped_output_byte_is_reported_at_exactly_its_step_and_key(tutorial_log, tmp_path):
+    bad = _flip(tutorial_log, tmp_path / "flipped.tdlog", seq=5, field="outputs/loc", byte=4)
+    with pytest.raises(AssertionError, match=r"step 4 \(seq 5\), outputs/loc\[0, 1\]: expected") as raised:
+        replay(bad)
+    assert "package vs recorded outputs: DIVERGES (bit for bit)" in str(raised.value)
+    log = read(bad)
+    assert log.steps[4].outputs["loc"][0, 1] != read(tutorial_log).steps[4].outputs["loc"][0, 1]
+
+
+def test_tdaot_replay_exits_non_zero_on_divergence_and_zero_on_agreement(tutorial_log, tmp_path, capsys):
+    assert cli(["replay", str(tutorial_log), "--policy", "examples/policies.py:tutorial_policy"]) == 0
+    out = capsys.readouterr().out
+    assert "package vs recorded outputs: agree bit for bit over 12 steps" in out
+    assert "eager policy vs recorded outputs: agree within each dtype's parity tolerance over 12 steps" in out
+    bad = _flip(tutorial_log, tmp_path / "flipped.tdlog", seq=9, field="outputs/sample", byte=0)
+    assert cli(["replay", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "DIVERGES (bit for bit) at step 8 (seq 9), outputs/sample[0, 0]" in out and out.endswith(
+        "DIVERGE\n"
+    )
+
+
+def test_another_package_is_refused_naming_both_digests(tutorial_log, legged):
+    with pytest.raises(tdaot.IntegrityError) as raised:
+        replay(tutorial_log, package=legged[2].path)
+    message = str(raised.value)
+    assert read(tutorial_log).package_sha256 in message and tdaot.load(legged[2].path).sha256 in message
+
+
+def test_a_recurrent_package_carries_its_state_and_honours_the_recorded_resets(recurrent, tmp_path):
+    native = tdaot.load(recurrent[2].path)
+    path = tmp_path / "recurrent.tdlog"
+    resets = {4: torch.tensor([True, False]), 8: torch.tensor([False, True])}
+    record_run(native, path, batch=2, steps=STEPS, inputs_for=_observations(2, 3), resets=resets)
+    log = read(path)
+    assert log.steps[4].reset.tolist() == [True, False] and log.steps[4].inputs["is_init"][:, 0].tolist() == [
+        True,
+        False,
+    ]
+    report = replay(log, recurrent[0])
+    assert [check.compared for check in report.checks] == [STEPS, STEPS] and report.ok
+    # The eager policy without the recorded resets would carry row 0's state through step 4.
+    without = tmp_path / "no-resets.tdlog"
+    record_run(native, without, batch=2, steps=STEPS, inputs_for=_observations(2, 3), resets=resets)
+    data = bytearray(without.read_bytes())
+    (size,) = struct.unpack_from("<I", data, 8)
+    header = json.loads(data[16 : 16 + size])
+    reset = {f["name"]: f["offset"] for f in header["fields"]}["reset"]
+    for slot in range(header["capacity"]):
+        data[header["data_offset"] + slot * header["step_bytes"] + reset] = 0
+    with pytest.raises(
+        AssertionError, match=r"package vs recorded outputs: DIVERGES .* step 4 \(seq 5\), inputs/"
+    ):
+        replay(bytes(data))
+
+
+def test_a_changed_recorded_state_is_reported_as_the_carried_input(recurrent, tmp_path):
+    native = tdaot.load(recurrent[2].path)
+    path = tmp_path / "state.tdlog"
+    record_run(native, path, batch=1, steps=STEPS, inputs_for=_observations(1, 3))
+    bad = _flip(path, tmp_path / "state-flipped.tdlog", seq=6, field="inputs/hidden", byte=2)
+    with pytest.raises(AssertionError, match=r"step 5 \(seq 6\), inputs/hidden\[0, 0\]"):
+        replay(bad)
+
+
+def test_the_envelope_replays_as_recorded_from_the_first_step(legged, tmp_path):
+    native = tdaot.load(legged[2].path)
+    path = tmp_path / "envelope.tdlog"
+    # Large observations: the actions jump, and the envelope's max_delta holds them.
+    record_run(native, path, batch=1, steps=STEPS, inputs_for=_observations(1, 48, 30.0), envelope=True)
+    log = read(path)
+    assert log.envelope and log.steps[-1].interventions["rate_limited"] > 0
+    report = replay(log, legged[0])
+    package, eager = report.checks
+    assert package.compared == STEPS and "bound as recorded, with the envelope" in package.describe()
+    assert eager.reference == "the package bound without the envelope and the supervisor" and eager.ok
+
+
+def test_a_wrapped_ring_with_a_supervisor_is_compared_where_neither_acted(legged, tmp_path):
+    native = tdaot.load(legged[2].path)
+    path = tmp_path / "wrapped.tdlog"
+    limits = tdaot.Supervisor(low=-0.5, high=0.5)
+    record_run(
+        native,
+        path,
+        batch=1,
+        steps=STEPS,
+        inputs_for=_observations(1, 48, 3.0),
+        supervisor=limits,
+        capacity=8,
+    )
+    log = read(path)
+    assert log.supervised and log.steps[0].seq == STEPS - 8 + 1
+    report = replay(log, legged[0])
+    package, eager = report.checks
+    assert report.ok, report.describe()
+    assert "cannot be rebuilt: bound without them" in package.describe()
+    assert package.compared + package.skipped["altered by the envelope or supervisor"] == 8

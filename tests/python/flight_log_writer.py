@@ -5,13 +5,19 @@ is never the only source of a test's log that could hide a mismatch between the 
 
 from __future__ import annotations
 
+import inspect
 import json
 import struct
 
 import numpy as np
 import torch
 
+import tdaot
+
 MAGIC = b"TDAOTFL1"
+# Whether this build's bindings record (bind(record=N), the C++ flight recorder): record_run then
+# writes its logs with it, and this module's writer only makes the refusal tests' faulty files.
+REAL_RECORDER = "record" in inspect.signature(tdaot.Policy.bind).parameters
 INTERVENTIONS = ("nonfinite", "rate_limited", "blended", "clipped", "fallback")
 SUPERVISOR_ELEMENTS = (
     "mode:int32",
@@ -148,10 +154,23 @@ def record_run(
 ) -> dict:
     """Runs ``native`` bound at ``batch`` for ``steps`` steps (``inputs_for(i)`` gives step i's
     inputs by manifest key, ``resets[i]`` a bool [batch] mask reset before step i) and writes
-    what the binding saw as a flight log at ``path``, keeping the last ``capacity`` steps (default
-    all) in ring order. Returns {"outputs": [per step {key: tensor}]}."""
-    binding = native.bind(batch, envelope=envelope, supervisor=supervisor)
+    the flight log of its last ``capacity`` steps (default all) at ``path``: the C++ recorder's
+    dump (``bind(record=capacity)``), or, in a build without one, what the binding saw written
+    by this module. Returns {"outputs": [per step {key: tensor}]}."""
     capacity = capacity or steps
+    if REAL_RECORDER:
+        binding = native.bind(batch, envelope=envelope, supervisor=supervisor, record=capacity)
+        outputs = []
+        for i in range(steps):
+            if resets and i in resets:
+                binding.reset(resets[i].clone())
+            for key, value in inputs_for(i).items():
+                binding.inputs[key].copy_(value)
+            binding.run()
+            outputs.append({key: binding.outputs[key].clone() for key in native.manifest.output_keys})
+        binding.dump(str(path))
+        return {"outputs": outputs}
+    binding = native.bind(batch, envelope=envelope, supervisor=supervisor)
     recorded, outputs = [], []
     start = 0
     for i in range(steps):

@@ -153,4 +153,8 @@ def test_a_wrapped_ring_with_a_supervisor_is_compared_where_neither_acted(legged
     package, eager = report.checks
     assert report.ok, report.describe()
     assert "cannot be rebuilt: bound without them" in package.describe()
-    assert package.compared + package.skipped["altered by the envelope or supervisor"] == 8
+    skipped = package.skipped["altered by the envelope or supervisor"]
+    # The first step is not known (its counts have no previous); the limits clip some others.
+    assert package.compared + skipped == 8 and package.compared >= 1 and skipped >= 1
+    assert eager.compared == package.compared, report.describe()
+    print(report.describe())

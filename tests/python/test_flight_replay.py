@@ -5,6 +5,7 @@ a supervisor replayed as recorded, or left out where their state cannot be rebui
 
 from __future__ import annotations
 
+import copy
 import json
 import struct
 
@@ -77,6 +78,35 @@ def test_tdaot_replay_exits_non_zero_on_divergence_and_zero_on_agreement(tutoria
     assert "DIVERGES (bit for bit) at step 8 (seq 9), outputs/sample[0, 0]" in out and out.endswith(
         "DIVERGE\n"
     )
+
+
+def test_an_eager_policy_that_differs_is_reported_at_its_first_step(tutorial, tutorial_log):
+    changed = copy.deepcopy(tutorial[0])
+    with torch.no_grad():
+        next(iter(changed.parameters())).add_(0.01)
+    with pytest.raises(AssertionError) as raised:
+        replay(tutorial_log, changed)
+    text = str(raised.value)
+    assert "package vs recorded outputs: agree bit for bit over 12 steps" in text
+    diverges = "eager policy vs recorded outputs: DIVERGES (within each dtype's parity tolerance)"
+    assert f"{diverges} at step 0 (seq 1), outputs/" in text
+
+
+def test_without_the_package_at_hand_the_eager_policy_alone_is_replayed(tutorial, tutorial_log):
+    data = bytearray(tutorial_log.read_bytes())
+    (size,) = struct.unpack_from("<I", data, 8)
+    header = json.loads(data[16 : 16 + size])
+    recorded = header["package"]["path"]
+    header["package"]["path"] = "absent/moved.pt2"  # shorter: the header keeps its size
+    text = json.dumps(header).encode()
+    assert len(text) <= size
+    moved = bytes(data[:16]) + text + b" " * (size - len(text)) + bytes(data[16 + size :])
+    report = replay(moved, tutorial[0])
+    assert [check.name for check in report.checks] == ["eager policy"] and report.ok
+    assert "moved.pt2' is not here: the eager policy alone was replayed" in report.describe()
+    with pytest.raises(tdaot.FlightLogError, match=r"recorded with package '.*moved.pt2', which is not here"):
+        replay(moved)
+    assert replay(moved, package=recorded).ok  # --package
 
 
 def test_another_package_is_refused_naming_both_digests(tutorial_log, legged):

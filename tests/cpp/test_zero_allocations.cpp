@@ -226,6 +226,31 @@ TEST(ZeroAllocationsSupervisor, TheSupervisedStepAllocatesNothing) {
   EXPECT_GT(counts.fallback, 0);
 }
 
+// The flight recorder (BindOptions::record) adds no allocation to the supervised, rate-limited,
+// non-finite bound run: N and 2N recorded runs allocate the same.
+TEST(ZeroAllocationsRecorder, TheRecordedRunAllocatesNothingPerCall) {
+  if (!test::malloc_counting()) GTEST_SKIP() << "malloc is not counted under a sanitizer";
+  const Policy policy(test::package_path("legged.pt2"));
+  BindOptions options;
+  options.envelope = true;
+  options.record = 64;
+  Binding b = policy.bind(1, options);
+  ASSERT_TRUE(b.allocation_free());
+  float* observation = b.input("observation").mutable_data_ptr<float>();
+  int64_t step = 0;
+  const auto run = [&] {
+    ++step;
+    const float value = step % 7 == 0 ? std::numeric_limits<float>::quiet_NaN()
+                                      : (step % 2 == 0 ? 30.0f : -30.0f);
+    std::fill(observation, observation + 48, value);
+    b.run();
+  };
+  const auto [once, twice] = measure("legged batch 1 recorded Binding::run", run);
+  EXPECT_EQ(twice.allocations, once.allocations);
+  EXPECT_EQ(twice.frees, once.frees);
+  EXPECT_GT(b.interventions().nonfinite, 0);
+}
+
 // The counter itself sees what it should: a tensor allocation and its free.
 TEST(MallocCounter, CountsAllocationsFromEveryLibrary) {
   if (!test::malloc_counting()) GTEST_SKIP() << "malloc is not counted under a sanitizer";

@@ -141,6 +141,42 @@ TEST(LiteZeroAllocationsSupervisor, TheSupervisedRunAllocatesNothing) {
   EXPECT_GT(scale, 0.0);
 }
 
+// The flight recorder (BindOptions::record) allocates nothing per run either: the supervised,
+// rate-limited and non-finite steps of legged.pt2 and recurrent_b14's reset(mask), each recorded;
+// nor does dump_fd (async-signal-safe: write(2) only), here to /dev/null.
+TEST(LiteZeroAllocationsRecorder, TheRecordedRunAndDumpFdAllocateNothing) {
+  if (!test::malloc_counting()) GTEST_SKIP() << "malloc is not counted under a sanitizer";
+  const lite::Policy legged(lite_test::package_path("legged.pt2"));
+  lite::BindOptions options;
+  options.envelope = true;
+  options.record = 64;
+  lite::Binding b = legged.bind(1, options);
+  float* observation = b.input<float>("observation");
+  int64_t step = 0;
+  expect_allocation_free("legged.pt2 recorded run (limited, NaN)", [&] {
+    const float value = (step % 3 == 2) ? std::numeric_limits<float>::quiet_NaN()
+                                        : (step % 2 == 0 ? 30.0f : -30.0f);
+    for (int i = 0; i < 48; ++i) observation[i] = value;
+    ++step;
+    b.run();
+  });
+  EXPECT_GT(b.interventions().nonfinite, 0);
+  const lite::Policy recurrent(lite_test::package_path("recurrent_b14.pt2"));
+  lite::Binding r = recurrent.bind(4, options);
+  const std::vector<bool> mask{true, false, false, true};
+  expect_allocation_free("recurrent_b14.pt2 recorded reset(mask) + run", [&] {
+    r.reset(mask);
+    r.run();
+  });
+  FILE* null = std::fopen("/dev/null", "wb");
+  ASSERT_NE(null, nullptr);
+  const int fd = fileno(null);
+  const uint64_t before = test::malloc_calls();
+  EXPECT_EQ(b.dump_fd(fd), 0);
+  EXPECT_EQ(test::malloc_calls() - before, 0u) << "dump_fd";
+  std::fclose(null);
+}
+
 // After a weight swap (and a rollback) the bound run allocates nothing again: only the run that
 // first sees new weights gives the model instance its new constants, which allocates.
 TEST(LiteZeroAllocationsSwap, RunsAfterASwapOrARollbackAllocateNothing) {

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import struct
+import subprocess
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from flight_log_writer import record_run
 import tdaot
 from tdaot.cli import main as cli
 from tdaot.flight_log import read
-from tdaot.testing import replay
+from tdaot.testing import lite_runner, replay
 
 STEPS = 12
 
@@ -193,3 +194,17 @@ def test_a_wrapped_ring_with_a_supervisor_is_compared_where_neither_acted(legged
     assert package.compared + skipped == 8 and package.compared >= 1 and skipped >= 1
     assert eager.compared == 8, report.describe()
     print(report.describe())
+
+
+def test_a_log_the_lite_runtime_wrote_replays_bit_for_bit_on_the_full_runtime(tutorial, tmp_path):
+    """tdaot-lite bench --record: the timed runs, the warm-up's overwritten (seq 4..23); the
+    full runtime runs the same model library on the recorded inputs."""
+    path = tmp_path / "bench.tdlog"
+    command = [lite_runner.find_tool(), "bench", tutorial[2].path, "--batch", "1", "--iters", "20"]
+    command += ["--warmup", "3", "--record", "20", "--record-out", str(path)]
+    subprocess.run(command, capture_output=True, text=True, check=True)
+    log = read(path)
+    assert (log.runtime, log.model) == ("lite", "b1") and [s.seq for s in log.steps] == list(range(4, 24))
+    report = replay(log, tutorial[0])
+    assert [check.compared for check in report.checks] == [20, 20]
+    assert "recorded on the lite runtime, replayed on the full runtime" in report.describe()

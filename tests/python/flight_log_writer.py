@@ -1,23 +1,18 @@
-"""A flight log writer for the reader's refusal tests: the layout of docs/flight-recorder.md
-(``tdaot-flightlog/1``) written from Python, so a test can make a log with any fault. The
-replay, show and export tests read logs the C++ recorder wrote (``bind(record=N)``); this writer
-is never the only source of a test's log that could hide a mismatch between the two."""
+"""Flight logs for the tests. :func:`record_run` runs a real binding with the C++ flight recorder
+(``bind(record=N)``) and dumps its log: the replay, show and export tests read those. :func:`write`
+lays out ``tdaot-flightlog/1`` (docs/flight-recorder.md) from Python, for what the recorder cannot
+be made to write: the reader's tests of damaged files and of a header in another field order,
+and a package manifest whose contract has observation terms (no test package has one)."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import struct
 
 import numpy as np
 import torch
 
-import tdaot
-
 MAGIC = b"TDAOTFL1"
-# Whether this build's bindings record (bind(record=N), the C++ flight recorder): record_run then
-# writes its logs with it, and this module's writer only makes the refusal tests' faulty files.
-REAL_RECORDER = "record" in inspect.signature(tdaot.Policy.bind).parameters
 INTERVENTIONS = ("nonfinite", "rate_limited", "blended", "clipped", "fallback")
 SUPERVISOR_ELEMENTS = (
     "mode:int32",
@@ -152,75 +147,18 @@ def record_run(
     supervisor=False,
     capacity: int | None = None,
 ) -> dict:
-    """Runs ``native`` bound at ``batch`` for ``steps`` steps (``inputs_for(i)`` gives step i's
-    inputs by manifest key, ``resets[i]`` a bool [batch] mask reset before step i) and writes
-    the flight log of its last ``capacity`` steps (default all) at ``path``: the C++ recorder's
-    dump (``bind(record=capacity)``), or, in a build without one, what the binding saw written
-    by this module. Returns {"outputs": [per step {key: tensor}]}."""
-    capacity = capacity or steps
-    if REAL_RECORDER:
-        binding = native.bind(batch, envelope=envelope, supervisor=supervisor, record=capacity)
-        outputs = []
-        for i in range(steps):
-            if resets and i in resets:
-                binding.reset(resets[i].clone())
-            for key, value in inputs_for(i).items():
-                binding.inputs[key].copy_(value)
-            binding.run()
-            outputs.append({key: binding.outputs[key].clone() for key in native.manifest.output_keys})
-        binding.dump(str(path))
-        return {"outputs": outputs}
-    binding = native.bind(batch, envelope=envelope, supervisor=supervisor)
-    recorded, outputs = [], []
-    start = 0
+    """Runs ``native`` bound at ``batch`` with the C++ flight recorder (``record=capacity``,
+    default ``steps``) for ``steps`` steps (``inputs_for(i)`` gives step i's inputs by manifest
+    key, ``resets[i]`` a bool [batch] mask reset before step i) and dumps its log at ``path``.
+    Returns {"outputs": [per step {key: tensor}]}."""
+    binding = native.bind(batch, envelope=envelope, supervisor=supervisor, record=capacity or steps)
+    outputs = []
     for i in range(steps):
-        reset = torch.zeros(batch, dtype=torch.bool)
         if resets and i in resets:
-            reset = resets[i].clone()
-            binding.reset(reset)
+            binding.reset(resets[i].clone())
         for key, value in inputs_for(i).items():
             binding.inputs[key].copy_(value)
-        seen = {key: binding.inputs[key].clone() for key in native.manifest.input_keys}
         binding.run()
-        outs = {key: binding.outputs[key].clone() for key in native.manifest.output_keys}
-        outputs.append(outs)
-        counts = binding.interventions
-        step = {
-            "seq": i + 1,
-            "start_ns": start,
-            "duration_ns": 1000 + 10 * i,
-            "interventions": [counts[k] for k in INTERVENTIONS],
-            "reset": reset.tolist(),
-            "inputs": seen,
-            "outputs": outs,
-        }
-        if binding.supervised:
-            modes = ("running", "blending", "held", "damped")
-            step["supervisor"] = [
-                (modes.index(s.mode), s.gain_scale, s.damping_scale, s.blend, s.steps)
-                for s in (binding.supervisor_row(r) for r in range(batch))
-            ]
-        recorded.append(step)
-        start += 20_000_000
-    kept = recorded[-capacity:]
-    write(
-        path,
-        manifest=native.manifest.to_dict(),
-        batch=batch,
-        steps=kept,
-        inputs={s.key: (s.dtype, [batch, *s.shape]) for s in native.manifest.inputs},
-        outputs={s.key: (s.dtype, [batch, *s.shape]) for s in native.manifest.outputs},
-        capacity=capacity,
-        envelope=envelope,
-        supervised=binding.supervised,
-        slot_order=[(step["seq"] - 1) % capacity for step in kept],
-        header_changes={
-            "package": {
-                "path": native.path,
-                "sha256": native.sha256,
-                "manifest": native.manifest.to_dict(),
-            },
-            "model": binding.model,
-        },
-    )
+        outputs.append({key: binding.outputs[key].clone() for key in native.manifest.output_keys})
+    binding.dump(str(path))
     return {"outputs": outputs}

@@ -99,7 +99,7 @@ def test_without_the_package_at_hand_the_eager_policy_alone_is_replayed(tutorial
     header = json.loads(data[16 : 16 + size])
     recorded = header["package"]["path"]
     header["package"]["path"] = "absent/moved.pt2"  # shorter: the header keeps its size
-    text = json.dumps(header).encode()
+    text = json.dumps(header, separators=(",", ":")).encode()
     assert len(text) <= size
     moved = bytes(data[:16]) + text + b" " * (size - len(text)) + bytes(data[16 + size :])
     report = replay(moved, tutorial[0])

@@ -208,3 +208,16 @@ def test_a_log_the_lite_runtime_wrote_replays_bit_for_bit_on_the_full_runtime(tu
     report = replay(log, tutorial[0])
     assert [check.compared for check in report.checks] == [20, 20]
     assert "recorded on the lite runtime, replayed on the full runtime" in report.describe()
+
+
+def test_a_snapshot_taken_while_bound_reads_and_replays_like_a_dump(tutorial):
+    native = tdaot.load(tutorial[2].path)
+    binding = native.bind(2, record=4)
+    observations = _observations(2, 3)
+    for i in range(6):
+        binding.inputs["observation"].copy_(observations(i)["observation"])
+        binding.run()
+    log = read(binding.snapshot())
+    assert log.path == "<flight log bytes>" and [s.seq for s in log.steps] == [3, 4, 5, 6]
+    assert torch.equal(log.steps[-1].outputs["loc"], binding.outputs["loc"])
+    assert replay(log, tutorial[0]).ok

@@ -178,3 +178,16 @@ def test_a_header_missing_a_field_or_placing_one_outside_the_slot_is_refused(tmp
 def test_an_absent_file_is_refused_naming_it(tmp_path):
     with pytest.raises(tdaot.FlightLogError, match=r"cannot read flight log '.*absent.tdlog'"):
         read(tmp_path / "absent.tdlog")
+
+
+def test_the_commands_refuse_a_file_that_is_not_a_flight_log_naming_it(tmp_path, capsys):
+    from tdaot.cli import main as cli
+
+    path = tmp_path / "policy.pt2"
+    path.write_bytes(b"PK\x03\x04" + bytes(60))
+    for command in (["log", "show"], ["replay"]):
+        assert cli([*command, str(path)]) == 1
+        err = capsys.readouterr().err
+        assert f"FlightLogError: flight log '{path}': not a flight log" in err, err
+    assert cli(["log", "export", str(path), "--mcap", str(tmp_path / "out.mcap")]) == 1
+    assert not (tmp_path / "out.mcap").exists()

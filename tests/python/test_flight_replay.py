@@ -76,9 +76,11 @@ def test_tdaot_replay_exits_non_zero_on_divergence_and_zero_on_agreement(tutoria
     bad = _flip(tutorial_log, tmp_path / "flipped.tdlog", seq=9, field="outputs/sample", byte=0)
     assert cli(["replay", str(bad)]) == 1
     out = capsys.readouterr().out
-    assert "DIVERGES (bit for bit) at step 8 (seq 9), outputs/sample[0, 0]" in out and out.endswith(
-        "DIVERGE\n"
-    )
+    assert "DIVERGES (bit for bit) at step 8 (seq 9), outputs/sample[0, 0]" in out
+    assert out.endswith("DIVERGE\n")
+    # The flipped bit is the lowest of the mantissa: within an absolute tolerance.
+    assert cli(["replay", str(bad), "--atol", "1e-4"]) == 0
+    assert "agree within rtol 0, atol 0.0001 over 12 steps" in capsys.readouterr().out
 
 
 def test_an_eager_policy_that_differs_is_reported_at_its_first_step(tutorial, tutorial_log):

@@ -196,6 +196,8 @@ def replay_package(
     """The package check of a replay, and the package's raw outputs per step (bound without the
     envelope and the supervisor, each step on its recorded inputs) when those are what the check
     compared; None when it replayed as recorded."""
+    if rtol is not None or atol is not None:  # one given: the other is 0 (bit for bit by default)
+        rtol, atol = rtol or 0.0, atol or 0.0
     if not log.steps:
         return ReplayCheck(
             "package", "recorded outputs", 0, {}, rtol is None and atol is None, rtol, atol

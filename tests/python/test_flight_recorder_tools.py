@@ -35,7 +35,9 @@ def test_tdaot_lite_run_and_bench_write_a_flight_log(tutorial, tmp_path):
     run_log = tmp_path / "run.tdlog"
     done = subprocess.run(
         [tool, "run", package, "--batch", "1", "--record", "4", "--record-out", run_log],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert f"flight log written to {run_log} (a ring of 4 steps)" in done.stderr
     data = run_log.read_bytes()
@@ -46,9 +48,25 @@ def test_tdaot_lite_run_and_bench_write_a_flight_log(tutorial, tmp_path):
 
     bench_log = tmp_path / "bench.tdlog"
     subprocess.run(
-        [tool, "bench", package, "--batch", "1", "--iters", "30", "--warmup", "5", "--json",
-         "--record", "100", "--record-out", bench_log],
-        capture_output=True, text=True, check=True,
+        [
+            tool,
+            "bench",
+            package,
+            "--batch",
+            "1",
+            "--iters",
+            "30",
+            "--warmup",
+            "5",
+            "--json",
+            "--record",
+            "100",
+            "--record-out",
+            bench_log,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     data = bench_log.read_bytes()
     header, _, slots = parse(data)
@@ -69,8 +87,21 @@ def test_robot_service_dumps_its_flight_log_on_sigusr1(legged, tmp_path):
     service = _robot_service()
     log = tmp_path / "service.tdlog"
     process = subprocess.Popen(
-        [service, legged[2].path, "--steps", "100000", "--rate", "1000", "--record", "64", "--record-out", log],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            service,
+            legged[2].path,
+            "--steps",
+            "100000",
+            "--rate",
+            "1000",
+            "--record",
+            "64",
+            "--record-out",
+            log,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         for line in process.stdout:  # the handler is installed once this line is printed

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from test_flight_recorder import parse
+from test_rehearse import _cli, _mjcf, _tool, arm_contract, arm_policy
 
 from tdaot.testing import lite_runner
 
@@ -129,3 +130,38 @@ def test_robot_service_dumps_its_flight_log_on_sigusr1(legged, tmp_path):
     seqs = _seqs(data, slots)
     assert seqs and seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # consecutive, at most one left out
     assert len(seqs) >= min(63, seqs[-1] - 1)
+
+
+@pytest.fixture(scope="module")
+def arm(build_package):
+    """test_rehearse.py's arm (the same build, so its cache's)."""
+    return build_package("rehearse-arm", arm_policy, {"batch": 1, "contract": arm_contract()})
+
+
+def test_tdaot_rehearse_records_every_control_step_or_the_last_n(arm, tmp_path, capsys, monkeypatch):
+    """`tdaot rehearse --record PATH` (the C++ tool's --record): the whole rehearsal's steps by
+    default, the last N with --record-steps; the full runtime's log is the same format."""
+    monkeypatch.setenv("TDAOT_REHEARSE", _tool())
+    mjcf = _mjcf(tmp_path)
+    for runtime, extra, capacity in (("lite", (), 50), ("torch", ("--record-steps", "10"), 10)):
+        log = tmp_path / f"{runtime}.tdlog"
+        code, out, err = _cli(
+            capsys,
+            arm[2].path,
+            "--mjcf",
+            mjcf,
+            "--seconds",
+            "1",
+            "--runtime",
+            runtime,
+            "--record",
+            log,
+            *extra,
+        )
+        assert code == 0, err
+        assert f"flight log of the last {capacity} control steps written to {log}" in out
+        data = log.read_bytes()
+        header, _, slots = parse(data)
+        assert header["runtime"] == ("lite" if runtime == "lite" else "full")
+        assert header["package"]["sha256"] == _sha256(arm[2].path) and header["supervised"] is True
+        assert header["capacity"] == capacity and _seqs(data, slots) == list(range(51 - capacity, 51))

@@ -70,7 +70,9 @@ def tutorial_cuda(tmp_path_factory):
 def test_a_cuda_binding_refuses_the_flight_recorder(tutorial_cuda):
     """bind(record=N) records CPU bindings only: a CUDA package's is refused, naming it."""
     _, native = tutorial_cuda
-    with pytest.raises(tdaot.InvalidArgumentError, match=r"record = 4: package '.*' runs on 'cuda'.*CPU bindings only"):
+    with pytest.raises(
+        tdaot.InvalidArgumentError, match=r"record = 4: package '.*' runs on 'cuda'.*CPU bindings only"
+    ):
         native.bind(1, record=4)
 
 

@@ -92,11 +92,12 @@ def test_recording_refusals_name_what_is_at_fault(tutorial, tutorial_native, tmp
         tutorial_native.bind(batch=1, record=-2)
     plain = tutorial_native.bind(batch=1)
     assert plain.record == 0
-    with pytest.raises(tdaot.InvalidArgumentError, match=r"does not record: bind it with BindOptions::record = N"):
+    with pytest.raises(
+        tdaot.InvalidArgumentError, match=r"does not record: bind it with BindOptions::record = N"
+    ):
         plain.dump(tmp_path / "never.tdlog")
     with pytest.raises(tdaot.InvalidArgumentError, match=r"does not record"):
         plain.snapshot()
     recorded = tutorial_native.bind(batch=1, record=2)
     with pytest.raises(tdaot.TdaotError, match=r"cannot write the flight log to '/nonexistent-dir/x.tdlog'"):
         recorded.dump("/nonexistent-dir/x.tdlog")
-

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from test_flight_recorder import parse
+from test_rehearse import _cli, _mjcf, _tool, arm_contract, arm_policy
 
 from tdaot.testing import lite_runner
 
@@ -35,7 +36,9 @@ def test_tdaot_lite_run_and_bench_write_a_flight_log(tutorial, tmp_path):
     run_log = tmp_path / "run.tdlog"
     done = subprocess.run(
         [tool, "run", package, "--batch", "1", "--record", "4", "--record-out", run_log],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert f"flight log written to {run_log} (a ring of 4 steps)" in done.stderr
     data = run_log.read_bytes()
@@ -46,9 +49,25 @@ def test_tdaot_lite_run_and_bench_write_a_flight_log(tutorial, tmp_path):
 
     bench_log = tmp_path / "bench.tdlog"
     subprocess.run(
-        [tool, "bench", package, "--batch", "1", "--iters", "30", "--warmup", "5", "--json",
-         "--record", "100", "--record-out", bench_log],
-        capture_output=True, text=True, check=True,
+        [
+            tool,
+            "bench",
+            package,
+            "--batch",
+            "1",
+            "--iters",
+            "30",
+            "--warmup",
+            "5",
+            "--json",
+            "--record",
+            "100",
+            "--record-out",
+            bench_log,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     data = bench_log.read_bytes()
     header, _, slots = parse(data)
@@ -69,8 +88,21 @@ def test_robot_service_dumps_its_flight_log_on_sigusr1(legged, tmp_path):
     service = _robot_service()
     log = tmp_path / "service.tdlog"
     process = subprocess.Popen(
-        [service, legged[2].path, "--steps", "100000", "--rate", "1000", "--record", "64", "--record-out", log],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            service,
+            legged[2].path,
+            "--steps",
+            "100000",
+            "--rate",
+            "1000",
+            "--record",
+            "64",
+            "--record-out",
+            log,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         for line in process.stdout:  # the handler is installed once this line is printed
@@ -98,3 +130,38 @@ def test_robot_service_dumps_its_flight_log_on_sigusr1(legged, tmp_path):
     seqs = _seqs(data, slots)
     assert seqs and seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # consecutive, at most one left out
     assert len(seqs) >= min(63, seqs[-1] - 1)
+
+
+@pytest.fixture(scope="module")
+def arm(build_package):
+    """test_rehearse.py's arm (the same build, so its cache's)."""
+    return build_package("rehearse-arm", arm_policy, {"batch": 1, "contract": arm_contract()})
+
+
+def test_tdaot_rehearse_records_every_control_step_or_the_last_n(arm, tmp_path, capsys, monkeypatch):
+    """`tdaot rehearse --record PATH` (the C++ tool's --record): the whole rehearsal's steps by
+    default, the last N with --record-steps; the full runtime's log is the same format."""
+    monkeypatch.setenv("TDAOT_REHEARSE", _tool())
+    mjcf = _mjcf(tmp_path)
+    for runtime, extra, capacity in (("lite", (), 50), ("torch", ("--record-steps", "10"), 10)):
+        log = tmp_path / f"{runtime}.tdlog"
+        code, out, err = _cli(
+            capsys,
+            arm[2].path,
+            "--mjcf",
+            mjcf,
+            "--seconds",
+            "1",
+            "--runtime",
+            runtime,
+            "--record",
+            log,
+            *extra,
+        )
+        assert code == 0, err
+        assert f"flight log of the last {capacity} control steps written to {log}" in out
+        data = log.read_bytes()
+        header, _, slots = parse(data)
+        assert header["runtime"] == ("lite" if runtime == "lite" else "full")
+        assert header["package"]["sha256"] == _sha256(arm[2].path) and header["supervised"] is True
+        assert header["capacity"] == capacity and _seqs(data, slots) == list(range(51 - capacity, 51))

@@ -2,12 +2,13 @@
 // the last N steps in a ring allocated when bound, written by the binding's thread without
 // allocating or locking, read whole from any thread (a seqlock per slot). Torch-free.
 //
-// Memory model: every slot word is written and read with 64-bit atomics (relaxed, except seq_end:
-// release/acquire), so a reader racing the writer is no data race in C++'s model (TSan-clean);
-// the writer stores seq, a release fence, the data, then seq_end; a reader loads seq_end
-// (acquire), the data, an acquire fence, then seq: the slot is whole when both are equal (Boehm,
-// "Can seqlocks get along with programming language memory models?", 2012). dump_fd hands the
-// ring to write(2) instead, whose copy the kernel makes: the same order, checked the same way.
+// Memory model: every slot word is written and read with 64-bit atomics, so a reader racing the
+// writer is no data race in C++'s model (TSan-clean): the writer stores seq (relaxed), the data
+// and seq_end (release stores: plain moves on x86-64); a reader loads seq_end and the data
+// (acquire), then seq: the slot is whole when both are equal, since a copy holding any word of a
+// newer step then sees that step's seq (a seqlock; Boehm, "Can seqlocks get along with
+// programming language memory models?", 2012). dump_fd hands the ring to write(2) instead, whose
+// copy the kernel makes: the same order, with a fence before seq's load.
 #pragma once
 
 #include <chrono>

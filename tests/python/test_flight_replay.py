@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import struct
 import subprocess
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 from examples.policies import LEGGED_DEFAULT_POS
 from flight_log_writer import record_run
+from test_rehearse import arm_contract, arm_policy
 
 import tdaot
 from tdaot.cli import main as cli
@@ -223,3 +225,76 @@ def test_a_snapshot_taken_while_bound_reads_and_replays_like_a_dump(tutorial):
     assert log.path == "<flight log bytes>" and [s.seq for s in log.steps] == [3, 4, 5, 6]
     assert torch.equal(log.steps[-1].outputs["loc"], binding.outputs["loc"])
     assert replay(log, tutorial[0]).ok
+
+
+@pytest.fixture(scope="module")
+def arm(build_package):
+    """test_rehearse's arm package: a contract of observation terms with a supervisor (limits,
+    max_velocity 50 rad/s, the damp fallback); one build per session, shared by name."""
+    return build_package("rehearse-arm", arm_policy, {"batch": 1, "contract": arm_contract()})
+
+
+def test_the_contracts_supervisor_replays_as_recorded_through_its_fallback(arm, tmp_path):
+    """A joint velocity over the cap at step 4 damps the row until the reset before step 8: the
+    package bound as recorded (envelope and the contract's supervisor) reproduces every step bit
+    for bit, fallback included (its last_action term carried by the runner, which the eager replay
+    refuses); the MCAP export groups the observation by term."""
+    native = tdaot.load(arm[2].path)
+    path = tmp_path / "arm.tdlog"
+
+    def observation(i):
+        obs = torch.zeros(1, 14)
+        obs[0, 2] = -1.0  # upright
+        obs[0, 6:8] = torch.tensor([0.1 * math.sin(i), -0.05 * i])  # joint_pos_rel
+        obs[0, 8:10] = torch.tensor([100.0 if i == 4 else 0.5, 0.0])  # joint_vel_rel
+        return {"observation": obs}
+
+    record_run(
+        native,
+        path,
+        batch=1,
+        steps=STEPS,
+        inputs_for=observation,
+        resets={8: torch.tensor([True])},
+        envelope=True,
+        supervisor=True,
+    )
+    log = read(path)
+    modes = [step.supervisor[0].mode for step in log.steps]
+    assert (
+        modes[4:8] == ["damped"] * 4 and modes[8] != "damped" and log.steps[4].interventions["fallback"] > 0
+    )
+    report = replay(log)
+    (package,) = report.checks
+    assert package.compared == STEPS and package.exact and report.ok, report.describe()
+    assert "bound as recorded, with the envelope and supervisor" in package.describe()
+    # The package carries the last_action term itself (tdaot.* state): no eager replay of it.
+    with pytest.raises(
+        tdaot.InvalidArgumentError, match=r"carries the contract's last_action .* replay the package"
+    ):
+        replay(log, arm[0])
+
+    from tdaot.flight_log.mcap_export import export_mcap, key_schema
+
+    rows = key_schema(log, "observation", "input")["properties"]["rows"]["items"]["properties"]
+    assert list(rows) == [
+        "projected_gravity",
+        "velocity_commands",
+        "joint_pos_rel",
+        "joint_vel_rel",
+        "last_action",
+        "gait_phase",
+    ]
+    assert list(rows["joint_vel_rel"]["properties"]) == ["shoulder", "elbow"]
+    assert list(rows["gait_phase"]["properties"]) == ["sin", "cos"]
+    counts = export_mcap(log, tmp_path / "arm.mcap")
+    # One channel per recorded key, the runner-carried state's included.
+    carried = "tdaot.last_action.observation.last_action"
+    topics = [
+        "/inputs/observation",
+        f"/inputs/{carried}",
+        "/outputs/action",
+        f"/outputs/next.{carried}",
+        "/step",
+    ]
+    assert counts == dict.fromkeys(topics, STEPS)

@@ -84,6 +84,15 @@ def replay_report(
             log.path,
         )
     module = _eager_module(policy)
+    recurrent = log.manifest.recurrent
+    runner_carried = [p.input for p in recurrent.state if p.input.startswith("tdaot.")] if recurrent else []
+    if module is not None and runner_carried:
+        raise InvalidArgumentError(
+            f"flight log {log.path!r}: its package carries the contract's last_action or history terms "
+            f"itself (state {', '.join(runner_carried)}), writing them into the observation before the "
+            "policy runs; the eager replay does not rebuild those slots, so replay the package alone "
+            "(no policy)"
+        )
     native = None
     notes = []
     if package is not None or os.path.isfile(log.package_path) or module is None:

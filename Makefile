@@ -14,8 +14,10 @@ BUILD := build/cpp
 JOBS ?= $(shell nproc)
 
 # torch==2.13.0 is the CPU wheel on this machine's disk; a looser pin would pull a CUDA build.
+# mcap: the `log` extra (tdaot log export --mcap), which the suite reads back.
 PY_DEPS := torch==2.13.0 rsl-rl-lib==5.5.1 tensordict==0.14.3 torchrl==0.14.1 "pybind11>=2.12,<4" "cryptography>=42" \
-	"scikit-build-core>=0.10" ninja "cmake>=3.25" "pytest>=8" pytest-xdist==3.8.0 ruff safetensors==0.8.0 pyelftools==0.33 pyyaml==6.0.3 onnx==1.23.2
+	"scikit-build-core>=0.10" ninja "cmake>=3.25" "pytest>=8" pytest-xdist==3.8.0 ruff safetensors==0.8.0 pyelftools==0.33 pyyaml==6.0.3 onnx==1.23.2 \
+	mcap==1.6.0
 # libminizip-dev: the runtimes read packages with it. libzip-dev: only the C++ tests, to edit
 # package copies; zipcmp/zipmerge/ziptool: Debian 12's libzip CMake config refuses to load without them.
 APT_DEPS := libgtest-dev nlohmann-json3-dev libcli11-dev libminizip-dev libzip-dev zipcmp zipmerge ziptool libsodium-dev \

@@ -14,6 +14,11 @@
 
 namespace py = pybind11;
 
+namespace tdaot::python {
+// Binding's flight recorder calls (flight_recorder.cpp).
+void add_flight_recorder(py::class_<tdaot::Binding>& binding);
+}  // namespace tdaot::python
+
 namespace {
 
 // Raises tdaot.errors.<name>(message, detail) as the pending Python exception.
@@ -232,20 +237,22 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "bind",
           [](const tdaot::Policy& p, int64_t batch, bool cuda_graph, bool envelope,
-             const py::object& supervisor) {
+             const py::object& supervisor, int64_t record) {
             tdaot::BindOptions options;
             options.cuda_graph = cuda_graph;
             options.envelope = envelope;
             options.supervisor = supervisor_options(supervisor);
+            options.record = record;
             py::gil_scoped_release unlocked;
             return p.bind(batch, options);
           },
           py::arg("batch"), py::arg("cuda_graph") = false, py::arg("envelope") = false,
-          py::arg("supervisor") = py::none(),
+          py::arg("supervisor") = py::none(), py::arg("record") = 0,
           "Preallocated inputs and outputs for `batch` rows (tdaot::Binding); cuda_graph: "
           "capture the run as a CUDA graph and replay it per call (CUDA packages); envelope: "
           "the safety envelope around every run (interventions counts); supervisor: None (the "
-          "contract's), False (none) or a Supervisor's fields (replacing it).")
+          "contract's), False (none) or a Supervisor's fields (replacing it); record: the steps "
+          "the flight recorder keeps (0: none).")
       .def(
           "swap_weights",
           [](const tdaot::Policy& p, const std::string& path) {
@@ -297,8 +304,9 @@ PYBIND11_MODULE(_C, m) {
   // The tensors a binding hands out share its memory: writing them from Python writes the
   // binding's inputs. run() and reset() release the GIL; a second thread using the same binding
   // meanwhile gets tdaot.TdaotError, as in C++. A binding keeps the loaded model alive itself.
-  py::class_<tdaot::Binding>(m, "Binding")
-      .def_property_readonly("batch", &tdaot::Binding::batch)
+  py::class_<tdaot::Binding> binding(m, "Binding");
+  tdaot::python::add_flight_recorder(binding);
+  binding.def_property_readonly("batch", &tdaot::Binding::batch)
       .def_property_readonly("model", &tdaot::Binding::model,
                              "The name of the package's model that serves this batch size.")
       .def_property_readonly("allocation_free", &tdaot::Binding::allocation_free,

@@ -55,6 +55,7 @@ class Policy:
         cuda_graph: bool = False,
         envelope: bool = False,
         supervisor: bool | dict[str, object] | None = None,
+        record: int = 0,
     ) -> Binding:
         """Preallocated inputs and outputs for `batch` rows (tdaot::Binding)."""
     def swap_weights(self, path: str) -> None:
@@ -96,6 +97,13 @@ class Binding:
     def output(self, key: str) -> torch.Tensor: ...
     def run(self) -> None: ...
     def reset(self, mask: torch.Tensor | None = None) -> None: ...
+    @property
+    def record(self) -> int:
+        """The steps the flight recorder keeps (bind's record=N); 0 without it."""
+    def dump(self, path: str) -> None:
+        """Writes the recorded steps to a flight log (tdaot-flightlog/1) at `path`."""
+    def snapshot(self) -> bytes:
+        """The bytes dump() would write: every slot whole or marked unfinished, never torn."""
 
 class Session:
     """The recurrent state of one batch of episodes (tdaot::Session)."""

@@ -1,5 +1,5 @@
 """The tdaot command line: build packages (one factory, or a config of many), inspect
-them, and merge the reports of sharded CI builds."""
+them, merge the reports of sharded CI builds, and replay, show and export flight logs."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from tdaot.builder.factories import call_factory
 from tdaot.builder.options import fields as option_fields
 from tdaot.cli_trained import leapp_inputs, run_inputs
 from tdaot.errors import CliError, TdaotError, exit_code
+from tdaot.flight_log.command import add_parsers as add_flight_log_parsers
+from tdaot.flight_log.command import log_command, replay_command
 from tdaot.manifest import read_manifest
 from tdaot.rehearse.command import add_parser as add_rehearse_parser
 from tdaot.rehearse.command import run as rehearse
@@ -183,6 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--key", required=True, metavar="KEY.pem", help="the Ed25519 private key (tdaot keygen)")
 
     add_rehearse_parser(commands)
+    add_flight_log_parsers(commands)
 
     r = commands.add_parser("report", help="work with build reports")
     r_commands = r.add_subparsers(dest="report_command", required=True)
@@ -424,6 +427,8 @@ def main(argv: Sequence[str] | None = None, *, memo=None) -> int:
             "sign": _sign,
             "report": _report,
             "rehearse": rehearse,
+            "replay": replay_command,
+            "log": log_command,
         }
         return commands[args.command](args)
     except TdaotError as err:

@@ -45,6 +45,16 @@ class TorchMismatchError(TdaotError, ImportError):
     the first import of ``tdaot._C``; an ImportError too). The message says how to rebuild."""
 
 
+class FlightLogError(TdaotError):
+    """A flight log (``.tdlog``, docs/flight-recorder.md) that cannot be read: not a flight log,
+    another format version, shorter than its header says, or a header member or field missing.
+    ``path`` is the file ("<flight log bytes>" for bytes)."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
 # --- loading a package (C++ runtime) -------------------------------------------------
 class PackageError(TdaotError):
     """The package is missing, unreadable, not a .pt2 archive, or AOTInductor refused it."""
@@ -270,6 +280,7 @@ __all__ = [
     "ExecutionError",
     "ExportError",
     "FactoryError",
+    "FlightLogError",
     "HostMismatchError",
     "InputError",
     "InternalError",

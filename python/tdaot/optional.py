@@ -1,7 +1,7 @@
 """The optional Python modules a command needs, checked before it does any work.
 
 tdaot's required dependencies build and run packages; a few commands need more (MuJoCo's
-bindings, matplotlib, PyOpenGL, ONNX), which pip installs through the distribution's extras
+bindings, matplotlib, PyOpenGL, ONNX, mcap), which pip installs through the distribution's extras
 (``pyproject.toml`` ``[project.optional-dependencies]``). :func:`require` finds the modules
 without importing them and refuses by name with the pip line that installs them, so a command
 does not stop half-way (after a minute of simulation) on a ModuleNotFoundError. Torch-free.
@@ -33,6 +33,7 @@ MATPLOTLIB = Optional("matplotlib", "matplotlib>=3.8", "rehearse")
 PYOPENGL = Optional("OpenGL", "PyOpenGL>=3.1", "rehearse")
 IMAGEIO_FFMPEG = Optional("imageio_ffmpeg", "imageio-ffmpeg>=0.5", "rehearse")
 ONNX = Optional("onnx", "onnx>=1.16", "deploy")
+MCAP = Optional("mcap", "mcap>=1.1,<2", "log")
 
 
 def missing(*needed: Optional) -> list[Optional]:

@@ -175,23 +175,28 @@ TEST(ZeroAllocationsSupervisor, TheSupervisedStepAllocatesNothing) {
   config.margin = 0.05;
   config.max_rate_limited_steps = 3;
   options.supervisor.config = config;
-  Binding b = policy.bind(1, options);
-  ASSERT_TRUE(b.supervised());
-  float* observation = b.input("observation").mutable_data_ptr<float>();
-  int64_t step = 0;
-  const auto run = [&] {
-    ++step;
-    const float value = step % 7 == 0 ? std::numeric_limits<float>::quiet_NaN()
-                                      : (step % 2 == 0 ? 30.0f : -30.0f);
-    std::fill(observation, observation + 48, value);
-    b.run();
-    (void)b.supervisor().gain_scale;
-  };
-  const auto [once, twice] = measure("legged batch 1 supervised Binding::run", run);
-  EXPECT_EQ(twice.allocations, once.allocations);
-  EXPECT_EQ(twice.frees, once.frees);
-  EXPECT_GT(b.interventions().clipped, 0);
-  EXPECT_GT(b.interventions().fallback, 0);
+  for (int64_t record : {0, 64}) {  // and the flight recorder (BindOptions::record) recording it
+    options.record = record;
+    Binding b = policy.bind(1, options);
+    ASSERT_TRUE(b.supervised());
+    float* observation = b.input("observation").mutable_data_ptr<float>();
+    int64_t step = 0;
+    const auto run = [&] {
+      ++step;
+      const float value = step % 7 == 0 ? std::numeric_limits<float>::quiet_NaN()
+                                        : (step % 2 == 0 ? 30.0f : -30.0f);
+      std::fill(observation, observation + 48, value);
+      b.run();
+      (void)b.supervisor().gain_scale;
+    };
+    const auto [once, twice] = measure(std::string("legged batch 1 supervised") + (record ? " recorded" : "") +
+                                           " Binding::run",
+                                       run);
+    EXPECT_EQ(twice.allocations, once.allocations);
+    EXPECT_EQ(twice.frees, once.frees);
+    EXPECT_GT(b.interventions().clipped, 0);
+    EXPECT_GT(b.interventions().fallback, 0);
+  }
 
   const Manifest m = terms_manifest();
   Supervisor soft;

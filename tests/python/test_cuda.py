@@ -67,6 +67,16 @@ def tutorial_cuda(tmp_path_factory):
 
 
 @needs_cuda
+def test_a_cuda_binding_refuses_the_flight_recorder(tutorial_cuda):
+    """bind(record=N) records CPU bindings only: a CUDA package's is refused, naming it."""
+    _, native = tutorial_cuda
+    with pytest.raises(
+        tdaot.InvalidArgumentError, match=r"record = 4: package '.*' runs on 'cuda'.*CPU bindings only"
+    ):
+        native.bind(1, record=4)
+
+
+@needs_cuda
 @pytest.mark.parametrize("cuda_graph", [False, True])
 @pytest.mark.parametrize("batch", [1, 64])
 def test_bound_run_matches_run_on_the_gpu(tutorial_cuda, batch, cuda_graph):

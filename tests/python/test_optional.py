@@ -15,7 +15,14 @@ from tdaot import optional
 from tdaot.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
-ENTRIES = [optional.MUJOCO, optional.MATPLOTLIB, optional.PYOPENGL, optional.IMAGEIO_FFMPEG, optional.ONNX]
+ENTRIES = [
+    optional.MUJOCO,
+    optional.MATPLOTLIB,
+    optional.PYOPENGL,
+    optional.IMAGEIO_FFMPEG,
+    optional.ONNX,
+    optional.MCAP,
+]
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.module)

@@ -15,7 +15,7 @@
 // torques from the contract's gains (stiffness, damping) instead of raw targets.
 //
 //   robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] [--joints FILE] [--sha256 HEX]
-//                 [--public-key PUB.pem]...
+//                 [--public-key PUB.pem]... [--record N --record-out PATH]
 //
 // --joints FILE lists the robot's joint names, one a line, in the service's order: checked
 // against the contract's first output signal with Contract::order (any name missing or extra
@@ -23,6 +23,12 @@
 // --sha256 pins the artifact the service was certified with: any other file is refused before
 // it is loaded. --public-key (repeatable) trusts that Ed25519 public key: a package without a
 // valid signature by one of the trusted keys is refused before it is loaded (tdaot sign).
+//
+// --record N keeps the last N ticks in the binding's flight recorder (BindOptions::record: every
+// input and output, timings, interventions, supervisor states; docs/flight-recorder.md), written
+// to --record-out PATH at exit and whenever the service gets SIGUSR1: the handler opens the file
+// and calls Binding::dump_fd, which is async-signal-safe (write(2) only), so a running robot can
+// be asked for its last seconds without stopping.
 //
 // Prints the model that serves the batch, the policy's compute time per tick (p50, p99, max),
 // how late the loop woke up, and the missed deadlines (ticks whose compute ended after the next
@@ -34,8 +40,14 @@
 #include <tdaot/service/stats.h>
 #include <tdaot/service/terms.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
+#include <cstring>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -58,12 +70,14 @@ struct Args {
   int64_t batch = 1;
   std::string joints_file;
   tdaot::lite::PolicyOptions options;
+  int64_t record = 0;      // the flight recorder's ticks; 0: none
+  std::string record_out;  // where it is dumped (at exit, on SIGUSR1)
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "robot_service: " << problem
             << "\nusage: robot_service PACKAGE [--rate HZ] [--steps N] [--batch B] "
-               "[--joints FILE] [--sha256 HEX] [--public-key PUB.pem]...\n";
+               "[--joints FILE] [--sha256 HEX] [--public-key PUB.pem]... [--record N --record-out PATH]\n";
   std::exit(2);
 }
 
@@ -94,6 +108,10 @@ Args parse_args(int argc, char** argv) {
       args.options.expected_sha256 = text();
     } else if (arg == "--public-key") {
       args.options.trusted_keys.push_back(text());
+    } else if (arg == "--record") {
+      args.record = static_cast<int64_t>(value());
+    } else if (arg == "--record-out") {
+      args.record_out = text();
     } else if (args.package.empty() && arg.rfind("--", 0) != 0) {
       args.package = arg;
     } else {
@@ -101,7 +119,34 @@ Args parse_args(int argc, char** argv) {
     }
   }
   if (args.package.empty()) usage("a package path is required");
+  if ((args.record > 0) != !args.record_out.empty()) usage("--record N and --record-out PATH go together");
   return args;
+}
+
+// Dumping the flight log from a signal handler (docs/flight-recorder.md): only async-signal-safe
+// calls, open(2), Binding::dump_fd (write(2) only) and close(2), on what was set before the
+// handler was installed. A dump while a tick runs leaves that tick out (its slot is not whole).
+const tdaot::lite::Binding* g_recorded = nullptr;
+const char* g_record_out = nullptr;
+volatile std::sig_atomic_t g_signal_dumps = 0;
+
+void dump_on_signal(int) {
+  const int fd = ::open(g_record_out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  if (g_recorded->dump_fd(fd) == 0) g_signal_dumps = g_signal_dumps + 1;
+  ::close(fd);
+}
+
+void dump_on_sigusr1(const tdaot::lite::Binding& binding, const std::string& path) {
+  g_recorded = &binding;
+  g_record_out = path.c_str();
+  struct sigaction action {};
+  action.sa_handler = dump_on_signal;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  if (sigaction(SIGUSR1, &action, nullptr) != 0) {
+    throw tdaot::Error(std::string("cannot install the SIGUSR1 handler: ") + std::strerror(errno));
+  }
 }
 
 // The joint names of a --joints file: one a line; blank lines and '#' comments skipped.
@@ -146,8 +191,8 @@ double read(const void* data, tdaot::DType dtype, size_t i) {
 // is the joint torque of the contract's PD gains.
 class Controller {
  public:
-  Controller(const tdaot::lite::Policy& policy, int64_t batch)
-      : binding_(policy.bind(batch, tdaot::lite::BindOptions{policy.contract().has_value()})) {
+  Controller(const tdaot::lite::Policy& policy, int64_t batch, int64_t record)
+      : binding_(policy.bind(batch, options(policy, record))) {
     const tdaot::Manifest& manifest = policy.manifest();
     if (has_terms(policy.contract()) && batch == 1) {
       joints_.emplace(tdaot::terms::joint_output(*policy.contract(), /*require_gains=*/false));
@@ -180,6 +225,14 @@ class Controller {
       for (int64_t d : binding_.output_shape(first.key)) count *= d;
       action_size_ = count;
     }
+  }
+
+  // The envelope on for a package with a contract; the flight recorder on with --record.
+  static tdaot::lite::BindOptions options(const tdaot::lite::Policy& policy, int64_t record) {
+    tdaot::lite::BindOptions options;
+    options.envelope = policy.contract().has_value();
+    options.record = record;
+    return options;
   }
 
   const tdaot::lite::Binding& binding() const { return binding_; }
@@ -276,7 +329,13 @@ int main(int argc, char** argv) {
       command_name = key + " " + joints.front();
       command_index = order.front();
     }
-    Controller controller(policy, args.batch);
+    Controller controller(policy, args.batch, args.record);
+    if (args.record > 0) {
+      dump_on_sigusr1(controller.binding(), args.record_out);
+      // Flushed: a supervisor process may signal once it reads this line.
+      std::cout << "flight recorder: the last " << args.record << " ticks, written to " << args.record_out
+                << " at exit and on SIGUSR1 (kill -USR1 " << getpid() << ")" << std::endl;
+    }
     std::cout << "lite bound run on model " << controller.binding().model() << " (allocation-free)"
               << (contract ? ", the contract's safety envelope guards every tick" : "") << "\n";
     if (const tdaot::terms::JointOutput* joints = controller.joints()) {
@@ -337,6 +396,12 @@ int main(int argc, char** argv) {
     }
     std::cout << "  last command " << command_name << " = " << std::setprecision(4) << command
               << "\n";
+    if (args.record > 0) {
+      std::signal(SIGUSR1, SIG_IGN);  // no dump from the handler while this one writes
+      controller.binding().dump(args.record_out);
+      std::cout << "  flight log: the last " << std::min(args.record, args.steps) << " ticks written to "
+                << args.record_out << " (" << g_signal_dumps << " dumps on SIGUSR1 before)\n";
+    }
     return 0;
   } catch (const tdaot::Error& e) {
     std::cerr << "robot_service: " << e.what() << "\n";

@@ -3,6 +3,8 @@
 // (tdaot::lite::Policy::bind, tdaot/lite.h). Torch-free.
 #pragma once
 
+#include <cstdint>
+
 #include "tdaot/supervisor.h"
 
 namespace tdaot {
@@ -23,6 +25,12 @@ struct BindOptions {
   // per-row state is BindingBase::supervisor(row). A package without a contract has none (a
   // `config` for it throws ContractError).
   SupervisorOptions supervisor{};
+  // The flight recorder (docs/flight-recorder.md): keep the last `record` steps (0: none) in a
+  // ring allocated when bound, every input and output, the start time and duration, the resets,
+  // the interventions and each row's supervisor state; recording allocates nothing and takes no
+  // lock per run. BindingBase::dump writes them to a flight log. A negative value throws
+  // InvalidArgumentError; so does a CUDA package on the full runtime (CPU bindings only).
+  int64_t record = 0;
 };
 
 }  // namespace tdaot

@@ -51,6 +51,24 @@ class BindingBase {
   // a row outside [0, batch()).
   const SupervisorState& supervisor(int64_t row = 0) const;
 
+  // The flight recorder (BindOptions::record; docs/flight-recorder.md). The steps it keeps: the
+  // ring's capacity, 0 for a binding bound without it.
+  int64_t recording() const;
+  // Writes the last recording() steps to a flight log file (tdaot-flightlog/1: the package's
+  // sha256 and manifest, the layout, the ring's slots) at `path`, created or replaced. Throws
+  // tdaot::Error naming the path when it cannot be written, InvalidArgumentError when the
+  // binding does not record. Safe from any thread while another runs the binding.
+  void dump(const std::string& path) const;
+  // The same to an open file descriptor, async-signal-safe: write(2) only, no allocation, no
+  // lock, no exception (the header was rendered when bound), so a signal handler may call it.
+  // Returns 0, or the errno of the write that failed; EINVAL when the binding does not record
+  // (or was moved from). errno is left as it was.
+  int dump_fd(int fd) const noexcept;
+  // The bytes dump() would write, for a thread that reads the ring while another runs the
+  // binding: every slot copied whole or marked unfinished (seq_end 0), never torn. Allocates
+  // (on the caller's thread). Throws InvalidArgumentError when the binding does not record.
+  std::string snapshot() const;
+
  protected:
   // `type_name` ("tdaot::Binding") names the class in the message for a moved-from object.
   BindingBase(std::unique_ptr<detail::BindingCore> core, const char* type_name);

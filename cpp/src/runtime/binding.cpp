@@ -53,6 +53,7 @@ struct Binding::Impl : detail::BindingCore {
   void set_up_cuda_graph();
   // Throws tdaot::Error when an input or output no longer has the memory it was bound with.
   void check_bound_memory() const;
+  bool buffers_in_place() const noexcept override;
   [[noreturn]] void fail(const std::string& problem) const;
 
   std::shared_ptr<const Policy::Impl> policy;
@@ -82,6 +83,12 @@ Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
       policy(std::move(policy_impl)),
       carry(manifest) {
   detail::check_batch_in_range(manifest, policy->path, batch, "a binding");
+  if (options.record != 0 && !policy->device.is_cpu()) {
+    throw InvalidArgumentError("BindOptions::record = " + std::to_string(options.record) + ": package '" +
+                               policy->path + "' runs on '" + manifest.device +
+                               "', and the flight recorder records CPU bindings only (copying device "
+                               "buffers each run would synchronise with the device)");
+  }
   model = &policy->model_for(batch, "");
   for (const TensorSpec& spec : manifest.inputs) inputs.push_back(zeros(batch, spec, policy->device));
   for (const TensorSpec& spec : manifest.outputs) {
@@ -105,6 +112,16 @@ Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
   std::optional<Supervisor> supervisor =
       detail::chosen_supervisor(manifest, policy->path, options.supervisor);
   if (options.envelope || supervisor) envelope.emplace(manifest, batch, options.envelope, supervisor);
+  std::vector<detail::RecordedBuffer> recorded_in, recorded_out;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    recorded_in.push_back({manifest.inputs[i].key, manifest.inputs[i].dtype, input_sizes[i], input_data[i],
+                           inputs[i].nbytes()});
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    recorded_out.push_back({manifest.outputs[i].key, manifest.outputs[i].dtype, output_sizes[i],
+                            output_data[i], outputs[i].nbytes()});
+  }
+  start_recording(options, *policy, "full", std::move(recorded_in), std::move(recorded_out));
 }
 
 void Binding::Impl::set_up_cuda_graph() {
@@ -192,21 +209,39 @@ void Binding::Impl::step() {
   carry.after_step(buffers);
 }
 
+namespace {
+// Whether tensor `i` of `list` still has the memory and sizes it was bound with.
+bool bound_in_place(const std::vector<at::Tensor>& list, const std::vector<void*>& data,
+                    const std::vector<std::vector<int64_t>>& sizes, size_t i) noexcept {
+  return list[i].data_ptr() == data[i] && list[i].sizes().equals(sizes[i]);
+}
+}  // namespace
+
 void Binding::Impl::check_bound_memory() const {
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].data_ptr() != input_data[i] || !inputs[i].sizes().equals(input_sizes[i])) {
+    if (!bound_in_place(inputs, input_data, input_sizes, i)) {
       throw InvalidArgumentError("input '" + manifest.inputs[i].key +
                   "' of the binding no longer has the memory it was bound with "
                   "(resize_ or set_?); write a binding's tensors in place");
     }
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
-    if (outputs[i].data_ptr() != output_data[i] || !outputs[i].sizes().equals(output_sizes[i])) {
+    if (!bound_in_place(outputs, output_data, output_sizes, i)) {
       throw InvalidArgumentError("output '" + manifest.outputs[i].key +
                   "' of the binding no longer has the memory it was bound with "
                   "(resize_ or set_?); read a binding's tensors in place");
     }
   }
+}
+
+bool Binding::Impl::buffers_in_place() const noexcept {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!bound_in_place(inputs, input_data, input_sizes, i)) return false;
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (!bound_in_place(outputs, output_data, output_sizes, i)) return false;
+  }
+  return true;
 }
 
 void Binding::Impl::run_arrayref() {

@@ -13,8 +13,13 @@
 //                                                     as lite::Policy::swap_weights checks it;
 //                                                     K: trusted keys (package and weights)
 //   tdaot-lite bench PKG --batch B [--iters N] [--warmup N] [--json]
+//   run and bench: [--record N --record-out PATH]       the flight recorder keeps the last N
+//                                                     steps (bench: of the timed runs, at most
+//                                                     --iters), dumped to PATH at the end
+//                                                     (docs/flight-recorder.md)
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -229,9 +234,27 @@ int inspect(const std::string& path) {
   return 0;
 }
 
-int bench(const std::string& path, int64_t batch, int iters, int warmup, bool as_json) {
+// The flight recorder's options (--record N --record-out PATH; N 0: none).
+struct Recording {
+  int64_t steps = 0;
+  std::string out;
+};
+
+// The binding's last steps to the --record-out file, said on stderr (stdout is the result).
+void dump_recording(const lite::Binding& b, const Recording& recording) {
+  if (recording.steps == 0) return;
+  b.dump(recording.out);
+  std::cerr << "tdaot-lite: flight log written to " << recording.out << " (a ring of "
+            << b.recording() << " steps)\n";
+}
+
+int bench(const std::string& path, int64_t batch, int iters, int warmup, bool as_json,
+          const Recording& recording) {
   const lite::Policy policy(path);
-  lite::Binding b = policy.bind(batch);
+  lite::BindOptions options;
+  // At most the timed runs, so that the warm-up's are overwritten by the time it is dumped.
+  options.record = std::min<int64_t>(recording.steps, iters);
+  lite::Binding b = policy.bind(batch, options);
   for (int i = 0; i < warmup; ++i) b.run();
   std::vector<double> micros(static_cast<size_t>(iters));
   const AllocWindow allocations;
@@ -245,7 +268,8 @@ int bench(const std::string& path, int64_t batch, int iters, int warmup, bool as
   const stats::Summary s = stats::summarize(micros);
   if (as_json) {
     json out = {{"package", path}, {"model", b.model()}, {"batch", batch}, {"iters", iters},
-                {"p50_us", s.p50}, {"p99_us", s.p99}, {"p999_us", s.p999}, {"max_us", s.max}};
+                {"p50_us", s.p50}, {"p99_us", s.p99}, {"p999_us", s.p999}, {"max_us", s.max},
+                {"record", options.record}};
     out["allocations_per_call"] = per_call < 0 ? json(nullptr) : json(per_call);
     std::cout << out.dump() << "\n";
   } else {
@@ -255,6 +279,7 @@ int bench(const std::string& path, int64_t batch, int iters, int warmup, bool as
       std::cout << per_call << " allocations per call (malloc-family, whole process; preloaded counter)\n";
     }
   }
+  dump_recording(b, recording);
   return 0;
 }
 
@@ -270,6 +295,16 @@ int main(int argc, char** argv) {
   int64_t batch = 1;
   int iters = 10000, warmup = 100;
   bool as_json = false;
+  Recording recording;
+  // --record N --record-out PATH, on run and bench alike.
+  const auto add_recording = [&recording](CLI::App* command) {
+    auto* steps = command->add_option("--record", recording.steps,
+                                      "keep the last N steps in the flight recorder")
+                      ->check(CLI::PositiveNumber);
+    auto* out = command->add_option("--record-out", recording.out, "the flight log file to write at the end");
+    steps->needs(out);
+    out->needs(steps);
+  };
   auto* inspect_cmd = app.add_subcommand("inspect", "the manifest, and which models run lite");
   inspect_cmd->add_option("package", path)->required();
   auto* verify_cmd = app.add_subcommand("verify", "check a package without loading it");
@@ -290,12 +325,14 @@ int main(int argc, char** argv) {
   // Hidden: after the run, this process's /proc/self/maps is copied to the file, for
   // tdaot.testing.assert_parity(runtime="lite")'s check that no libtorch or c10 is mapped.
   run_cmd->add_option("--maps", maps)->group("");
+  add_recording(run_cmd);
   auto* bench_cmd = app.add_subcommand("bench", "time the bound run");
   bench_cmd->add_option("package", path)->required();
   bench_cmd->add_option("--batch", batch, "rows")->required();
   bench_cmd->add_option("--iters", iters, "timed runs")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--warmup", warmup, "untimed runs first")->check(CLI::NonNegativeNumber);
   bench_cmd->add_flag("--json", as_json, "one JSON line");
+  add_recording(bench_cmd);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -313,13 +350,15 @@ int main(int argc, char** argv) {
       std::cout << "ok " << digest << "\n";
       return 0;
     }
-    if (*bench_cmd) return bench(path, batch, iters, warmup, as_json);
+    if (*bench_cmd) return bench(path, batch, iters, warmup, as_json, recording);
     tdaot::lite::PolicyOptions options;
     options.trusted_keys = keys;
     options.expected_sha256 = sha256;
     const tdaot::lite::Policy policy(path, options);
     if (!weights.empty()) policy.swap_weights(weights);
-    tdaot::lite::Binding b = policy.bind(batch);
+    tdaot::lite::BindOptions bind_options;
+    bind_options.record = recording.steps;
+    tdaot::lite::Binding b = policy.bind(batch, bind_options);
     const nlohmann::json given = read_json(inputs);
     if (given.is_array()) {
       nlohmann::json out = nlohmann::json::array();
@@ -328,6 +367,7 @@ int main(int argc, char** argv) {
     } else {
       std::cout << step(b, policy.manifest(), given, inputs).dump() << "\n";
     }
+    dump_recording(b, recording);
     if (!maps.empty()) {
       std::ifstream self("/proc/self/maps");
       std::ofstream out(maps);

@@ -14,7 +14,7 @@ class LiteRunner final : public PolicyRunner {
 
   const Manifest& manifest() const override { return policy_.manifest(); }
   const std::optional<Contract>& contract() const override { return policy_.contract(); }
-  void bind(bool envelope, bool supervisor) override {
+  void bind(bool envelope, bool supervisor, int64_t record) override {
     const std::vector<int64_t> served = policy_.batch_sizes();
     if (std::find(served.begin(), served.end(), 1) == served.end()) {
       throw UsageError("package '" + path_ +
@@ -24,6 +24,7 @@ class LiteRunner final : public PolicyRunner {
     lite::BindOptions options;
     options.envelope = envelope;
     options.supervisor.enabled = supervisor;
+    options.record = record;
     binding_.emplace(policy_.bind(1, options));
   }
   void* input_data(const std::string& key, DType dtype) override { return binding_->input_data(key, dtype); }
@@ -35,6 +36,7 @@ class LiteRunner final : public PolicyRunner {
   const SupervisorState* supervisor() const override {
     return binding_->supervised() ? &binding_->supervisor() : nullptr;
   }
+  void dump(const std::string& path) const override { binding_->dump(path); }
   std::string describe() const override { return "lite model " + binding_->model(); }
 
  private:

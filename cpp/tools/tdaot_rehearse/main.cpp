@@ -6,7 +6,12 @@
 //   tdaot-rehearse PKG --mjcf scene.xml [--seconds 60] [--command 0.5,0,0] [--runtime lite|torch]
 //                  [--trajectory out.csv] [--keyframe NAME] [--no-envelope] [--no-supervisor]
 //                  [--scenario crouch-start|push|nan] [--crouch RAD] [--push-speed M/S]
-//                  [--push-time S] [--json]
+//                  [--push-time S] [--json] [--record LOG [--record-steps N]]
+//
+// --record LOG writes the rehearsal's flight log (docs/flight-recorder.md: every control step's
+// inputs and outputs, interventions and supervisor state, the same file a robot service dumps)
+// at the end; its ring holds every control step of the rehearsal, or the last N with
+// --record-steps N.
 //
 // Prints what it matched and a summary (simulated seconds, distance, mean forward speed, lowest
 // base height, falls, interventions, real-time factor). Exit codes: 0 ran; 2 the package, its
@@ -93,6 +98,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--push-time", options.push_time, "push: when, in simulated seconds")->capture_default_str();
   app.add_flag("--json", as_json, "print the summary as one JSON line too");
+  auto* record = app.add_option("--record", options.record, "the flight log to write at the end (every step)");
+  app.add_option("--record-steps", options.record_steps, "--record: keep only the last N control steps")
+      ->check(CLI::PositiveNumber)
+      ->needs(record);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -170,7 +170,11 @@ Summary run(const Options& options, std::ostream& log) {
   const Contract& contract = *runner->contract();
   const terms::JointOutput joints = terms::joint_output(contract);
   terms::Observations observations(runner->manifest(), contract, joints);
-  runner->bind(options.envelope, options.supervisor);
+  const auto control_steps = static_cast<int64_t>(std::ceil(options.seconds / contract.control_dt - 1e-9));
+  const int64_t record = options.record.empty()
+                             ? 0
+                             : (options.record_steps > 0 ? std::min(options.record_steps, control_steps) : control_steps);
+  runner->bind(options.envelope, options.supervisor, record);
   MujocoRobot robot(options.mjcf, options.keyframe);
   robot.match(joints);
   if (options.scenario == "crouch-start") {
@@ -197,7 +201,6 @@ Summary run(const Options& options, std::ostream& log) {
   summary.observations = static_cast<int64_t>(observations.size());
   summary.timestep = robot.timestep();
   summary.decimation = decimation(contract.control_dt, robot.timestep());
-  const auto control_steps = static_cast<int64_t>(std::ceil(options.seconds / contract.control_dt - 1e-9));
   describe(log, options, *runner, robot, joints, observations, summary.decimation, contract.control_dt);
   std::optional<Trajectory> trajectory;
   if (!options.trajectory.empty()) trajectory.emplace(options.trajectory, joints, observations, robot);
@@ -297,6 +300,11 @@ Summary run(const Options& options, std::ostream& log) {
   summary.policy_us_mean = summary.control_steps ? policy_us / static_cast<double>(summary.control_steps) : 0.0;
   summary.real_time_factor = summary.wall_s > 0 ? summary.simulated_s / summary.wall_s : 0.0;
   if (trajectory) trajectory->close();
+  if (record > 0) {
+    runner->dump(options.record);
+    log << "tdaot-rehearse: flight log of the last " << record << " control steps written to " << options.record
+        << "\n";
+  }
   return summary;
 }
 

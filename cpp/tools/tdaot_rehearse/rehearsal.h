@@ -51,6 +51,10 @@ struct Options {
   double crouch = 0.3;
   double push_speed = 3.0;
   double push_time = 2.0;
+  // The flight log to write at the end (docs/flight-recorder.md); empty: none. Its ring holds
+  // the whole rehearsal's control steps, or the last `record_steps` when that is > 0.
+  std::string record;
+  int64_t record_steps = 0;
   // A fall: the base below this fraction of its starting height, or tilted more than 60 degrees.
   double fall_fraction = 0.5;
 };

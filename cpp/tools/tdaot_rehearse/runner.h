@@ -6,6 +6,7 @@
 // export the same C functions).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,10 +24,11 @@ class PolicyRunner {
   virtual ~PolicyRunner() = default;
   virtual const Manifest& manifest() const = 0;
   virtual const std::optional<Contract>& contract() const = 0;
-  // Binds batch 1 (envelope on or off; the contract's supervisor, if it has one, on or off);
-  // before it, only manifest() and contract() are valid. Throws UsageError when the package
-  // cannot serve batch 1 on this runtime.
-  virtual void bind(bool envelope, bool supervisor) = 0;
+  // Binds batch 1 (envelope on or off; the contract's supervisor, if it has one, on or off;
+  // `record` > 0: the flight recorder keeps that many steps, BindOptions::record); before it,
+  // only manifest() and contract() are valid. Throws UsageError when the package cannot serve
+  // batch 1 on this runtime.
+  virtual void bind(bool envelope, bool supervisor, int64_t record) = 0;
   // The bound input of `key`, [1, n] of `dtype`: written before run().
   virtual void* input_data(const std::string& key, DType dtype) = 0;
   // One step: the recurrent state and is_init are the runner's.
@@ -36,6 +38,8 @@ class PolicyRunner {
   virtual const Interventions& interventions() const = 0;
   // The supervisor's state after the last run(); null without a supervisor.
   virtual const SupervisorState* supervisor() const = 0;
+  // Writes the recorded steps to a flight log at `path` (bound with record > 0).
+  virtual void dump(const std::string& path) const = 0;
   // What serves the batch (the package's model name, and the runtime).
   virtual std::string describe() const = 0;
 };

@@ -1,8 +1,9 @@
 // tdaot-rehearse-torch's policy on the full runtime: tdaot::Session (libtorch, AOTInductor's
 // runner or the package's specialised model), batch 1, the same contract and safety envelope as
 // the lite runtime's bound run. Inputs are tensors the runner owns and the loop writes in place.
-// Without the envelope (--no-envelope): the full runtime's tdaot::Binding, bound without it. The
-// contract's supervisor runs on either unless --no-supervisor.
+// Without the envelope (--no-envelope), or recording (--record: the flight recorder is the bound
+// run's): the full runtime's tdaot::Binding, bound with the envelope or without it (its envelope
+// has the Session's rules). The contract's supervisor runs on either unless --no-supervisor.
 #include <ATen/ATen.h>
 
 #include <string>
@@ -24,16 +25,18 @@ class TorchRunner final : public PolicyRunner {
 
   const Manifest& manifest() const override { return policy_.manifest(); }
   const std::optional<Contract>& contract() const override { return policy_.contract(); }
-  void bind(bool envelope, bool supervisor) override {
+  void bind(bool envelope, bool supervisor, int64_t record) override {
     if (!manifest().batch.contains(1)) {
       throw UsageError("package '" + path_ + "' does not accept batch 1 (batch " +
                        std::to_string(manifest().batch.min) + ".." + std::to_string(manifest().batch.max) + ")");
     }
     SupervisorOptions supervised;
     supervised.enabled = supervisor;
-    if (!envelope) {
+    if (!envelope || record > 0) {
       BindOptions options;
       options.supervisor = supervised;
+      options.envelope = envelope;
+      options.record = record;
       binding_.emplace(policy_.bind(1, options));
       return;
     }
@@ -74,6 +77,10 @@ class TorchRunner final : public PolicyRunner {
   const SupervisorState* supervisor() const override {
     if (session_) return session_->supervised() ? &session_->supervisor() : nullptr;
     return binding_->supervised() ? &binding_->supervisor() : nullptr;
+  }
+  void dump(const std::string& path) const override {
+    if (!binding_) throw UsageError("the rehearsal was not bound to record (--record)");
+    binding_->dump(path);
   }
   std::string describe() const override {
     return binding_ ? "full runtime, tdaot::Binding on model " + binding_->model() : "full runtime, tdaot::Session";

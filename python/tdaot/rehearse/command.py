@@ -29,6 +29,12 @@ def add_parser(commands) -> None:
     r.add_argument("--trajectory", help="the CSV trajectory to write (default: a temporary file)")
     r.add_argument("--no-envelope", action="store_true", help="without the safety envelope")
     r.add_argument(
+        "--record",
+        help="the flight log to write (docs/flight-recorder.md): every control step, read by the same "
+        "tools as a robot's",
+    )
+    r.add_argument("--record-steps", type=int, help="--record: keep only the last N control steps")
+    r.add_argument(
         "--no-supervisor", action="store_true", help="without the contract's supervisor of the joint targets"
     )
     r.add_argument(
@@ -148,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
         "crouch",
         "push_speed",
         "push_time",
+        "record",
+        "record_steps",
     ):
         if getattr(args, flag) is not None:
             tool_args += ["--" + flag.replace("_", "-"), str(getattr(args, flag))]

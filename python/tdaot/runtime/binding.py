@@ -3,6 +3,7 @@ and the keyed view of tensors a binding or session owns (:class:`BoundTensors`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -127,6 +128,12 @@ class Binding:
     The contract's supervisor of the joint targets (:class:`tdaot.Supervisor`) runs on every
     ``run`` unless ``supervisor=False``; a :class:`tdaot.Supervisor` replaces it.
     :attr:`supervisor` is its state after the last run, :attr:`interventions` counts both.
+
+    ``record=N``: the flight recorder keeps the last N runs (every input and output, the start
+    time and duration, the resets, the interventions, the supervisor's state) in a ring
+    allocated when bound (no allocation per run; CPU packages). :meth:`dump` writes them to a
+    flight log (``docs/flight-recorder.md``), :meth:`snapshot` returns its bytes; either is
+    safe from another thread while one runs the binding.
     """
 
     def __init__(
@@ -138,8 +145,9 @@ class Binding:
         *,
         envelope: bool = False,
         supervisor: Any = None,
+        record: int = 0,
     ) -> None:
-        self._binding = policy.bind(batch, cuda_graph, envelope, supervisor_argument(supervisor))
+        self._binding = policy.bind(batch, cuda_graph, envelope, supervisor_argument(supervisor), record)
         #: The package's path.
         self.path: str = policy.path
         #: The number of rows.
@@ -188,6 +196,22 @@ class Binding:
         ``rate_limited`` (the envelope), ``blended``, ``clipped``, ``fallback`` (the supervisor);
         zeros without either. A read-only snapshot."""
         return MappingProxyType(dict(self._binding.interventions))
+
+    @property
+    def record(self) -> int:
+        """The runs the flight recorder keeps (``bind(record=N)``); 0 when it does not record."""
+        return self._binding.record
+
+    def dump(self, path: str | os.PathLike) -> None:
+        """Writes the recorded runs to a flight log at ``path`` (created or replaced):
+        :class:`tdaot.TdaotError` naming the path when it cannot be written,
+        :class:`tdaot.InvalidArgumentError` when the binding does not record."""
+        self._binding.dump(os.fspath(path))
+
+    def snapshot(self) -> bytes:
+        """The bytes :meth:`dump` would write: every recorded run whole, never torn, even while
+        another thread runs the binding."""
+        return self._binding.snapshot()
 
     def run(self) -> None:
         """Runs the model on ``inputs`` and writes ``outputs`` (and the next state) in place."""

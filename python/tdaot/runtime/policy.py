@@ -110,7 +110,13 @@ class Policy(TensorDictModuleBase):
         return tuple(self._policy.run_positional(list(tensors)))
 
     def bind(
-        self, batch: int = 1, *, cuda_graph: bool = False, envelope: bool = False, supervisor: Any = True
+        self,
+        batch: int = 1,
+        *,
+        cuda_graph: bool = False,
+        envelope: bool = False,
+        supervisor: Any = True,
+        record: int = 0,
     ) -> Binding:
         """Inputs and outputs preallocated for ``batch`` rows, run in place: the control-loop
         path (allocation-free where the package has a model specialised for ``batch``). For a
@@ -119,9 +125,17 @@ class Policy(TensorDictModuleBase):
         graph when bound and replayed per call (see :class:`tdaot.Binding`). ``envelope``: the
         safety envelope around every run. ``supervisor``: True (the contract's, when it has
         one), False (none) or a :class:`tdaot.Supervisor` replacing it (checked against the
-        contract: :class:`tdaot.ContractError` naming the field)."""
+        contract: :class:`tdaot.ContractError` naming the field). ``record``: the flight
+        recorder keeps the last ``record`` runs (0: none; CPU packages), for
+        :meth:`tdaot.Binding.dump` (``docs/flight-recorder.md``)."""
         return Binding(
-            self._policy, self.manifest, batch, cuda_graph, envelope=envelope, supervisor=supervisor
+            self._policy,
+            self.manifest,
+            batch,
+            cuda_graph,
+            envelope=envelope,
+            supervisor=supervisor,
+            record=record,
         )
 
     def session(self, batch: int, *, supervisor: Any = True) -> Session:

@@ -2,7 +2,9 @@
 
 ``assert_parity`` and ``assert_statistical_parity`` check the full runtime in this process;
 ``assert_parity(..., runtime="lite")`` the lite runtime (:mod:`tdaot.testing.lite_parity`),
-through the ``tdaot-lite`` subprocess harness :mod:`tdaot.testing.lite_runner`.
+through the ``tdaot-lite`` subprocess harness :mod:`tdaot.testing.lite_runner`. ``replay``
+re-runs a flight log through its package and the eager policy
+(:mod:`tdaot.testing.flight_replay`), so a log from the field becomes a regression test.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from tdaot import keys as keyutil
 from tdaot.builder.export import export_context
 from tdaot.builder.pipeline import Artifact
 from tdaot.runtime import Policy, load
+from tdaot.testing.flight_replay import replay
 from tdaot.testing.lite_parity import assert_lite_parity
 from tdaot.testing.report import (
     DEFAULT_TOLERANCES,
@@ -230,4 +233,5 @@ __all__ = [
     "assert_parity",
     "assert_statistical_parity",
     "eager_run",
+    "replay",
 ]

@@ -1,7 +1,8 @@
 // The lite bound run allocates nothing: every malloc-family call of the process is counted
 // (malloc_counter.h) over N calls of lite::Binding::run after warm-up and must be zero, for every
 // fixture package's lite models (the recurrent ones as a bound session, the legged one with its
-// envelope on steps alternately rate limited and non-finite), reset(mask) too, and the runs
+// envelope on steps alternately rate limited and non-finite), reset(mask) too, each also recorded
+// by the flight recorder (BindOptions::record, and its dump_fd), and the runs
 // after a weight swap. The p50 is printed (for the README; not asserted).
 #include <gtest/gtest.h>
 
@@ -83,32 +84,45 @@ INSTANTIATE_TEST_SUITE_P(Packages, LiteZeroAllocations,
                                   "_batch" + std::to_string(info.param.batch);
                          });
 
-// The envelope's guard and limit, and reset(mask), allocate nothing either.
+// The envelope's guard and limit, and reset(mask), allocate nothing either; nor does the flight
+// recorder (BindOptions::record) recording them, nor its dump_fd (async-signal-safe: write(2)
+// only), here to /dev/null.
 TEST(LiteZeroAllocationsEnvelope, GuardLimitAndResetAllocateNothing) {
   if (!test::malloc_counting()) GTEST_SKIP() << "malloc is not counted under a sanitizer";
-  const lite::Policy legged(lite_test::package_path("legged.pt2"));
-  lite::BindOptions options;
-  options.envelope = true;
-  lite::Binding b = legged.bind(1, options);
-  float* observation = b.input<float>("observation");
-  int64_t step = 0;
-  expect_allocation_free("legged.pt2 envelope run (limited, NaN)", [&] {
-    const float value = (step % 3 == 2) ? std::numeric_limits<float>::quiet_NaN()
-                                        : (step % 2 == 0 ? 30.0f : -30.0f);
-    for (int i = 0; i < 48; ++i) observation[i] = value;
-    ++step;
-    b.run();
-  });
-  EXPECT_GT(b.interventions().rate_limited, 0);
-  EXPECT_GT(b.interventions().nonfinite, 0);
+  for (int64_t record : {0, 64}) {
+    const std::string recorded = record ? " recorded" : "";
+    const lite::Policy legged(lite_test::package_path("legged.pt2"));
+    lite::BindOptions options;
+    options.envelope = true;
+    options.record = record;
+    lite::Binding b = legged.bind(1, options);
+    float* observation = b.input<float>("observation");
+    int64_t step = 0;
+    expect_allocation_free("legged.pt2 envelope run (limited, NaN)" + recorded, [&] {
+      const float value = (step % 3 == 2) ? std::numeric_limits<float>::quiet_NaN()
+                                          : (step % 2 == 0 ? 30.0f : -30.0f);
+      for (int i = 0; i < 48; ++i) observation[i] = value;
+      ++step;
+      b.run();
+    });
+    EXPECT_GT(b.interventions().rate_limited, 0);
+    EXPECT_GT(b.interventions().nonfinite, 0);
 
-  const lite::Policy recurrent(lite_test::package_path("recurrent_b14.pt2"));
-  lite::Binding r = recurrent.bind(4, options);
-  const std::vector<bool> mask{true, false, false, true};
-  expect_allocation_free("recurrent_b14.pt2 reset(mask) + run", [&] {
-    r.reset(mask);
-    r.run();
-  });
+    const lite::Policy recurrent(lite_test::package_path("recurrent_b14.pt2"));
+    lite::Binding r = recurrent.bind(4, options);
+    const std::vector<bool> mask{true, false, false, true};
+    expect_allocation_free("recurrent_b14.pt2 reset(mask) + run" + recorded, [&] {
+      r.reset(mask);
+      r.run();
+    });
+    if (record == 0) continue;
+    FILE* null = std::fopen("/dev/null", "wb");
+    ASSERT_NE(null, nullptr);
+    const uint64_t before = test::malloc_calls();
+    EXPECT_EQ(r.dump_fd(fileno(null)), 0);
+    EXPECT_EQ(test::malloc_calls() - before, 0u) << "dump_fd";
+    std::fclose(null);
+  }
 }
 
 // The supervisor of the joint targets given at bind (limits that clip, a hold after 3

@@ -1,10 +1,12 @@
 // What both runtimes' Binding share (binding_core.h, tdaot/binding_base.h).
 #include "core/run/binding_core.h"
 
+#include <cerrno>
 #include <utility>
 
 #include "core/key_hints.h"
 #include "core/run/busy_guard.h"
+#include "core/run/policy_core.h"
 #include "core/run/supervisor.h"
 #include "tdaot/errors.h"
 
@@ -41,15 +43,73 @@ size_t BindingCore::index_of(const std::string& key, bool output) const {
                                  "; the binding's " + kind + "s: " + listed);
 }
 
+void BindingCore::start_recording(const BindOptions& options, const PolicyCore& policy,
+                                  const char* runtime, std::vector<RecordedBuffer> inputs,
+                                  std::vector<RecordedBuffer> outputs) {
+  if (options.record < 0) {
+    throw InvalidArgumentError("BindOptions::record is " + std::to_string(options.record) +
+                               ": the number of steps the flight recorder keeps, 0 for none");
+  }
+  if (options.record == 0) return;
+  FlightInfo info;
+  info.package_path = package_path;
+  info.sha256 = policy.sha256;
+  info.manifest_json = policy.manifest_json;
+  info.runtime = runtime;
+  info.model = model_name();
+  info.batch = batch;
+  info.capacity = options.record;
+  info.envelope = options.envelope;
+  info.supervised = supervisor_state(0) != nullptr;
+  recorder_ = std::make_unique<FlightRecorder>(std::move(info), std::move(inputs), std::move(outputs));
+}
+
+const FlightRecorder& BindingCore::require_recorder() const {
+  if (!recorder_) {
+    throw InvalidArgumentError("this binding of package '" + package_path +
+                               "' does not record: bind it with BindOptions::record = N (Python: "
+                               "bind(batch, record=N)) to keep its last N steps");
+  }
+  return *recorder_;
+}
+
 void BindingCore::run() {
   BusyGuard guard(busy, concurrent_use_);
+  if (recorder_) return recorded_step();
   step();
+}
+
+void BindingCore::recorded_step() {
+  FlightRecorder& recorder = *recorder_;
+  const Interventions before = interventions();  // a copy: the flags compare the counts
+  const int64_t start = recorder.now_ns();
+  const bool in_place = buffers_in_place();  // else the step throws, recorded without buffers
+  recorder.begin(start, in_place);
+  // Closes the slot: the flags from the counts' change, each row's supervisor state.
+  const auto finish = [&](uint32_t flags) noexcept {
+    const int64_t duration = recorder.now_ns() - start;
+    const Interventions& after = interventions();
+    if (after.nonfinite > before.nonfinite) flags |= FlightRecorder::kNonfinite;
+    if (after.rate_limited > before.rate_limited) flags |= FlightRecorder::kRateLimited;
+    for (int64_t row = 0; row < batch; ++row) {
+      if (const SupervisorState* state = supervisor_state(row)) recorder.supervisor(row, *state);
+    }
+    recorder.end(duration, flags, after, in_place);
+  };
+  try {
+    step();
+  } catch (...) {
+    finish(FlightRecorder::kThrew);  // the step that failed is in the log too
+    throw;
+  }
+  finish(0);
 }
 
 void BindingCore::reset() {
   require_resettable();
   BusyGuard guard(busy, concurrent_use_);
   reset_rows(nullptr);
+  if (recorder_) recorder_->mark_reset(nullptr);
 }
 
 void BindingCore::reset(const std::vector<bool>& rows) {
@@ -61,6 +121,7 @@ void BindingCore::reset(const std::vector<bool>& rows) {
                              " rows (one bool per row)");
   }
   reset_rows(&rows);
+  if (recorder_) recorder_->mark_reset(&rows);
 }
 
 const Interventions& BindingCore::interventions() const {
@@ -97,5 +158,16 @@ void BindingBase::reset(const std::vector<bool>& rows) { core().reset(rows); }
 const Interventions& BindingBase::interventions() const { return core().interventions(); }
 bool BindingBase::supervised() const { return core().supervisor_state(0) != nullptr; }
 const SupervisorState& BindingBase::supervisor(int64_t row) const { return core().supervisor(row); }
+
+int64_t BindingBase::recording() const {
+  const detail::FlightRecorder* recorder = core().recorder();
+  return recorder != nullptr ? recorder->capacity() : 0;
+}
+void BindingBase::dump(const std::string& path) const { core().require_recorder().dump(path); }
+std::string BindingBase::snapshot() const { return core().require_recorder().snapshot(); }
+int BindingBase::dump_fd(int fd) const noexcept {
+  const detail::FlightRecorder* recorder = core_ ? core_->recorder() : nullptr;
+  return recorder != nullptr ? recorder->dump_fd(fd) : EINVAL;
+}
 
 }  // namespace tdaot

@@ -6,15 +6,20 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/run/flight_recorder.h"
+#include "tdaot/bind_options.h"
 #include "tdaot/binding_base.h"
 #include "tdaot/envelope.h"
 #include "tdaot/manifest.h"
 #include "tdaot/supervisor.h"
 
 namespace tdaot::detail {
+
+class PolicyCore;
 
 class BindingCore {
  public:
@@ -37,6 +42,11 @@ class BindingCore {
   // runtimes' input(key) / output(key).
   size_t index_of(const std::string& key, bool output) const;
 
+  // The flight recorder (BindOptions::record); null when the binding does not record.
+  const FlightRecorder* recorder() const noexcept { return recorder_.get(); }
+  // The recorder, or InvalidArgumentError saying how to bind one (for dump and snapshot).
+  const FlightRecorder& require_recorder() const;
+
   const Manifest& manifest;
   const std::string& package_path;
   const int64_t batch;
@@ -50,6 +60,11 @@ class BindingCore {
   // state, or the envelope's previous outputs (as Session::reset).
   void require_resettable() const;
   const char* concurrent_use() const noexcept { return concurrent_use_; }
+  // The end of a runtime's bind: with options.record > 0, the ring over the bound buffers' host
+  // memory (each stays in place for the binding's life). `runtime`: "lite" or "full". Throws
+  // InvalidArgumentError for a negative record.
+  void start_recording(const BindOptions& options, const PolicyCore& policy, const char* runtime,
+                       std::vector<RecordedBuffer> inputs, std::vector<RecordedBuffer> outputs);
 
   // The runtime's steps, called under the busy guard. step: the model on the bound inputs, the
   // outputs written, the envelope's guard and the supervisor, the carry. reset_rows: the carry's
@@ -58,9 +73,16 @@ class BindingCore {
   virtual void step() = 0;
   virtual void reset_rows(const std::vector<bool>* rows) = 0;
   virtual const Interventions* envelope_counts() const = 0;
+  // Whether every buffer still has the memory it was bound with, which the recorder reads (the
+  // full runtime's tensors can be resized or re-pointed; step() then refuses to run).
+  virtual bool buffers_in_place() const noexcept { return true; }
 
  private:
+  // run() with the recorder: the step timed and recorded, also when it throws.
+  void recorded_step();
+
   const char* concurrent_use_;
+  std::unique_ptr<FlightRecorder> recorder_;
   Interventions none_;
 };
 

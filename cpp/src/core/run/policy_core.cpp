@@ -15,6 +15,7 @@ PolicyCore::PolicyCore(const Package& package, const PackageOptions& options)
     : path(package.path()),
       sha256(package.sha256()),
       manifest_sha256(sha256_hex(package.manifest_bytes())),
+      manifest_json(package.manifest_bytes()),
       manifest(package.manifest()),
       // The package was just verified with the same keys, so they load.
       trusted_keys(load_public_keys(options.trusted_keys, path)),

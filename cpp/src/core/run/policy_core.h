@@ -45,6 +45,8 @@ class PolicyCore {
   std::string sha256;  // of the package file
   // Of its manifest bytes: the package's identity for weight files, unchanged by signing.
   std::string manifest_sha256;
+  // Its manifest bytes as the package stores them: what a flight log carries.
+  std::string manifest_json;
   Manifest manifest;
   // PackageOptions::trusted_keys as loaded with the package: swap_weights checks weight files
   // against these, whatever happens to the key files later.

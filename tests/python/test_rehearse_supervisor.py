@@ -81,7 +81,9 @@ def _targets_finite(rows) -> bool:
 
 def test_the_contract_carries_the_supervisor(h1):
     supervisor = tdaot.read_manifest(h1).contract.supervisor
-    assert supervisor.blend_seconds == 0.1 and supervisor.max_torque == 100.0 and supervisor.fallback == "damp"
+    assert (
+        supervisor.blend_seconds == 0.1 and supervisor.max_torque == 100.0 and supervisor.fallback == "damp"
+    )
     assert supervisor.low[3] == pytest.approx(-0.26) and supervisor.high[3] == pytest.approx(2.05)  # a knee
 
 

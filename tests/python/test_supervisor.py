@@ -141,7 +141,9 @@ def test_what_a_supervisor_reads_must_be_in_the_observation():
             **_with(contract, outputs={"action": undamped}, supervisor=tdaot.Supervisor(fallback="damp"))
         )
     stiffless = tdaot.Signal(names=JOINTS, offset=DEFAULT, damping=1.0)
-    with pytest.raises(tdaot.ContractError, match="field 'max_torque': bounds the torque of the stiffness of 'action'"):
+    with pytest.raises(
+        tdaot.ContractError, match="field 'max_torque': bounds the torque of the stiffness of 'action'"
+    ):
         tdaot.Contract(
             **_with(contract, outputs={"action": stiffless}, supervisor=tdaot.Supervisor(max_torque=50.0))
         )
@@ -163,8 +165,7 @@ def test_the_supervisor_round_trips_through_dicts_and_tables():
         tdaot.Contract.from_dict({**contract.to_dict(), "supervisor": {"blend_time": 1.0}})
     assert (
         "  supervisor soft start 1 s from gain 1, low [-1, -2], high 2, margin 0.1, max_torque [5, 6] N m, "
-        "fallback hold"
-        in contract.describe()
+        "fallback hold" in contract.describe()
     )
 
 
@@ -215,7 +216,9 @@ def test_the_torque_cap_keeps_each_target_near_the_measured_position(arm):
     goal = _policy_target(q)
     out = s.step(observation=_observation(q))
     assert abs(goal[0] - q[0]) > 0.1 and abs(goal[1] - q[1]) < 1.0
-    assert out["action"][0].tolist() == pytest.approx([q[0] + math.copysign(0.1, goal[0] - q[0]), goal[1]], abs=1e-6)
+    assert out["action"][0].tolist() == pytest.approx(
+        [q[0] + math.copysign(0.1, goal[0] - q[0]), goal[1]], abs=1e-6
+    )
     assert dict(s.interventions)["clipped"] == 1
 
 

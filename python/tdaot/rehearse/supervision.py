@@ -32,8 +32,10 @@ class SupervisorTwin:
         self.high = _per_joint(s.high, n, math.inf) - s.margin
         self.step_cap = _per_joint(s.blend_max_velocity, n, math.inf) * contract.control_dt
         self.max_velocity = _per_joint(s.max_velocity, n, math.inf)
-        stiffness = _per_joint(signal.stiffness, n, math.inf)
-        self.max_error = _per_joint(s.max_torque, n, math.inf) / stiffness
+        self.max_error = np.full(n, math.inf)  # max_torque / stiffness, rad (a stiffness of 0: no cap)
+        if s.max_torque is not None:
+            with np.errstate(divide="ignore"):
+                self.max_error = _per_joint(s.max_torque, n, math.inf) / _per_joint(signal.stiffness, n, 0.0)
         self.blend_steps = math.ceil(s.blend_seconds / contract.control_dt - 1e-9)
         self.start_gain = s.start_gain_fraction
         self.max_tilt = s.max_tilt

@@ -121,6 +121,7 @@ tdaot::SupervisorOptions supervisor_options(const py::object& supervisor) {
     else if (name == "high") config.high = signal_values(value);
     else if (name == "margin") config.margin = value.cast<double>();
     else if (name == "max_velocity") config.max_velocity = signal_values(value);
+    else if (name == "max_torque") config.max_torque = signal_values(value);
     else if (name == "max_tilt") config.max_tilt = value.cast<double>();
     else if (name == "max_rate_limited_steps") config.max_rate_limited_steps = value.cast<int64_t>();
     else if (name == "fallback") config.fallback = value.cast<std::string>();

@@ -41,11 +41,14 @@ KD = (2.0, 2.0, 2.0, 4.0, 2.0) * 2
 ACTION_SCALE = 0.25
 CONTROL_DT = 0.02
 GAIT_PERIOD = 0.8
-# The supervisor of the joint targets (docs/contract.md, "Supervisor"): a 1 s soft start from
-# the pose the robot is in, the MJCF's joint ranges as limits, and the damp fallback when a joint
+# The supervisor of the joint targets (docs/contract.md, "Supervisor"): a 0.1 s soft start from
+# the pose the robot is in (short: a target at a crouch's measured pose holds no weight), each
+# joint's spring torque at most MAX_TORQUE N m (standing and walking peak near 70: the cap bites in a
+# handover's recovery), the MJCF's joint ranges as limits, and the damp fallback when a joint
 # moves faster than MAX_JOINT_VELOCITY rad/s (walking at 0.5 m/s peaks near 6.4 rad/s) or the
 # pelvis tilts more than MAX_TILT rad.
-BLEND_SECONDS = 1.0
+BLEND_SECONDS = 0.1
+MAX_TORQUE = 100.0
 MAX_JOINT_VELOCITY = 10.0
 MAX_TILT = 0.8
 
@@ -138,6 +141,7 @@ def contract(mjcf: str | None = None) -> tdaot.Contract:
     supervisor = tdaot.Supervisor(
         blend_seconds=BLEND_SECONDS,
         max_velocity=MAX_JOINT_VELOCITY,
+        max_torque=MAX_TORQUE,
         max_tilt=MAX_TILT,
         fallback="damp",
         **({"low": ranges[0], "high": ranges[1]} if ranges is not None else {}),

@@ -120,7 +120,7 @@ def _parser() -> argparse.ArgumentParser:
     trained.add_argument(
         "--no-supervisor",
         action="store_true",
-        help="leave the default supervisor of the joint targets (1 s soft start, the MJCF's joint "
+        help="leave the default supervisor of the joint targets (0.1 s soft start, the MJCF's joint "
         "ranges as limits, the damp fallback) out of the deployment file's contract",
     )
     b.add_argument("--no-cache", action="store_true", help="compile even when the cache has the artifact")

@@ -20,7 +20,7 @@ Values = Union[float, tuple[float, ...]]
 #: The fallbacks a supervisor may name: ``hold`` (the last safe targets) and ``damp`` (the
 #: measured positions, stiffness scale 0, the contract's damping).
 FALLBACKS = ("hold", "damp")
-_LIST_FIELDS = ("blend_max_velocity", "low", "high", "max_velocity")
+_LIST_FIELDS = ("blend_max_velocity", "low", "high", "max_velocity", "max_torque")
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,8 @@ class Supervisor:
       the measured joint positions (the input's ``joint_pos_rel`` term) to the policy's, each at
       most ``blend_max_velocity`` rad/s; the gains' scale ramps from ``start_gain_fraction`` to 1;
     - limits: each target clipped to ``[low + margin, high - margin]`` (one number or one per
-      joint);
+      joint) and, running or blending, to within ``max_torque / stiffness`` of the measured
+      position (the PD's spring torque at full gains at most ``max_torque`` N m);
     - out of domain: a measured joint velocity (``joint_vel_rel``) over ``max_velocity``, a base
       tilt (from ``projected_gravity``) over ``max_tilt`` rad, a non-finite input or output, or
       ``max_rate_limited_steps`` consecutive rate-limited steps switch the row to ``fallback``
@@ -47,6 +48,7 @@ class Supervisor:
     high: Values | None = None
     margin: float = 0.0
     max_velocity: Values | None = None
+    max_torque: Values | None = None
     max_tilt: float = 0.0
     max_rate_limited_steps: int = 0
     fallback: str = "hold"
@@ -90,6 +92,8 @@ class Supervisor:
             parts.append(f"margin {self.margin:g}")
         if self.max_velocity is not None:
             parts.append(f"max_velocity {_short(self.max_velocity)} rad/s")
+        if self.max_torque is not None:
+            parts.append(f"max_torque {_short(self.max_torque)} N m")
         if self.max_tilt:
             parts.append(f"max_tilt {self.max_tilt:g} rad")
         if self.max_rate_limited_steps:
@@ -146,7 +150,7 @@ def check_supervisor(supervisor: Any, inputs: Mapping[str, Any], outputs: Mappin
         values = getattr(s, name)
         return values[i] if isinstance(values, tuple) else values
 
-    for name in ("blend_max_velocity", "max_velocity"):
+    for name in ("blend_max_velocity", "max_velocity", "max_torque"):
         for i in range(n):
             if getattr(s, name) is not None and not value(name, i) > 0:
                 fail(name, f"{name} {value(name, i):g} for {signal.names[i]!r} is not > 0")
@@ -204,6 +208,17 @@ def check_supervisor(supervisor: Any, inputs: Mapping[str, Any], outputs: Mappin
             "max_velocity",
             "reads the measured joint velocities, but no input signal has a joint_vel_rel term "
             f"of {output!r}",
+        )
+    if s.max_torque is not None and not positions:
+        fail(
+            "max_torque",
+            "bounds each target's distance from the measured joint position, but no input signal "
+            f"has a joint_pos_rel term of {output!r}",
+        )
+    if s.max_torque is not None and signal.stiffness is None:
+        fail(
+            "max_torque",
+            f"bounds the torque of the stiffness of {output!r}, but the signal has no stiffness gains",
         )
     if s.max_tilt > 0 and not has_term("projected_gravity", False):
         fail("max_tilt", "reads the base tilt from a projected_gravity term, but no input signal has one")

@@ -153,6 +153,27 @@ TEST(Supervisor, TargetsAreClippedToTheLimitsWithTheMargin) {
   EXPECT_EQ(counts.clipped, 1);
 }
 
+TEST(Supervisor, TheTorqueCapKeepsEachTargetNearTheMeasuredPosition) {
+  const Manifest m = manifest();
+  Supervisor config;
+  config.max_torque = {{2.0, 0.5}, true};  // kp 10: 0.2 and 0.05 rad from the measured position
+  config.low = {{-1.0}, false};
+  detail::TargetSupervisor s(m, config, 1);
+  Step step(1);
+  step.measured(0, 0.3, -0.3);
+  step.policy(0, 0.9, -0.32);  // a: 0.6 rad away, held to 0.5; b: within its 0.05
+  step.run(s);
+  EXPECT_NEAR(step.target(0, 0), 0.5, 1e-6);
+  EXPECT_NEAR(step.target(0, 1), -0.32, 1e-6);
+  step.measured(0, -0.95, 0.0);  // the joint limit still wins over the cap
+  step.policy(0, -2.0, 0.0);
+  step.run(s);
+  EXPECT_NEAR(step.target(0, 0), -1.0, 1e-6);
+  Interventions counts;
+  s.add_counts(counts);
+  EXPECT_EQ(counts.clipped, 2);
+}
+
 TEST(Supervisor, AJointVelocityOverItsCapDampsUntilReset) {
   const Manifest m = manifest();
   Supervisor config;
@@ -279,10 +300,11 @@ TEST(Supervisor, TheContractDescribesIt) {
   s.low = {{-1.0, -0.5}, true};
   s.high = {{1.0}, false};
   s.max_velocity = {{20.0}, false};
+  s.max_torque = {{100.0}, false};
   s.fallback = "damp";
   contract.supervisor = s;
   EXPECT_NE(contract.describe().find("  supervisor soft start 1 s from gain 0.5, low [-1, -0.5], high 1, "
-                                     "max_velocity 20 rad/s, fallback damp\n"),
+                                     "max_velocity 20 rad/s, max_torque 100 N m, fallback damp\n"),
             std::string::npos)
       << contract.describe();
 }
@@ -333,6 +355,19 @@ TEST(Supervisor, RefusalsNameTheField) {
                  "contract supervisor: field 'blend_seconds': a soft start (blend_seconds 1) starts "
                  "from the measured joint positions, but no input signal has a joint_pos_rel term "
                  "of 'action'");
+  s = {};
+  s.max_torque = {{0.0}, false};
+  expect_refused(contract, s, "contract supervisor: field 'max_torque': max_torque 0 for 'a' is not > 0");
+  s = {};
+  s.max_torque = {{100.0}, false};
+  expect_refused(without, s,
+                 "contract supervisor: field 'max_torque': bounds each target's distance from the "
+                 "measured joint position, but no input signal has a joint_pos_rel term of 'action'");
+  Contract stiffless = contract;
+  stiffless.outputs["action"].stiffness = {};
+  expect_refused(stiffless, s,
+                 "contract supervisor: field 'max_torque': bounds the torque of the stiffness of "
+                 "'action', but the signal has no stiffness gains");
   Contract undamped = contract;
   undamped.outputs["action"].damping = {};
   s = {};

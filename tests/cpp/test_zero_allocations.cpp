@@ -158,6 +158,7 @@ Manifest terms_manifest() {
   c.inputs["observation"] = obs;
   Signal action;
   action.names = {"a", "b"};
+  action.stiffness = {{10.0}, false};
   action.damping = {{1.0}, false};
   c.outputs["action"] = action;
   m.contract = c;
@@ -204,6 +205,7 @@ TEST(ZeroAllocationsSupervisor, TheSupervisedStepAllocatesNothing) {
   soft.blend_max_velocity = {{2.0}, false};
   soft.start_gain_fraction = 0.2;
   soft.max_velocity = {{5.0}, false};
+  soft.max_torque = {{5.0}, false};  // 0.5 rad from the measured position: the 0.8 targets capped
   soft.fallback = "damp";
   soft.low = {{-1.0}, false};
   soft.high = {{1.0}, false};

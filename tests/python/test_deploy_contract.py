@@ -270,7 +270,7 @@ def test_joint_names_from_an_mjcf_with_mujoco_and_from_its_xml(tmp_path, monkeyp
 
 
 def test_a_deployment_files_contract_carries_the_default_supervisor(tmp_path, monkeypatch):
-    """A 1 s soft start, the damp fallback, and the MJCF's joint ranges (degrees, as MJCF's
+    """A 0.1 s soft start, the damp fallback, and the MJCF's joint ranges (degrees, as MJCF's
     default angle unit) as the limits, in the policy's joint order; with MuJoCo and from the XML
     alike. supervisor=False: none."""
     ranged = MJCF
@@ -290,11 +290,11 @@ def test_a_deployment_files_contract_carries_the_default_supervisor(tmp_path, mo
         (math.pi / 4, math.pi / 4, math.radians(150), math.radians(150)),
     )
     assert contract.supervisor == tdaot.Supervisor(
-        output="action", blend_seconds=1.0, fallback="damp", low=low, high=high
+        output="action", blend_seconds=0.1, fallback="damp", low=low, high=high
     )
     assert contract.supervisor.low == pytest.approx(low) and contract.supervisor.high == pytest.approx(high)
     assert (
-        "  supervisor output action, soft start 1 s from gain 1, low [-1.5708, -1.5708, 0, 0], "
+        "  supervisor output action, soft start 0.1 s from gain 1, low [-1.5708, -1.5708, 0, 0], "
         in "\n".join(contract.describe())
     )
     monkeypatch.setitem(sys.modules, "mujoco", None)  # the XML's ranges: the same
@@ -302,7 +302,7 @@ def test_a_deployment_files_contract_carries_the_default_supervisor(tmp_path, mo
     # Without an MJCF (joint names given): the soft start and the fallback, no limits; an MJCF
     # whose joints have no range gives none either.
     assert tdaot.Contract.from_deploy(deploy, joint_names=ROBOT).supervisor == tdaot.Supervisor(
-        output="action", blend_seconds=1.0, fallback="damp"
+        output="action", blend_seconds=0.1, fallback="damp"
     )
     assert tdaot.Contract.from_deploy(deploy, mjcf=write(tmp_path, MJCF, "bare.xml")).supervisor.low is None
     assert tdaot.Contract.from_deploy(deploy, mjcf=mjcf, supervisor=False).supervisor is None
@@ -775,7 +775,7 @@ def test_a_run_directory_with_deploy_yaml_builds_in_one_command(tmp_path, monkey
         "term joint_pos_rel [10] of action",
         "term joint_vel_rel [10] of action: scale 0.05, offset 0, low -5, high 5",
         "term last_action [10] of action",
-        "supervisor output action, soft start 1 s from gain 1, low [-0.43, -0.43, -0.43, -0.43, ...], "
+        "supervisor output action, soft start 0.1 s from gain 1, low [-0.43, -0.43, -0.43, -0.43, ...], "
         "high [0.43, 0.43, 0.43, 0.43, ...], fallback damp",
     ):
         assert line in shown, shown

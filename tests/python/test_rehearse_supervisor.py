@@ -1,12 +1,13 @@
 """The handover, rehearsed on the real Unitree H1 (its walking policy and MJCF in
 ../shared/robots/unitree_h1, beside the repository; skipped without them) with the supervisor its
-contract carries (examples/h1/build_h1.py: a 1 s soft start, the MJCF's joint ranges, the damp
-fallback over a joint velocity cap or a tilt), through tdaot-rehearse and the lite runtime:
+contract carries (examples/h1/build_h1.py: a 0.1 s soft start, a 100 N m spring torque cap, the
+MJCF's joint ranges, the damp fallback over a joint velocity cap or a tilt), through
+tdaot-rehearse and the lite runtime:
 
-- the start: from the MJCF's initial pose the soft start lowers the largest joint torque of the
-  first second against the policy's targets at full gains (--no-supervisor); crouch-start (0.3
-  rad deeper into the default angles): it removes the torque step at the switch, and the robot
-  stands;
+- the start: from the MJCF's initial pose and from crouch-start (0.3 rad deeper into the default
+  angles) the supervisor lowers the largest joint torque of the first second against the
+  policy's targets at full gains (--no-supervisor) and the torque step at the switch, and the
+  robot stands;
 - push: a sideways shove over the velocity cap takes the damp fallback (not thrown: no torque
   spike, no flight), where without it the policy fights the shove;
 - nan: a NaN observation halfway takes the fallback and no non-finite target reaches a motor;
@@ -80,28 +81,32 @@ def _targets_finite(rows) -> bool:
 
 def test_the_contract_carries_the_supervisor(h1):
     supervisor = tdaot.read_manifest(h1).contract.supervisor
-    assert supervisor.blend_seconds == 1.0 and supervisor.fallback == "damp"
+    assert (
+        supervisor.blend_seconds == 0.1 and supervisor.max_torque == 100.0 and supervisor.fallback == "damp"
+    )
     assert supervisor.low[3] == pytest.approx(-0.26) and supervisor.high[3] == pytest.approx(2.05)  # a knee
 
 
 def test_a_soft_start_takes_the_h1_over_gently(h1, tmp_path):
-    """From the MJCF's initial pose (legs straight: the knees 0.3 rad from their default angle)
-    the soft start lowers the first second's largest joint torque; from a crouch 0.3 rad deeper
-    into the default angles it removes the torque step at the switch (a target at the measured
-    pose), and the robot stands either way. (From the crouch the first second's peak is not lower:
-    a target at the measured pose holds no weight at first, docs/contract.md.)"""
+    """From the MJCF's initial pose (legs straight: the knees 0.3 rad from their default angle) and
+    from a crouch 0.3 rad deeper into the default angles, the supervisor lowers the first second's
+    largest joint torque and the torque step at the switch, and the robot stands either way: the
+    blend takes the straight-legged start's step, the torque cap the crouch's recovery
+    (docs/contract.md, "What a soft start from the measured pose does, and does not")."""
     soft, rows, text = _rehearse(h1, tmp_path, "--seconds", "2")
     hard, hard_rows, hard_text = _rehearse(h1, tmp_path, "--seconds", "2", "--no-supervisor")
     print(text, hard_text, sep="\n")
     assert "first second   peak joint torque" in text and "supervisor     running, no fallback" in text
     assert soft["start_peak_torque"] < 0.5 * hard["start_peak_torque"], (soft, hard)
+    assert soft["handover_torque"] < 0.25 * hard["handover_torque"], (soft, hard)
     assert soft["falls"] == 0 and soft["supervisor"] == "running" and soft["fallback_at"] == -1
-    assert soft["blended"] == 50 and hard["blended"] == 0 and hard["supervisor"] == "none"
-    # The trajectory: the first second blending, then running (the 50th step reaches the policy's
+    assert soft["final_height"] > 1.0
+    assert soft["blended"] == 5 and hard["blended"] == 0 and hard["supervisor"] == "none"
+    # The trajectory: the first 0.1 s blending, then running (the 5th step reaches the policy's
     # targets: its state after it is running, its gains whole).
-    assert [row["supervisor"] for row in rows[:49]] == ["blending"] * 49
-    assert [row["gain_scale"] for row in rows[:49]] == [1.0] * 49  # start_gain_fraction 1
-    assert rows[49]["supervisor"] == "running" and rows[49]["gain_scale"] == 1.0
+    assert [row["supervisor"] for row in rows[:4]] == ["blending"] * 4
+    assert [row["gain_scale"] for row in rows[:4]] == [1.0] * 4  # start_gain_fraction 1
+    assert rows[4]["supervisor"] == "running" and rows[4]["gain_scale"] == 1.0
     assert rows[-1]["supervisor"] == "running"
     assert {row["supervisor"] for row in hard_rows} == {"none"}
 
@@ -110,14 +115,16 @@ def test_a_soft_start_takes_the_h1_over_gently(h1, tmp_path):
         h1, tmp_path, "--seconds", "3", "--scenario", "crouch-start", "--no-supervisor"
     )
     print(text, jumped_text, sep="\n")
-    assert crouched["handover_torque"] < 0.2 * jumped["handover_torque"], (crouched, jumped)
+    assert crouched["start_peak_torque"] < 0.95 * jumped["start_peak_torque"], (crouched, jumped)
+    assert crouched["handover_torque"] < 0.25 * jumped["handover_torque"], (crouched, jumped)
     assert crouched["falls"] == jumped["falls"] == 0 and crouched["final_height"] > 1.0
+    assert crouched["supervisor"] == "running" and crouched["nonfinite_targets"] == 0
     # The crouch: each non-zero default angle 0.3 rad deeper, at rest.
     assert rows[0]["q.left_knee_joint"] == pytest.approx(0.6) and rows[0]["q.left_hip_yaw_joint"] == 0.0
     joints = [c.removeprefix("q.") for c in rows[0] if c.startswith("q.")]
     first_move = max(abs(rows[0][f"target.{j}"] - rows[0][f"q.{j}"]) for j in joints)
     jump = max(abs(jumped_rows[0][f"target.{j}"] - jumped_rows[0][f"q.{j}"]) for j in joints)
-    assert first_move < 0.05 * jump, (first_move, jump)
+    assert first_move == pytest.approx(0.2 * jump, rel=1e-3), (first_move, jump)  # a fifth of the way
     # tau is what the simulator applied for the row's targets: kp (target - q) - kd dq, at rest.
     for j, gain in {"left_knee_joint": 200.0, "left_hip_pitch_joint": 150.0}.items():
         row = jumped_rows[0]
@@ -138,7 +145,8 @@ def test_a_push_over_the_velocity_cap_takes_the_damp_fallback(h1, tmp_path):
     }
     # Damped: each target is the measured position inside the limits (tau is the damping's
     # alone), the base never thrown above where it stood, and no torque spike: the largest joint
-    # torque of the run stays a third of the policy's fighting the shove.
+    # torque of the run (85 N m, in the 0.14 s the policy fights the shove before the velocity cap
+    # trips, held by max_torque) stays under 40 % of the policy's fighting it unsupervised (249).
     limits = tdaot.read_manifest(h1).contract.supervisor
     joints = [c.removeprefix("q.") for c in rows[0] if c.startswith("q.")]
     for row in after:
@@ -146,7 +154,7 @@ def test_a_push_over_the_velocity_cap_takes_the_damp_fallback(h1, tmp_path):
             expected = min(max(row[f"q.{j}"], limits.low[i]), limits.high[i])
             assert row[f"target.{j}"] == pytest.approx(expected, abs=1e-5)
     fought, _, _ = _rehearse(h1, tmp_path, "--seconds", "4", "--scenario", "push", "--no-supervisor")
-    assert summary["peak_torque"] < fought["peak_torque"] / 3, (summary, fought)
+    assert summary["peak_torque"] < fought["peak_torque"] / 2.5, (summary, fought)
     assert max(row["base_z"] for row in after) <= summary["start_height"] + 0.02
 
 

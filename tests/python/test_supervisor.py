@@ -83,6 +83,7 @@ def _with(contract: tdaot.Contract, **changes) -> dict:
             tdaot.Supervisor(blend_max_velocity=0.0),
             "field 'blend_max_velocity': blend_max_velocity 0 for 'shoulder'",
         ),
+        (tdaot.Supervisor(max_torque=(5.0, 0.0)), "field 'max_torque': max_torque 0 for 'elbow' is not > 0"),
         (
             tdaot.Supervisor(max_rate_limited_steps=2),
             "field 'max_rate_limited_steps': counts steps the envelope",
@@ -119,6 +120,11 @@ def test_what_a_supervisor_reads_must_be_in_the_observation():
             "field 'max_velocity': reads the measured joint velocities",
         ),
         ("projected_gravity", tdaot.Supervisor(max_tilt=0.5), "field 'max_tilt': reads the base tilt"),
+        (
+            "joint_pos_rel",
+            tdaot.Supervisor(max_torque=50.0),
+            "field 'max_torque': bounds each target's distance from the measured joint position",
+        ),
     ]
     for term, supervisor, message in cases:
         with pytest.raises(tdaot.ContractError) as refused:
@@ -134,6 +140,13 @@ def test_what_a_supervisor_reads_must_be_in_the_observation():
         tdaot.Contract(
             **_with(contract, outputs={"action": undamped}, supervisor=tdaot.Supervisor(fallback="damp"))
         )
+    stiffless = tdaot.Signal(names=JOINTS, offset=DEFAULT, damping=1.0)
+    with pytest.raises(
+        tdaot.ContractError, match="field 'max_torque': bounds the torque of the stiffness of 'action'"
+    ):
+        tdaot.Contract(
+            **_with(contract, outputs={"action": stiffless}, supervisor=tdaot.Supervisor(max_torque=50.0))
+        )
     with pytest.raises(tdaot.ContractError, match="expected a tdaot.Supervisor, got dict"):
         tdaot.Contract(**_with(contract, supervisor={"fallback": "hold"}))
 
@@ -142,15 +155,17 @@ def test_the_supervisor_round_trips_through_dicts_and_tables():
     contract = tdaot.Contract(
         **_with(
             arm_contract(),
-            supervisor=tdaot.Supervisor(blend_seconds=1.0, low=(-1.0, -2.0), high=2.0, margin=0.1),
+            supervisor=tdaot.Supervisor(
+                blend_seconds=1.0, low=(-1.0, -2.0), high=2.0, margin=0.1, max_torque=(5.0, 6.0)
+            ),
         )
     )
     assert tdaot.Contract.from_dict(contract.to_dict()) == contract
     with pytest.raises(tdaot.ContractError, match="contract supervisor: unknown field 'blend_time'"):
         tdaot.Contract.from_dict({**contract.to_dict(), "supervisor": {"blend_time": 1.0}})
     assert (
-        "  supervisor soft start 1 s from gain 1, low [-1, -2], high 2, margin 0.1, fallback hold"
-        in contract.describe()
+        "  supervisor soft start 1 s from gain 1, low [-1, -2], high 2, margin 0.1, max_torque [5, 6] N m, "
+        "fallback hold" in contract.describe()
     )
 
 
@@ -192,6 +207,19 @@ def test_a_soft_start_blends_from_the_measured_pose_and_ramps_the_gains(arm):
     b.inputs["observation"].copy_(_observation(crouch))
     b.run()
     assert b.supervisor.mode == "blending" and b.supervisor.steps == 1
+
+
+def test_the_torque_cap_keeps_each_target_near_the_measured_position(arm):
+    native = tdaot.load(arm[2].path)
+    s = native.session(1, supervisor=tdaot.Supervisor(max_torque=(2.0, 10.0)))  # kp 20, 10: 0.1, 1 rad
+    q = (0.4, -0.3)
+    goal = _policy_target(q)
+    out = s.step(observation=_observation(q))
+    assert abs(goal[0] - q[0]) > 0.1 and abs(goal[1] - q[1]) < 1.0
+    assert out["action"][0].tolist() == pytest.approx(
+        [q[0] + math.copysign(0.1, goal[0] - q[0]), goal[1]], abs=1e-6
+    )
+    assert dict(s.interventions)["clipped"] == 1
 
 
 def test_a_velocity_over_its_cap_damps_until_reset(arm):

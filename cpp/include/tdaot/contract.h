@@ -90,7 +90,8 @@ struct Signal {
 //   measured joint positions (the input's joint_pos_rel term + the signal's offset) to the
 //   policy's, each at most blend_max_velocity rad/s; the stiffness and damping scale ramps from
 //   start_gain_fraction to 1;
-// - limits: every target clipped to [low + margin, high - margin];
+// - limits: every target clipped to [low + margin, high - margin], and while running or blending
+//   within max_torque / stiffness of the measured position (the PD's spring torque at full gains);
 // - out of domain: a measured joint velocity (joint_vel_rel) over max_velocity, a base tilt
 //   (from projected_gravity) over max_tilt, a non-finite input or output of the row, or
 //   max_rate_limited_steps consecutive rate-limited steps switch the row to `fallback` ("hold":
@@ -104,6 +105,7 @@ struct Supervisor {
   SignalValues high;              // absent: no upper limit
   double margin = 0.0;            // kept inside [low, high], >= 0
   SignalValues max_velocity;      // measured |dq| cap per joint, rad/s, > 0; absent: unchecked
+  SignalValues max_torque;        // spring torque cap per joint, N m, > 0; absent: no cap
   double max_tilt = 0.0;          // base tilt cap (rad, in (0, pi]); 0: unchecked
   int64_t max_rate_limited_steps = 0;  // consecutive rate-limited steps, >= 1; 0: unchecked
   std::string fallback = "hold";  // "hold" or "damp"

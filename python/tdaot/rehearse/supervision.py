@@ -32,6 +32,10 @@ class SupervisorTwin:
         self.high = _per_joint(s.high, n, math.inf) - s.margin
         self.step_cap = _per_joint(s.blend_max_velocity, n, math.inf) * contract.control_dt
         self.max_velocity = _per_joint(s.max_velocity, n, math.inf)
+        self.max_error = np.full(n, math.inf)  # max_torque / stiffness, rad (a stiffness of 0: no cap)
+        if s.max_torque is not None:
+            with np.errstate(divide="ignore"):
+                self.max_error = _per_joint(s.max_torque, n, math.inf) / _per_joint(signal.stiffness, n, 0.0)
         self.blend_steps = math.ceil(s.blend_seconds / contract.control_dt - 1e-9)
         self.start_gain = s.start_gain_fraction
         self.max_tilt = s.max_tilt
@@ -98,7 +102,7 @@ class SupervisorTwin:
             self.last = chosen
             return chosen, (0.0 if self.mode == "damped" else 1.0), 1.0
         alpha = 1.0
-        chosen = np.asarray(target, dtype=np.float64)
+        chosen = np.array(target, dtype=np.float64)  # a copy: clipped in place below
         if self.mode == "blending":
             if self.steps == 1:
                 self.start = q.copy()
@@ -108,6 +112,11 @@ class SupervisorTwin:
             capped = np.clip(desired, self.last - self.step_cap, self.last + self.step_cap)
             reached = bool((capped == chosen).all())
             chosen = capped
+        if q is not None and np.isfinite(self.max_error).any():  # the spring torque at most max_torque
+            measured = np.isfinite(q)
+            chosen[measured] = np.clip(
+                chosen[measured], (q - self.max_error)[measured], (q + self.max_error)[measured]
+            )
         chosen = np.clip(chosen, self.low, self.high)
         self.safe = chosen.copy()
         self.last = chosen.copy()

@@ -68,7 +68,7 @@ def contract_fields_from_deploy(
     metadata records (tdaot.trained.isaac_env) for ``tdaot rehearse`` to compare.
 
     ``supervisor`` (default True): the contract carries the default supervisor of the joint
-    targets (:func:`default_supervisor`): a 1 s soft start from the measured pose, the ``damp``
+    targets (:func:`default_supervisor`): a 0.1 s soft start from the measured pose, the ``damp``
     fallback, and with ``mjcf`` its joints' ranges as the limits. False: none."""
     path = Path(path)
     if joint_names is not None and mjcf is not None:
@@ -105,7 +105,7 @@ def default_supervisor(
 ) -> Supervisor | None:
     """The supervisor a package from a deployment file gets: limits from the MJCF's joint ranges
     (when ``mjcf`` gives every joint of ``output_key`` one); with a joint_pos_rel term of the
-    output, a soft start of 1 s from the measured pose and the ``damp`` fallback (given damping
+    output, a soft start of 0.1 s from the measured pose and the ``damp`` fallback (given damping
     gains; else ``hold``). None when there is nothing to supervise with (no term, no ranges)."""
     inputs, outputs = fields["inputs"], fields["outputs"]
     joints = outputs[output_key].names
@@ -121,7 +121,8 @@ def default_supervisor(
     damped = positions and outputs[output_key].damping is not None
     return Supervisor(
         output=output_key,
-        blend_seconds=1.0 if positions else 0.0,
+        # Short: a target at a bent-legged robot's measured pose holds no weight (docs/contract.md).
+        blend_seconds=0.1 if positions else 0.0,
         fallback="damp" if damped else "hold",
         **limits,
     )

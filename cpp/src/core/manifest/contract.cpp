@@ -195,6 +195,7 @@ std::string Contract::describe() const {
     if (s.high.present()) add("high " + values_text(s.high));
     if (s.margin > 0) add("margin " + number(s.margin));
     if (s.max_velocity.present()) add("max_velocity " + values_text(s.max_velocity) + " rad/s");
+    if (s.max_torque.present()) add("max_torque " + values_text(s.max_torque) + " N m");
     if (s.max_tilt > 0) add("max_tilt " + number(s.max_tilt) + " rad");
     if (s.max_rate_limited_steps > 0) add("max_rate_limited_steps " + std::to_string(s.max_rate_limited_steps));
     add("fallback " + s.fallback);

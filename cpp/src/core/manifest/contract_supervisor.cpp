@@ -81,7 +81,8 @@ std::optional<SupervisorProblem> supervisor_problem(const Contract& contract,
       {"blend_max_velocity", &s.blend_max_velocity},
       {"low", &s.low},
       {"high", &s.high},
-      {"max_velocity", &s.max_velocity}};
+      {"max_velocity", &s.max_velocity},
+      {"max_torque", &s.max_torque}};
   for (const auto& [name, values] : lists) {
     if (!values->present()) continue;
     if (values->per_element && values->values.size() != n) {
@@ -100,7 +101,7 @@ std::optional<SupervisorProblem> supervisor_problem(const Contract& contract,
       }
     }
   }
-  for (const auto& [name, values] : {lists[0], lists[3]}) {
+  for (const auto& [name, values] : {lists[0], lists[3], lists[4]}) {
     for (size_t i = 0; values->present() && i < n; ++i) {
       if (!((*values)[i] > 0)) {
         return SupervisorProblem{name, std::string(name) + " " + number_text((*values)[i]) +
@@ -161,6 +162,15 @@ std::optional<SupervisorProblem> supervisor_problem(const Contract& contract,
   if (s.max_velocity.present() && !find_joint_term(contract, *output, "joint_vel_rel")) {
     return SupervisorProblem{"max_velocity", "reads the measured joint velocities, but no input "
                                              "signal has a joint_vel_rel term of '" + *output + "'"};
+  }
+  if (s.max_torque.present() && !positions) {
+    return SupervisorProblem{"max_torque", "bounds each target's distance from the measured joint "
+                                           "position, but no input signal has a joint_pos_rel term "
+                                           "of '" + *output + "'"};
+  }
+  if (s.max_torque.present() && !signal.stiffness.present()) {
+    return SupervisorProblem{"max_torque", "bounds the torque of the stiffness of '" + *output +
+                                               "', but the signal has no stiffness gains"};
   }
   if (s.max_tilt > 0 && !find_term(contract, "projected_gravity")) {
     return SupervisorProblem{"max_tilt", "reads the base tilt from a projected_gravity term, but "

@@ -16,9 +16,9 @@ namespace {
 
 constexpr std::array<std::string_view, 5> kContractFields{"control_dt", "inputs", "outputs",
                                                           "metadata", "supervisor"};
-constexpr std::array<std::string_view, 11> kSupervisorFields{
+constexpr std::array<std::string_view, 12> kSupervisorFields{
     "output", "blend_seconds", "blend_max_velocity", "start_gain_fraction", "low", "high",
-    "margin", "max_velocity", "max_tilt", "max_rate_limited_steps", "fallback"};
+    "margin", "max_velocity", "max_torque", "max_tilt", "max_rate_limited_steps", "fallback"};
 constexpr std::array<std::string_view, 10> kSignalFields{
     "names", "scale",     "offset",  "low",           "high", "max_delta",
     "terms", "stiffness", "damping", "history_layout"};
@@ -386,6 +386,7 @@ Supervisor parse_supervisor(const Parser& p, const json& value, const Contract& 
   s.low = values(p, object, path, "low", n, {}, "", "joint");
   s.high = values(p, object, path, "high", n, {}, "", "joint");
   s.max_velocity = values(p, object, path, "max_velocity", n, {}, "", "joint");
+  s.max_torque = values(p, object, path, "max_torque", n, {}, "", "joint");
   if (const json* steps = member("max_rate_limited_steps")) {
     const std::string field = Parser::join(path, "max_rate_limited_steps");
     s.max_rate_limited_steps = p.integer(*steps, field, std::numeric_limits<int64_t>::min());
@@ -409,6 +410,7 @@ nlohmann::ordered_json supervisor_to_json(const Supervisor& s) {
   if (s.high.present()) out["high"] = values_to_json(s.high);
   out["margin"] = s.margin;
   if (s.max_velocity.present()) out["max_velocity"] = values_to_json(s.max_velocity);
+  if (s.max_torque.present()) out["max_torque"] = values_to_json(s.max_torque);
   out["max_tilt"] = s.max_tilt;
   out["max_rate_limited_steps"] = s.max_rate_limited_steps;
   out["fallback"] = s.fallback;

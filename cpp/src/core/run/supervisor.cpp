@@ -99,6 +99,7 @@ TargetSupervisor::TargetSupervisor(const Manifest& manifest, const Supervisor& c
     high_.push_back(config.high.present() ? config.high[i] - config.margin : kInf);
     blend_step_.push_back(config.blend_max_velocity.present() ? config.blend_max_velocity[i] * dt : kInf);
     max_velocity_.push_back(config.max_velocity.present() ? config.max_velocity[i] : kInf);
+    max_error_.push_back(config.max_torque.present() ? config.max_torque[i] / signal.stiffness[i] : kInf);
     rest_.push_back(std::clamp(signal.rest(i), low_.back(), high_.back()));
   }
   blend_steps_ = static_cast<int64_t>(std::ceil(config.blend_seconds / dt - 1e-9));
@@ -254,7 +255,13 @@ void TargetSupervisor::apply(const std::vector<const void*>& inputs,
         target = std::clamp(desired, last_[at] - step, last_[at] + step);
         if (target != policy) reached = false;
       }
-      const double bounded = clip(j, target);
+      double bounded = target;
+      const double error = max_error_[static_cast<size_t>(j)];
+      if (error < kInf) {  // the spring torque kp (target - q) at most max_torque
+        const double q = measured(inputs, positions_, row, j) + offset_[static_cast<size_t>(j)];
+        if (std::isfinite(q)) bounded = std::clamp(bounded, q - error, q + error);
+      }
+      bounded = clip(j, bounded);
       if (bounded != target) clipped = true;
       safe_[at] = last_[at] = bounded;
       store_element(targets, output_dtype_, base + j, bounded);

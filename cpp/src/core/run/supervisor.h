@@ -81,6 +81,7 @@ class TargetSupervisor {
   std::vector<double> low_, high_;   // the limits with the margin (-inf/inf when absent)
   std::vector<double> blend_step_;   // most a target moves per step in a soft start (inf: no cap)
   std::vector<double> max_velocity_; // inf when unchecked
+  std::vector<double> max_error_;    // max_torque / stiffness, rad (inf: no cap)
   int64_t blend_steps_;              // 0: no soft start
   double start_gain_;
   double max_tilt_;

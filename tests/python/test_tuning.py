@@ -386,6 +386,8 @@ def test_avx512_dynamic_throughput_models_put_wide_linear_layers_on_onednn():
     runtime; MKL's AVX2 path measured as fast)."""
     plans = plan_models("auto", (1, 64), "cpu", 1, 4096, vector_isa="avx512")
     assert {p.name: p.onednn_products for p in plans} == {"model": True, "b1": False, "b64": False}
+    for isa in ("avx512 avx512_vnni", "avx512 avx512_vnni amx_tile"):  # inductor's names of its subclasses
+        assert plan_models("auto", None, "cpu", 1, 4096, vector_isa=isa)[0].onednn_products
     for plan in plans:
         named = plan_key_parts(plan).get("rewrites", [])
         assert ("wide_products_onednn" in named) == plan.onednn_products

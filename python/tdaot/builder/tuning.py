@@ -218,7 +218,7 @@ def plan_models(
     padded = vector_isa == "avx2"
     # Wide products on oneDNN: dynamic models only (its op is libtorch's: a static model keeps
     # ATen's, which the lite runtime serves), AVX-512 kernels only (on AVX2 MKL measured as fast).
-    onednn = vector_isa == "avx512"
+    onednn = vector_isa.split()[:1] == ["avx512"]  # "avx512", "avx512 avx512_vnni", "... amx_tile"
     plans = [
         dataclasses.replace(
             p, reciprocals=True, padded_products=padded, onednn_products=onednn and p.batch is None

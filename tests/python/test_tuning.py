@@ -413,3 +413,16 @@ def test_avx512_dynamic_throughput_models_put_wide_linear_layers_on_onednn():
     assert rewrites_made(program, plans[0]) == ["wide_products_onednn"]
     for want, got in zip(program.module()(x, sequence), tuned.module()(x, sequence)):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX512", reason="AVX-512 kernels only")
+def test_a_wide_layer_runs_on_onednn_in_the_dynamic_model_and_matches_eager(tmp_path):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 1024), torch.nn.SiLU(), torch.nn.Linear(1024, 512))
+    policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
+    example = TensorDict({"observation": torch.randn(4, 16)}, batch_size=[4])
+    artifact = tdaot.build(policy, example, tmp_path / "wide.pt2", specialize=())
+    assert artifact.manifest.numerics == ("wide_products_onednn",)
+    x = torch.randn(64, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(tdaot.load(tmp_path / "wide.pt2").run_positional(x)[0], net(x))

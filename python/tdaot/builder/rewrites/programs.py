@@ -226,7 +226,7 @@ def _padded_linear(x, weight, bias=None):
 
 
 # A linear layer of at least this many weights (K x N: 2 MiB of floats, the 1024 x 1024 and
-# 3136 x 512 layers) and WIDE_PRODUCT_MIN_COLUMNS out-features goes to oneDNN's matmul in a
+# 3136 x 512 and 2048 x 256 layers) and WIDE_PRODUCT_MIN_COLUMNS out-features goes to oneDNN's matmul in a
 # dynamic throughput model with AVX-512 kernels (benchmarks/README.md, "The figures behind the
 # build's constants"): below it MKL's sgemm is as fast or faster at 64 rows.
 WIDE_PRODUCT_MIN_WEIGHTS = 1 << 19

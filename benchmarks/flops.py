@@ -10,6 +10,9 @@ this core's measured fp32 FMA peak, and the achieved GFLOP/s table of `make benc
   time, so other load on a shared machine does not lower it.
 - Table (``roofline_table``): per policy and batch, p50 of tdaot native and of the fastest
   runtime as GFLOP/s, beside the peak, and tdaot's p50 over the floor (FLOPs / peak).
+- Table (``peak_fraction_table``): at the largest batch of the one-process stage (4096), the
+  fraction of the peak each runtime reaches (FLOPs of the call / p50 / peak), every runtime timed
+  in the same process (benchmarks/alternate.py), so the fractions compare side by side.
 """
 
 from __future__ import annotations
@@ -100,6 +103,58 @@ def roofline_table(results: dict) -> list[str]:
                 f"{ours['p50_us'] / floor_us:.2f}x" if ours else "–",
             ]
             lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+# The runtimes of the one-process stage, in its table's order (benchmarks/alternate.py).
+FRACTION_RUNTIMES = {
+    "onnxruntime": "ONNX Runtime",
+    "openvino": "OpenVINO",
+    "executorch": "ExecuTorch",
+    "aoti": "AOTI loader",
+    "tdaot": "tdaot",
+}
+
+
+def peak_fractions(row: dict, per_sample: float, peak: float) -> dict[str, float]:
+    """Each runtime's fraction of ``peak`` (GFLOP/s) in one alternate.py row: the call's FLOPs
+    (``per_sample`` x its batch) over its p50, over the peak."""
+    total = per_sample * row["batch"]
+    return {
+        name: total / (row["p50_us"][name] * 1e3) / peak
+        for name in FRACTION_RUNTIMES
+        if name in row["p50_us"]
+    }
+
+
+def peak_fraction_table(results: dict) -> list[str]:
+    """Markdown: per policy, at the one-process stage's largest batch, each runtime's fraction of
+    the FMA peak (issue 54, item 3)."""
+    peak = peak_gflops(results["context"])
+    rows = results.get("alternation") or []
+    if peak is None or not rows:
+        return []
+    batch = max(r["batch"] for r in rows)
+    isa = next((p.get("isa") for p in results["context"]["fma_peak"] if p and "isa" in p), "?")
+    lines = [
+        f"## Fraction of the FMA peak at {batch} rows, every runtime "
+        f"(one process; peak {peak:.1f} GFLOP/s, {isa})",
+        "",
+        "FLOPs of the call (matrix products and convolutions, a multiply-add is 2) over its p50 in the "
+        "one-process stage, over this core's fp32 FMA peak (`tdaot-bench-fma-peak`: one core, every FMA "
+        "pipe busy on the widest vectors: cores x FMA pipes x lanes x 2 x clock). Pointwise work "
+        "(activations, casts) is not counted, so no runtime can reach 100 %.",
+        "",
+        "| policy | FLOPs/sample | " + " | ".join(FRACTION_RUNTIMES.values()) + " |",
+        "|---|---:|" + "---:|" * len(FRACTION_RUNTIMES),
+    ]
+    for row in rows:
+        per_sample = results["policies"].get(row["policy"], {}).get("flops_per_sample")
+        if row["batch"] != batch or not per_sample:
+            continue
+        fractions = peak_fractions(row, per_sample, peak)
+        cells = [f"{100 * fractions[n]:.0f} %" if n in fractions else "–" for n in FRACTION_RUNTIMES]
+        lines.append(f"| {row['policy']} | {_si(per_sample)} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 

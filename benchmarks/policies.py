@@ -118,6 +118,47 @@ def impala_actor():
     return _pixel_actor(ImpalaCNN(), (3, 64, 64))
 
 
+class HeightMapEncoder(nn.Module):
+    """A legged-locomotion actor with a terrain encoder: a 1 x 32 x 32 height map (3.2 m square
+    at 10 cm around the base, float heights) through three convolutions to 128 features, joined
+    with the 48 proprioceptive observations, then 256 -> 128 -> 12 joint targets (ELU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.terrain = nn.Sequential(
+            nn.Conv2d(1, 16, 5, stride=2, padding=2), nn.ELU(),  # -> 16 x 16 x 16
+            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ELU(),  # -> 32 x 8 x 8
+            nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.ELU(),  # -> 32 x 4 x 4
+            nn.Flatten(), nn.Linear(512, 128), nn.ELU(),
+        )  # fmt: skip
+        self.head = nn.Sequential(
+            nn.Linear(48 + 128, 256), nn.ELU(), nn.Linear(256, 128), nn.ELU(), nn.Linear(128, 12)
+        )
+
+    def forward(self, observation: torch.Tensor, height_map: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.cat([observation, self.terrain(height_map)], dim=-1))
+
+
+def heightmap_actor():
+    """The height-map encoder: observation [48] and height_map [1, 32, 32] -> action [12]."""
+    torch.manual_seed(0)
+    policy = TensorDictModule(HeightMapEncoder(), in_keys=["observation", "height_map"], out_keys=["action"])
+    example = TensorDict(
+        {"observation": torch.randn(EXAMPLE_BATCH, 48), "height_map": torch.randn(EXAMPLE_BATCH, 1, 32, 32)},
+        batch_size=[EXAMPLE_BATCH],
+    )
+    return policy, example
+
+
+def wide_mlp_actor():
+    """A wide actor: observation [96] -> 1024 -> 1024 -> action [24] (SiLU)."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(96, 1024), nn.SiLU(), nn.Linear(1024, 1024), nn.SiLU(), nn.Linear(1024, 24))
+    policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
+    example = TensorDict({"observation": torch.randn(EXAMPLE_BATCH, 96)}, batch_size=[EXAMPLE_BATCH])
+    return policy, example
+
+
 class _LSTMStep(nn.Module):
     """One step of an nn.LSTM with (h, c) carried by the caller, zeroed where is_init.
 
@@ -166,6 +207,8 @@ POLICIES = {
     "lstm": lstm_policy,
     "nature": nature_actor,
     "impala": impala_actor,
+    "heightmap": heightmap_actor,
+    "wide_mlp": wide_mlp_actor,
 }
 
 # The batch sizes make bench times; the pixel networks at 1 and 64 only (their 4096 would hold
@@ -186,4 +229,7 @@ DESCRIPTIONS = {
     "nature": "Nature CNN (DQN): uint8 frames [4,84,84] -> 3 convs -> 512 -> action [6]",
     "impala": "IMPALA ResNet: uint8 pixels [3,64,64] -> 3 stages (conv, max pool, 2 residual blocks) "
     "-> 256 -> action [15]",
+    "heightmap": "height-map encoder: height_map [1,32,32] -> 3 convs -> 128, with obs [48] -> 256 -> 128 "
+    "-> action [12], ELU",
+    "wide_mlp": "wide MLP: obs [96] -> 1024 -> 1024 -> action [24], SiLU",
 }

@@ -87,6 +87,7 @@ def markdown(results: dict) -> str:
     lines += summary_tables(results)
     lines += flops.roofline_table(results)
     lines += alternate.table(results.get("alternation") or [])
+    lines += flops.peak_fraction_table(results)
     lines += lite_tables(results)
     for policy, info in results["policies"].items():
         lines += [f"## {policy}: {info['description']}", ""]

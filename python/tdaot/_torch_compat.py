@@ -253,6 +253,14 @@ def has_arrayref_entry_point() -> bool:
     return header.is_file() and "AOTInductorModelRunMinimalArrayrefInterfaceV2" in header.read_text()
 
 
+@functools.cache
+def has_onednn_linear() -> bool:
+    """Whether this torch has oneDNN's linear op (``mkldnn._linear_pointwise``, which inductor
+    lowers to a call through AOTInductor's C shim, ``aoti_torch_cpu__linear_pointwise``): torch
+    built with oneDNN, on x86."""
+    return bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
 def inductor_config(options: dict):
     """A context manager with inductor's config entries ``options`` set."""
     import torch._inductor.config

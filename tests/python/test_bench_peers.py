@@ -77,3 +77,32 @@ def test_a_peer_that_fails_is_a_row_saying_why(tmp_path, monkeypatch):
 def test_pixel_networks_are_timed_at_1_and_64():
     assert timed_batches("nature") == timed_batches("impala") == (1, 64)
     assert timed_batches("mlp") == (1, 64, 256, 4096)
+
+
+def test_the_height_map_and_wide_policies_are_timed_at_every_batch():
+    """Issue 54: a convolution and a wide-layer policy in make bench's set, at 1-4096 rows."""
+    from policies import BATCHES, DESCRIPTIONS, POLICIES
+
+    assert set(DESCRIPTIONS) == set(POLICIES)
+    for name, actions in (("heightmap", 12), ("wide_mlp", 24)):
+        assert timed_batches(name) == BATCHES
+        policy, example = POLICIES[name]()
+        with torch.no_grad():
+            assert policy(example)["action"].shape == (example.batch_size[0], actions)
+
+
+def test_the_peak_fraction_table_has_every_runtime_at_the_largest_batch():
+    import flops
+
+    results = {
+        "context": {"fma_peak": [{"gflops": 100.0, "isa": "avx512"}]},
+        "policies": {"wide_mlp": {"flops_per_sample": 2e6}},
+        "alternation": [
+            {"policy": "wide_mlp", "batch": 64, "p50_us": {"tdaot": 1.0}},
+            {"policy": "wide_mlp", "batch": 4096, "p50_us": {"onnxruntime": 200e3, "tdaot": 100e3}},
+        ],
+    }
+    lines = flops.peak_fraction_table(results)
+    # 2 MFLOP x 4096 rows in 100 ms = 81.9 GFLOP/s: 82 % of 100; ONNX Runtime half of that.
+    assert "| wide_mlp | 2.00 M | 41 % | – | – | – | 82 % |" in lines
+    assert not any("| 64 |" in line for line in lines)

@@ -37,6 +37,7 @@ from tdaot.builder.tuning import (
     TUNINGS,
     plan_key_parts,
     plan_models,
+    rewrites_made,
     tune_plan,
     tune_program,
 )
@@ -360,3 +361,68 @@ def test_a_padded_model_matches_eager_and_swaps_its_weights(tmp_path):
     with torch.no_grad():
         want = retrained.module(observation)
     torch.testing.assert_close(native(observation=observation)["action"], want, rtol=1e-5, atol=1e-6)
+
+
+class _Wide(torch.nn.Module):
+    """A 1024 x 1024 layer (oneDNN's), a 96 -> 1024 one and a 24-wide head (MKL's), and the wide
+    layer on a sequence (a 3-D input: MKL's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner, self.wide, self.head = (
+            torch.nn.Linear(96, 1024),
+            torch.nn.Linear(1024, 1024),
+            torch.nn.Linear(1024, 24),
+        )
+
+    def forward(self, x, sequence):
+        hidden = self.wide(torch.nn.functional.silu(self.inner(x)))
+        return self.head(hidden), self.wide(sequence)
+
+
+def test_avx512_dynamic_throughput_models_put_wide_linear_layers_on_onednn():
+    """Issue 54: oneDNN's matmul for a linear layer of 2 MiB of weights or more, in dynamic
+    throughput models with AVX-512 kernels only (a static model keeps ATen's for the lite
+    runtime; MKL's AVX2 path measured as fast)."""
+    plans = plan_models("auto", (1, 64), "cpu", 1, 4096, vector_isa="avx512")
+    assert {p.name: p.onednn_products for p in plans} == {"model": True, "b1": False, "b64": False}
+    for isa in ("avx512 avx512_vnni", "avx512 avx512_vnni amx_tile"):  # inductor's names of its subclasses
+        assert plan_models("auto", None, "cpu", 1, 4096, vector_isa=isa)[0].onednn_products
+    for plan in plans:
+        named = plan_key_parts(plan).get("rewrites", [])
+        assert ("wide_products_onednn" in named) == plan.onednn_products
+    assert not any(p.onednn_products for p in plan_models("auto", (1, 64), "cpu", 1, 4096, vector_isa="avx2"))
+    assert not plan_models("throughput", None, "cpu", 1, 4096, vector_isa="avx512")[0].onednn_products
+    exact = plan_models("auto", None, "cpu", 1, 4096, vector_isa="avx512", exact_math=True)[0]
+    assert (
+        rewrites_made(torch.export.export(_Wide(), (torch.randn(4, 96), torch.randn(2, 3, 1024))), exact)
+        == []
+    )
+
+    x, sequence = torch.randn(64, 96), torch.randn(2, 3, 1024)
+    program = torch.export.export(_Wide(), (x, sequence))
+    tuned = tune_plan(program, plans[0])
+    onednn = torch.ops.mkldnn._linear_pointwise.default
+    linear = torch.ops.aten.linear.default
+    assert [n.args[1].meta["val"].shape[1] for n in tuned.graph.nodes if n.target is onednn] == [1024]
+    assert [n.args[1].meta["val"].shape[0] for n in tuned.graph.nodes if n.target is linear] == [
+        1024,
+        24,
+        1024,
+    ]
+    assert rewrites_made(program, plans[0]) == ["wide_products_onednn"]
+    for want, got in zip(program.module()(x, sequence), tuned.module()(x, sequence)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX512", reason="AVX-512 kernels only")
+def test_a_wide_layer_runs_on_onednn_in_the_dynamic_model_and_matches_eager(tmp_path):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 1024), torch.nn.SiLU(), torch.nn.Linear(1024, 512))
+    policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
+    example = TensorDict({"observation": torch.randn(4, 16)}, batch_size=[4])
+    artifact = tdaot.build(policy, example, tmp_path / "wide.pt2", specialize=())
+    assert artifact.manifest.numerics == ("wide_products_onednn",)
+    x = torch.randn(64, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(tdaot.load(tmp_path / "wide.pt2").run_positional(x)[0], net(x))

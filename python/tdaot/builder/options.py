@@ -320,8 +320,8 @@ class BuildOptions:
     exact_math: bool = option(
         False,
         "no change to results beyond torch's own: no 3.5-ulp tanh on AVX2, no division by a constant "
-        "as a multiplication, no narrow linear layer padded 16 wide (slower; the manifest's numerics "
-        "lists what a package takes)",
+        "as a multiplication, no narrow linear layer padded 16 wide, no wide one on oneDNN on AVX-512 "
+        "(slower; the manifest's numerics lists what a package takes)",
         _check_flag,
     )
     contract: Contract | None = option(

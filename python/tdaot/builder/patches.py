@@ -163,6 +163,8 @@ NUMERICS: dict[str, str] = {
     "reciprocal (within an ulp of the quotient)",
     "narrow_products_padded": "a linear layer of 5-15 out-features is computed 16 wide (MKL sums "
     "its products in another order: other roundings)",
+    "wide_products_onednn": "a linear layer of 2 MiB of weights or more is oneDNN's matmul, not "
+    "MKL's sgemm (another summation order: other roundings)",
 }
 
 # tdaot's modules whose source decides what a model compiles to, beside the patches: hashed into

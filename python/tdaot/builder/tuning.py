@@ -40,7 +40,9 @@ call ATen's fused RNN op (one oneDNN RNN primitive). Best from batch ~64 up. Und
 a CPU throughput model also computes a division by a constant number as a multiplication by its
 reciprocal, as latency models do (``ModelPlan.reciprocals``; plan_models says what it gains),
 and with AVX2 kernels computes a linear layer of 5-15 out-features 16 wide
-(``ModelPlan.padded_products``; tdaot.builder.rewrites.NARROW_PRODUCT_COLUMNS says why).
+(``ModelPlan.padded_products``; tdaot.builder.rewrites.NARROW_PRODUCT_COLUMNS says why); a
+dynamic one with AVX-512 kernels calls oneDNN's matmul for a linear layer of 2 MiB of weights or
+more (``ModelPlan.onednn_products``; tdaot.builder.rewrites.WIDE_PRODUCT_MIN_WEIGHTS).
 
 ``"latency"`` is for batch-1 control loops, where those library calls spend most of their
 time setting themselves up:
@@ -154,6 +156,8 @@ class ModelPlan:
     reciprocals: bool = False
     # A throughput model's narrow linear layers computed 16 wide (rewrites.narrow_products_padded).
     padded_products: bool = False
+    # A dynamic throughput model's wide linear layers on oneDNN's matmul (rewrites.wide_products_onednn).
+    onednn_products: bool = False
     # No change to results beyond torch's own (BuildOptions.exact_math; patches.NUMERICS).
     exact_math: bool = False
 
@@ -162,7 +166,7 @@ class ModelPlan:
         # Only where set: the other models' cache keys stay what they were.
         if self.batch_max is not None:
             described["batch_max"] = self.batch_max
-        for flag in ("decomposed", "reciprocals", "padded_products", "exact_math"):
+        for flag in ("decomposed", "reciprocals", "padded_products", "onednn_products", "exact_math"):
             if getattr(self, flag):
                 described[flag] = True
         return described
@@ -212,8 +216,15 @@ def plan_models(
     # constants").
     # Narrow products padded: MKL's AVX2 path (AMD EPYC) only; not measured on an AVX-512 Xeon.
     padded = vector_isa == "avx2"
+    # Wide products on oneDNN: dynamic models only (its op is libtorch's: a static model keeps
+    # ATen's, which the lite runtime serves), AVX-512 kernels only (on AVX2 MKL measured as fast).
+    onednn = vector_isa.split()[:1] == ["avx512"]  # "avx512", "avx512 avx512_vnni", "... amx_tile"
     plans = [
-        dataclasses.replace(p, reciprocals=True, padded_products=padded) if p.tuning == "throughput" else p
+        dataclasses.replace(
+            p, reciprocals=True, padded_products=padded, onednn_products=onednn and p.batch is None
+        )
+        if p.tuning == "throughput"
+        else p
         for p in plans
     ]
     if not recurrent:
@@ -340,6 +351,8 @@ def _table_rewrites(plan: ModelPlan) -> list[tuple[str, Callable]]:
         chosen.append(("divisions_as_multiplications", rewrites.division_table))
     if plan.padded_products:
         chosen.append(("narrow_products_padded", rewrites.narrow_product_table))
+    if plan.onednn_products:
+        chosen.append(("wide_products_onednn", rewrites.wide_product_table))
     return chosen
 
 

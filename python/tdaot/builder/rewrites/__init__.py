@@ -24,6 +24,8 @@ from tdaot.builder.rewrites.programs import (
     divisions_as_multiplications,
     narrow_product_table,
     narrow_products_padded,
+    wide_product_table,
+    wide_products_onednn,
 )
 
 # Every module rewrite, in the order they are applied.
@@ -51,4 +53,6 @@ __all__ = [
     "narrow_product_table",
     "narrow_products_padded",
     "rewrite_modules",
+    "wide_product_table",
+    "wide_products_onednn",
 ]

@@ -84,7 +84,7 @@ TEST(FlightRecorder, ResetRowsAreRecordedOnTheFullRuntime) {
   const Policy policy(test::package_path("recurrent.pt2"));
   Binding b = policy.bind(3, recording(4));
   b.run();
-  b.reset(at::tensor({false, true, false}));
+  b.reset(at::tensor({0, 1, 0}).to(at::kBool));
   b.run();
   const FlightLog log(b.snapshot());
   ASSERT_EQ(log.whole.size(), 2u);

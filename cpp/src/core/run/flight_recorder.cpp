@@ -43,6 +43,7 @@ int write_all(int fd, const void* data, size_t bytes) noexcept {
       if (errno == EINTR) continue;
       return errno;
     }
+    if (n == 0) return EIO;  // no progress: never loop on it
     at += n;
     bytes -= static_cast<size_t>(n);
   }

@@ -379,3 +379,13 @@ def test_the_eager_replay_resets_the_carried_state_where_the_log_says(carry_log,
     eager = report.checks[1]
     assert eager.divergence is not None and eager.divergence.step == 5, report.describe()
     assert eager.divergence.index[0] == 1, report.describe()
+
+
+def test_an_eager_policy_without_an_out_key_is_reported_not_raised(carry_log):
+    from tensordict.nn import TensorDictModule
+
+    policy, path = carry_log
+    other = TensorDictModule(policy.module, in_keys=["observation"], out_keys=["other"])
+    eager = replay_report(path, other).checks[1]
+    assert (eager.divergence.step, eager.divergence.key) == (0, "outputs/action")
+    assert eager.divergence.problem == "the eager policy does not write it"

@@ -111,7 +111,10 @@ class PositionalPolicy(nn.Module):
         and its raw outputs (before the map and clip)."""
         tensors = tuple(s.apply(t) if s else t for s, t in zip(self.in_signals, tensors))
         out = self.module(self.make_tensordict(tensors))
-        raw = tuple(out.get(keyutil.td_key(k)) for k in self.out_keys)
+        raw = tuple(out.get(keyutil.td_key(k), None) for k in self.out_keys)
+        missing = next((k for k, t in zip(self.out_keys, raw) if t is None), None)
+        if missing is not None:  # the build refuses it first (checks.check_eager_run); a replay here
+            raise KeyError(keyutil.to_manifest(missing))
         return tuple(s.apply(t) if s else t for s, t in zip(self.out_signals, raw)), raw
 
 

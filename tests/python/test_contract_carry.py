@@ -52,13 +52,23 @@ def _policy() -> TensorDictModule:
     return TensorDictModule(net, in_keys=["observation"], out_keys=["action"]).eval()
 
 
+def carry_policy():
+    """The policy and example of the package that carries both terms (static batch 2)."""
+    return _policy(), TensorDict({"observation": torch.randn(BATCH, SIZE)}, batch_size=[BATCH])
+
+
+def build_carried(build_package):
+    """(policy, contract, path) of the package; one build per session, shared by name with
+    test_flight_replay's eager replay of its logs."""
+    policy, _example, artifact = build_package(
+        "contract-carry", carry_policy, {"batch": "static", "contract": _contract()}
+    )
+    return policy, _contract(), artifact.path
+
+
 @pytest.fixture(scope="module")
-def carried(tmp_path_factory):
-    policy, contract = _policy(), _contract()
-    example = TensorDict({"observation": torch.randn(BATCH, SIZE)}, batch_size=[BATCH])
-    path = tmp_path_factory.mktemp("carry") / "carry.pt2"
-    tdaot.build(policy, example, path, batch="static", contract=contract)
-    return policy, contract, path
+def carried(build_package):
+    return build_carried(build_package)
 
 
 class _Reference:

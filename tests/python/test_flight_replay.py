@@ -15,12 +15,14 @@ import pytest
 import torch
 from examples.policies import LEGGED_DEFAULT_POS
 from flight_log_writer import record_run
+from test_contract_carry import GRAVITY, LAST_ACTION, SIZE, build_carried
 from test_rehearse import arm_contract, arm_policy
 
 import tdaot
 from tdaot.cli import main as cli
 from tdaot.flight_log import read
 from tdaot.testing import lite_runner, replay
+from tdaot.testing.flight_replay import replay_report
 
 STEPS = 12
 
@@ -237,8 +239,8 @@ def arm(build_package):
 def test_the_contracts_supervisor_replays_as_recorded_through_its_fallback(arm, tmp_path):
     """A joint velocity over the cap at step 4 damps the row until the reset before step 8: the
     package bound as recorded (envelope and the contract's supervisor) reproduces every step bit
-    for bit, fallback included (its last_action term carried by the runner, which the eager replay
-    refuses); the MCAP export groups the observation by term."""
+    for bit, fallback included (its last_action term carried by the runner, whose slot the eager
+    replay rebuilds); the MCAP export groups the observation by term."""
     native = tdaot.load(arm[2].path)
     path = tmp_path / "arm.tdlog"
 
@@ -268,11 +270,11 @@ def test_the_contracts_supervisor_replays_as_recorded_through_its_fallback(arm, 
     (package,) = report.checks
     assert package.compared == STEPS and package.exact and report.ok, report.describe()
     assert "bound as recorded, with the envelope and supervisor" in package.describe()
-    # The package carries the last_action term itself (tdaot.* state): no eager replay of it.
-    with pytest.raises(
-        tdaot.InvalidArgumentError, match=r"carries the contract's last_action .* replay the package"
-    ):
-        replay(log, arm[0])
+    # The package carries the last_action term itself (tdaot.* state): the eager replay rebuilds
+    # its slot, compared with the package bound without the envelope and the supervisor.
+    eager = replay(log, arm[0]).checks[1]
+    assert eager.reference == "the package bound without the envelope and the supervisor"
+    assert eager.compared == STEPS and eager.ok
 
     from tdaot.flight_log.mcap_export import export_mcap, key_schema
 
@@ -298,3 +300,92 @@ def test_the_contracts_supervisor_replays_as_recorded_through_its_fallback(arm, 
         "/step",
     ]
     assert counts == dict.fromkeys(topics, STEPS)
+
+
+@pytest.fixture(scope="module")
+def carry_log(build_package, tmp_path_factory):
+    """test_contract_carry's package (a projected_gravity term over 3 steps and a last_action
+    term, carried by the runner; a clipped action) recorded over 12 steps at batch 2, row 1 reset
+    before step 5. The caller writes garbage where the runner writes: the slots must be rebuilt."""
+    policy, _contract, path = build_carried(build_package)
+    log = tmp_path_factory.mktemp("logs") / "carry.tdlog"
+    record_run(
+        tdaot.load(path),
+        log,
+        batch=2,
+        steps=STEPS,
+        inputs_for=_observations(2, SIZE, 2.0),
+        resets={5: torch.tensor([False, True])},
+    )
+    return policy, log
+
+
+def test_the_eager_replay_rebuilds_the_carried_last_action_and_history_slots(carry_log):
+    policy, path = carry_log
+    log = read(path)
+    carried = {pair.input for pair in log.manifest.recurrent.state}
+    assert carried == {
+        "tdaot.last_action.observation.last_action",
+        "tdaot.history.observation.projected_gravity",
+    }
+    assert log.steps[5].reset.tolist() == [False, True]
+    assert log.steps[5].inputs["is_init"][:, 0].tolist() == [False, True]
+    report = replay(log, policy)
+    package, eager = report.checks
+    assert package.ok and package.compared == STEPS
+    assert eager.reference == "recorded outputs" and eager.compared == STEPS and eager.ok, report.describe()
+
+
+def _perturbed(policy, columns: list[tuple[slice, float]]):
+    changed = copy.deepcopy(policy)
+    with torch.no_grad():
+        for columns_of, delta in columns:
+            changed.module[0].weight[:, columns_of] += delta
+    return changed
+
+
+@pytest.mark.parametrize(
+    "term, columns",
+    [
+        # Zero at step 0 (no previous action): the first difference is at step 1.
+        ("last_action", [(LAST_ACTION, 0.5)]),
+        # The oldest step up and the newest down by as much: equal at step 0, whose window is
+        # the newest step repeated; different once the window holds older steps.
+        (
+            "projected_gravity",
+            [(slice(GRAVITY.start, GRAVITY.start + 3), 0.5), (slice(GRAVITY.stop - 3, GRAVITY.stop), -0.5)],
+        ),
+    ],
+)
+def test_an_eager_policy_that_reads_a_carried_slot_otherwise_diverges_at_step_1(carry_log, term, columns):
+    policy, path = carry_log
+    report = replay_report(path, _perturbed(policy, columns))
+    package, eager = report.checks
+    assert package.ok and eager.divergence is not None, report.describe()
+    assert (eager.divergence.step, eager.divergence.key) == (1, "outputs/action"), report.describe()
+
+
+def test_the_eager_replay_resets_the_carried_state_where_the_log_says(carry_log, tmp_path):
+    """Without the recorded reset (its byte zeroed) the eager policy keeps row 1's previous
+    action and window through step 5, and diverges there."""
+    policy, path = carry_log
+    data = bytearray(path.read_bytes())
+    (size,) = struct.unpack_from("<I", data, 8)
+    header = json.loads(data[16 : 16 + size])
+    reset = {f["name"]: f["offset"] for f in header["fields"]}["reset"]
+    for slot in range(header["capacity"]):
+        data[header["data_offset"] + slot * header["step_bytes"] + reset + 1] = 0
+    report = replay_report(bytes(data), policy)
+    eager = report.checks[1]
+    assert eager.divergence is not None and eager.divergence.step == 5, report.describe()
+    assert eager.divergence.index[0] == 1, report.describe()
+
+
+def test_an_eager_policy_without_an_out_key_is_reported_not_raised(carry_log):
+    from tensordict.nn import TensorDictModule
+
+    policy, path = carry_log
+    other = TensorDictModule(policy.module, in_keys=["observation"], out_keys=["other"])
+    eager = replay_report(path, other).checks[1]
+    assert (eager.divergence.step, eager.divergence.key) == (0, "outputs/action")
+    assert eager.divergence.problem == "the eager policy does not write it"

@@ -34,7 +34,12 @@ H1 = ROOT.parent / "shared" / "robots" / "unitree_h1"
 
 
 @pytest.fixture(scope="module")
-def h1(build_package):
+def h1(h1_built):
+    return h1_built[2].path
+
+
+@pytest.fixture(scope="module")
+def h1_built(build_package):
     if not (H1 / "motion.pt").is_file():
         pytest.skip(f"{H1} (the H1 policy and model, beside the repository) is absent")
     _tool()  # skips where tdaot-rehearse is not built
@@ -48,7 +53,7 @@ def h1(build_package):
         return build_h1.torchrl_policy(torch.jit.load(str(H1 / "motion.pt")).eval()), build_h1.example_input()
 
     contract = build_h1.contract(str(H1 / "h1.xml"))
-    return build_package("h1-walk", factory, {"batch": 1, "contract": contract})[2].path
+    return build_package("h1-walk", factory, {"batch": 1, "contract": contract})
 
 
 def _rehearse(package, tmp_path, *args) -> tuple[dict, list[dict], str]:
@@ -194,3 +199,21 @@ def test_scenario_mistakes_are_refused(h1, tmp_path, capsys):
     assert "--reference compares an undisturbed run with the eager twin; --scenario nan disturbs it" in (
         capsys.readouterr().err
     )
+
+
+def test_a_rehearsal_log_replays_against_the_eager_policy(h1_built, tmp_path):
+    """The H1 package carries its last_action term itself (tdaot.* state): a rehearsal's flight
+    log replays through the package bit for bit and against the eager policy, the last_action
+    slot rebuilt by the replay as the package writes it."""
+    from tdaot.flight_log import read
+    from tdaot.testing import replay
+
+    policy, _example, artifact = h1_built
+    path = tmp_path / "h1.tdlog"
+    _rehearse(artifact.path, tmp_path, "--seconds", "1", "--record", str(path))
+    log = read(path)
+    assert any(pair.input.startswith("tdaot.last_action.") for pair in log.manifest.recurrent.state)
+    report = replay(log, policy)
+    package, eager = report.checks
+    assert package.exact and eager.compared > 0 and report.ok, report.describe()
+    print(report.describe())

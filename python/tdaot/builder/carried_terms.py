@@ -14,8 +14,8 @@ import torch
 
 from tdaot import keys as keyutil
 from tdaot.contract import Contract
-from tdaot.errors import BuildError
-from tdaot.manifest import TensorSpec, dtype_name
+from tdaot.errors import BuildError, ManifestError
+from tdaot.manifest import Manifest, TensorSpec, dtype_name
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,17 @@ class CarriedTerms:
             if term.history_state is not None:
                 out[term.history_state] = window
         return tuple(out)
+
+    def run(self, tensors: Sequence[torch.Tensor], count: int, policy) -> tuple[torch.Tensor, ...]:
+        """One step of the package around ``policy``: ``tensors`` are the wrapper's inputs (the
+        policy's ``count`` inputs, then the state in ``keys`` order and the added is_init, as the
+        manifest lists them). The carried slots are written into the observations, then
+        ``policy(observations)`` gives (its outputs, its raw outputs before the contract's map
+        and clip); returns its outputs followed by the next state (the package's outputs)."""
+        observations, state = list(tensors[:count]), tensors[count:]
+        windows = self.fill(observations, state)
+        outputs, raw = policy(observations)
+        return (*outputs, *self.next_state(observations, raw, windows))
 
 
 #: The first part of every state key the carried terms add (a policy's own keys must not use it).
@@ -172,3 +183,45 @@ def carried_terms(
             )
         is_init, adds = len(in_keys) + len(keys), True
     return CarriedTerms(tuple(terms), tuple(keys), tuple(specs), is_init, adds)
+
+
+def policy_keys(manifest: Manifest) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The policy's own in and out keys (manifest keys) of a built package: its inputs and
+    outputs before the state the carried terms add (and the is_init added with it)."""
+    inputs = [spec.key for spec in manifest.inputs]
+    outputs = [spec.key for spec in manifest.outputs]
+    first_in = next((i for i, k in enumerate(inputs) if _carried(keyutil.from_manifest(k))), len(inputs))
+    first_out = next(
+        (i for i, k in enumerate(outputs) if _carried(keyutil.from_manifest(k)[1:])), len(outputs)
+    )
+    return tuple(inputs[:first_in]), tuple(outputs[:first_out])
+
+
+def _carried(key: tuple[str, ...]) -> bool:
+    return len(key) > 1 and key[0] == CARRY_PREFIX and key[1] in ("last_action", "history")
+
+
+def carried_terms_of(manifest: Manifest) -> CarriedTerms | None:
+    """The carried terms of a built package, rebuilt from its manifest (its contract, and the
+    policy's own keys and dtypes) exactly as its build made them; None when it carries none
+    (built with ``caller_terms=True``, or no such term). What the eager replay of a flight log
+    runs the policy inside (tdaot.testing.flight_replay)."""
+    in_keys, out_keys = policy_keys(manifest)
+    if manifest.contract is None or len(in_keys) == len(manifest.inputs):
+        return None
+    specs = {spec.key: spec for spec in manifest.inputs}
+    tensors = [torch.zeros(1, *specs[k].shape, dtype=specs[k].torch_dtype) for k in in_keys]
+    carry = carried_terms(
+        manifest.contract,
+        [keyutil.from_manifest(k) for k in in_keys],
+        [keyutil.from_manifest(k) for k in out_keys],
+        tensors,
+    )
+    added = [spec.key for spec in manifest.inputs[len(in_keys) :]]
+    expected = [*carry.keys, *(["is_init"] if carry.adds_is_init else [])] if carry else []
+    if added != expected:
+        raise ManifestError(
+            f"the package's carried state ({', '.join(added)}) is not what its contract's last_action "
+            f"and history terms make ({', '.join(expected) or 'none'}): a manifest of another tdaot"
+        )
+    return carry

@@ -100,17 +100,22 @@ class PositionalPolicy(nn.Module):
         return tuple(torch.cat(outputs) for outputs in zip(*parts))
 
     def _forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        carry = self.carry
-        if carry is not None:
-            tensors, state = list(tensors[: len(self.in_keys)]), tensors[len(self.in_keys) :]
-            windows = carry.fill(tensors, state)
+        if self.carry is not None:  # the carried slots written, the next state appended
+            outputs = self.carry.run(tensors, len(self.in_keys), self.mapped)
+        else:
+            outputs = self.mapped(tensors)[0]
+        return tuple(t.clone() for t in outputs) if self.own_outputs else outputs
+
+    def mapped(self, tensors: Sequence[torch.Tensor]) -> tuple[tuple[torch.Tensor, ...], tuple]:
+        """The module on one tensor per in-key inside the contract's map and clip: its outputs,
+        and its raw outputs (before the map and clip)."""
         tensors = tuple(s.apply(t) if s else t for s, t in zip(self.in_signals, tensors))
         out = self.module(self.make_tensordict(tensors))
-        raw = tuple(out.get(keyutil.td_key(k)) for k in self.out_keys)
-        outputs = tuple(s.apply(t) if s else t for s, t in zip(self.out_signals, raw))
-        if carry is not None:
-            outputs = outputs + carry.next_state(tensors, raw, windows)
-        return tuple(t.clone() for t in outputs) if self.own_outputs else outputs
+        raw = tuple(out.get(keyutil.td_key(k), None) for k in self.out_keys)
+        missing = next((k for k, t in zip(self.out_keys, raw) if t is None), None)
+        if missing is not None:  # the build refuses it first (checks.check_eager_run); a replay here
+            raise KeyError(keyutil.to_manifest(missing))
+        return tuple(s.apply(t) if s else t for s, t in zip(self.out_signals, raw)), raw
 
 
 @contextlib.contextmanager

@@ -5,8 +5,12 @@ becomes a regression test.
 The eager policy is fed each step's recorded inputs but the recurrent state, which it carries
 from its own ``("next", k)`` outputs (seeded from the recorded state at the first step and after
 a gap), with the recorded per-row resets honoured: the reset rows' state zeroed and ``is_init``
-set. The deployment contract's map and clip are applied around it as the package applies them
-(tdaot.testing.eager_run). It is compared with the recorded outputs when the recording had no
+set. It runs inside the package's own export wrapper (tdaot.builder.export.PositionalPolicy):
+the deployment contract's map and clip around it, and, for a package that carries the contract's
+last_action and history terms itself (its ``tdaot.*`` state, tdaot.builder.carried_terms), their
+slots written into the observation and the next state returned exactly as the package does, so
+that state is carried, reset (zeros, a history window refilled where ``is_init`` is set) and
+seeded like any other. It is compared with the recorded outputs when the recording had no
 envelope and no supervisor; with them (they alter outputs by design), with the package's own
 outputs bound without them on the same recorded inputs, or, without the package at hand, with the
 recorded outputs of the steps they left alone."""
@@ -18,11 +22,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from tensordict import TensorDict
 from tensordict.nn import TensorDictModuleBase
 
 from tdaot import keys as keyutil
-from tdaot.builder.export import export_context
+from tdaot.builder.carried_terms import carried_terms_of, policy_keys
+from tdaot.builder.export import PositionalPolicy, export_context
 from tdaot.errors import FlightLogError, InvalidArgumentError
 from tdaot.flight_log import FlightLog, read
 from tdaot.flight_log.replay import (
@@ -38,7 +42,7 @@ from tdaot.flight_log.replay import (
     untouched,
 )
 from tdaot.runtime import Policy
-from tdaot.testing.report import DEFAULT_TOLERANCES, eager_run
+from tdaot.testing.report import DEFAULT_TOLERANCES
 
 
 def replay(
@@ -84,15 +88,6 @@ def replay_report(
             log.path,
         )
     module = _eager_module(policy)
-    recurrent = log.manifest.recurrent
-    runner_carried = [p.input for p in recurrent.state if p.input.startswith("tdaot.")] if recurrent else []
-    if module is not None and runner_carried:
-        raise InvalidArgumentError(
-            f"flight log {log.path!r}: its package carries the contract's last_action or history terms "
-            f"itself (state {', '.join(runner_carried)}), writing them into the observation before the "
-            "policy runs; the eager replay does not rebuild those slots, so replay the package alone "
-            "(no policy)"
-        )
     native = None
     notes = []
     if package is not None or os.path.isfile(log.package_path) or module is None:
@@ -145,6 +140,18 @@ def _replay_eager(
             "the recording's envelope or supervisor alter outputs by design, so the eager policy is "
             "compared with the package's own outputs"
         )
+    # The package's own wrapper around the eager policy: the contract's map and clip, and the
+    # slots of the last_action and history terms it carries written as its build writes them.
+    in_keys, out_keys = policy_keys(manifest)
+    wrapper = PositionalPolicy(
+        module,
+        [keyutil.from_manifest(k) for k in in_keys],
+        [keyutil.from_manifest(k) for k in out_keys],
+        torch.Size([log.batch]),
+        {},
+        contract=manifest.contract,
+        carry=carried_terms_of(manifest),
+    )
     starts = segment_starts(log)
     carried_keys = state_keys(log)
     specs = {spec.key: spec for spec in manifest.inputs}
@@ -167,12 +174,16 @@ def _replay_eager(
                 else:
                     flags = step.reset.view(log.batch, *[1] * len(spec.shape)).expand(log.batch, *spec.shape)
                     values[spec.key] = flags.to(spec.torch_dtype).clone()
-        inputs = TensorDict(
-            {keyutil.td_key(keyutil.from_manifest(k)): v for k, v in values.items()}, batch_size=[log.batch]
-        )
-        with export_context(manifest.interaction_type), torch.no_grad():
-            out = eager_run(module, inputs, manifest.contract)
-        outputs = {key: out.get(keyutil.td_key(keyutil.from_manifest(key)), None) for key in log.output_keys}
+        try:
+            with export_context(manifest.interaction_type), torch.no_grad():
+                produced = wrapper(*(values[spec.key] for spec in manifest.inputs))
+        except KeyError as err:  # an out key the eager policy does not write: nothing to carry on with
+            if not err.args or err.args[0] not in out_keys:
+                raise
+            why = "the eager policy does not write it"
+            divergence = divergence or Divergence(i, step.seq, f"outputs/{err.args[0]}", (), "", "", why)
+            break
+        outputs = dict(zip((spec.key for spec in manifest.outputs), produced))
         if recurrent is not None:
             carried = {pair.input: outputs[pair.output] for pair in recurrent.state}
         if step.threw:
@@ -192,9 +203,7 @@ def _replay_eager(
 
 def _compare(i: int, seq: int, expected: Mapping[str, torch.Tensor], actual: Mapping[str, Any], rtol, atol):
     for key, reference in expected.items():
-        value = actual.get(key)
-        if not isinstance(value, torch.Tensor):
-            return Divergence(i, seq, f"outputs/{key}", (), "", "", "the eager policy does not write it")
+        value = actual[key]  # the wrapper gives every output (else KeyError, above)
         default_rtol, default_atol = DEFAULT_TOLERANCES.get(reference.dtype, (0.0, 0.0))
         found = first_divergence(
             reference,

@@ -261,6 +261,12 @@ def has_onednn_linear() -> bool:
     return bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ weight.T + bias`` by oneDNN's linear op on the plain weight (no prepacking, so the
+    constant stays the model's own); only where :func:`has_onednn_linear`."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
 def inductor_config(options: dict):
     """A context manager with inductor's config entries ``options`` set."""
     import torch._inductor.config

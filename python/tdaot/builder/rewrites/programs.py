@@ -269,7 +269,7 @@ def _wide(x: object, weight: object) -> bool:
 def _onednn_linear(x, weight, bias=None):
     if not _wide(x, weight):
         return NotImplemented
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return _torch_compat.onednn_linear(x, weight, bias)
 
 
 def convolutions_as_gemm(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

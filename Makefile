@@ -315,7 +315,8 @@ TORCH_ENV := TORCHINDUCTOR_CACHE_DIR=$(abspath $(TORCH_BUILD))/inductor \
 	TDAOT_REHEARSE=$(abspath $(TORCH_BUILD))/cpp/tdaot-rehearse \
 	TDAOT_ROBOT_SERVICE=$(abspath $(TORCH_BUILD))/cpp/robot_service/robot_service \
 	TDAOT_TEST_OPS_LIB=$(abspath $(TORCH_BUILD))/cpp/tests/ops/libtdaot_test_ops.so \
-	TDAOT_TEST_PACKAGES=$(TORCH_TEST_PACKAGES)
+	TDAOT_TEST_PACKAGES=$(TORCH_TEST_PACKAGES) \
+	CMAKE_ARGS="$(TORCH_CMAKE_ARGS)"
 
 $(TORCH_VENV)/.deps-stamp: Makefile
 	@test -n "$(TORCH)" || { echo "make test-torch TORCH=X.Y.Z (a torch release)"; exit 2; }
@@ -332,9 +333,9 @@ $(TORCH_VENV)/.tdaot-stamp: $(TORCH_VENV)/.deps-stamp build/.apt-stamp pyproject
 	@touch $@
 
 # setup: the main venv (torch 2.13) is TDAOT_OTHER_PYTHON, the other torch of the cross-torch
-# lite test. The test packages are built once, as in `make test`; ctest runs before pytest so
+# lite test. lite-aarch64: torch-free, so the one `make test` builds serves (docs/arm.md's example). The test packages are built once, as in `make test`; ctest runs before pytest so
 # that its robot_service.build has built the service that test_rehearse runs.
-test-torch: $(TORCH_VENV)/.tdaot-stamp setup
+test-torch: $(TORCH_VENV)/.tdaot-stamp setup lite-aarch64
 	$(TORCH_VENV)/bin/cmake -S . -B $(TORCH_BUILD)/cpp -G Ninja \
 		-DCMAKE_MAKE_PROGRAM=$(abspath $(TORCH_VENV))/bin/ninja -DPython_EXECUTABLE=$(abspath $(TORCH_PY)) \
 		-DCMAKE_BUILD_TYPE=Release -DTDAOT_WERROR=ON $(TORCH_CMAKE_ARGS)

@@ -1,10 +1,6 @@
 // tdaot._C: the flight recorder's calls on Binding (tdaot/binding_base.h: recording, dump,
 // snapshot; docs/flight-recorder.md), apart from module.cpp to keep each file one subject.
-#include <pybind11/pybind11.h>
-
-#include "tdaot/torch/binding.h"
-
-namespace py = pybind11;
+#include "bindings.h"
 
 namespace tdaot::python {
 

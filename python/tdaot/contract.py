@@ -33,7 +33,7 @@ apply; the runner does not.
 
 Every mistake is a :class:`tdaot.ContractError` naming the key and the field, raised when the
 Contract is made or, for what depends on the policy (keys, shapes), by ``tdaot.build``. The C++
-manifest parser (cpp/src/manifest_contract.cpp) checks the same rules when a package is read.
+manifest parser (cpp/src/core/manifest/manifest_contract.cpp) checks the same rules when a package is read.
 """
 
 from __future__ import annotations

@@ -416,6 +416,16 @@ def test_no_module_is_longer_than_450_lines():
     assert not long, long
 
 
+def test_no_cpp_source_is_longer_than_450_lines():
+    cpp = PACKAGE.parents[1] / "cpp"
+    long = [
+        f"{path.relative_to(cpp)}: {n} lines"
+        for path in sorted([*cpp.rglob("*.cpp"), *cpp.rglob("*.h")])
+        if (n := len(path.read_text().splitlines())) > 450
+    ]
+    assert not long, long
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="the package layout check reads the tree")
 def test_no_subpackage_shadows_build():
     assert not (PACKAGE / "build").exists() and not (PACKAGE / "build.py").exists(), os.listdir(PACKAGE)

@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/manifest/contract_fields.h"
 #include "core/manifest/contract_internal.h"
 #include "core/manifest/manifest_schema.h"
 
@@ -16,9 +17,6 @@ namespace {
 
 constexpr std::array<std::string_view, 5> kContractFields{"control_dt", "inputs", "outputs",
                                                           "metadata", "supervisor"};
-constexpr std::array<std::string_view, 12> kSupervisorFields{
-    "output", "blend_seconds", "blend_max_velocity", "start_gain_fraction", "low", "high",
-    "margin", "max_velocity", "max_torque", "max_tilt", "max_rate_limited_steps", "fallback"};
 constexpr std::array<std::string_view, 10> kSignalFields{
     "names", "scale",     "offset",  "low",           "high", "max_delta",
     "terms", "stiffness", "damping", "history_layout"};
@@ -37,47 +35,6 @@ std::string list_text(const std::vector<std::string>& names) {
   std::string text;
   for (const auto& name : names) text.append(text.empty() ? "" : " ").append(name);
   return text;
-}
-
-template <size_t N>
-void refuse_unknown(const Parser& p, const json& object, const std::string& path,
-                    const std::array<std::string_view, N>& known) {
-  for (const auto& [name, value] : object.items()) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      std::string list;
-      for (const auto& field : known) list.append(list.empty() ? "" : " ").append(field);
-      p.fail(Parser::join(path, name.c_str()), "unknown contract field (known: " + list + ")");
-    }
-  }
-}
-
-double number(const Parser& p, const json& value, const std::string& field) {
-  if (!value.is_number()) p.fail(field, "expected a number, got " + value.dump());
-  const double result = value.get<double>();
-  if (!std::isfinite(result)) p.fail(field, "expected a finite number, got " + value.dump());
-  return result;
-}
-
-// A number, or a list of one number per element; absent or null: `fallback`. `prefix` starts
-// each problem ("term 'gait_phase': "), `per` says what an element is ("name").
-SignalValues values(const Parser& p, const json& signal, const std::string& path,
-                    const char* name, size_t n, SignalValues fallback,
-                    const std::string& prefix = "", const char* per = "name") {
-  auto it = signal.find(name);
-  if (it == signal.end() || it->is_null()) return fallback;
-  const std::string field = Parser::join(path, name);
-  SignalValues result;
-  if (!it->is_array()) {
-    result.values.push_back(number(p, *it, field));
-    return result;
-  }
-  if (it->size() != n) {
-    p.fail(field, prefix + "has " + std::to_string(it->size()) + " values, expected " +
-                      std::to_string(n) + " (one per " + per + ") or one number");
-  }
-  result.per_element = true;
-  for (size_t i = 0; i < n; ++i) result.values.push_back(number(p, (*it)[i], Parser::index(field, i)));
-  return result;
 }
 
 // low <= high for each element (`names` names them in messages).
@@ -343,11 +300,6 @@ std::map<std::string, Signal> parse_signals(const Parser& p, const json& contrac
   return signals;
 }
 
-nlohmann::ordered_json values_to_json(const SignalValues& values) {
-  if (values.per_element) return values.values;
-  return values.values[0];
-}
-
 // A term as the manifest holds it: its parameters beside its fields ("period": 0.8).
 nlohmann::ordered_json term_to_json(const Term& term) {
   nlohmann::ordered_json entry;
@@ -362,62 +314,39 @@ nlohmann::ordered_json term_to_json(const Term& term) {
   return entry;
 }
 
-// The contract's "supervisor" (tdaot/contract.h): its fields read, then the rules of
-// contract_supervisor.cpp, each problem named as "contract.supervisor.<field>".
-Supervisor parse_supervisor(const Parser& p, const json& value, const Contract& contract) {
-  const std::string path = "contract.supervisor";
-  const json& object = p.object(value, path);
-  refuse_unknown(p, object, path, kSupervisorFields);
-  Supervisor s;
-  auto member = [&](const char* name) -> const json* {
-    auto it = object.find(name);
-    return it == object.end() || it->is_null() ? nullptr : &*it;
-  };
-  if (const json* output = member("output")) s.output = p.text(*output, Parser::join(path, "output"));
-  const std::string* key = supervised_output(contract, s);
-  if (key == nullptr) p.fail(Parser::join(path, "output"), supervisor_problem(contract, s)->message);
-  const size_t n = contract.outputs.at(*key).names.size();
-  for (auto [name, target] : {std::pair{"blend_seconds", &s.blend_seconds},
-                              std::pair{"start_gain_fraction", &s.start_gain_fraction},
-                              std::pair{"margin", &s.margin}, std::pair{"max_tilt", &s.max_tilt}}) {
-    if (const json* item = member(name)) *target = number(p, *item, Parser::join(path, name));
-  }
-  s.blend_max_velocity = values(p, object, path, "blend_max_velocity", n, {}, "", "joint");
-  s.low = values(p, object, path, "low", n, {}, "", "joint");
-  s.high = values(p, object, path, "high", n, {}, "", "joint");
-  s.max_velocity = values(p, object, path, "max_velocity", n, {}, "", "joint");
-  s.max_torque = values(p, object, path, "max_torque", n, {}, "", "joint");
-  if (const json* steps = member("max_rate_limited_steps")) {
-    const std::string field = Parser::join(path, "max_rate_limited_steps");
-    s.max_rate_limited_steps = p.integer(*steps, field, std::numeric_limits<int64_t>::min());
-  }
-  if (const json* fallback = member("fallback")) {
-    s.fallback = p.string(*fallback, Parser::join(path, "fallback"));
-  }
-  if (const auto problem = supervisor_problem(contract, s)) {
-    p.fail(Parser::join(path, problem->field.c_str()), problem->message);
-  }
-  return s;
-}
-
-nlohmann::ordered_json supervisor_to_json(const Supervisor& s) {
-  nlohmann::ordered_json out;
-  if (!s.output.empty()) out["output"] = s.output;
-  out["blend_seconds"] = s.blend_seconds;
-  if (s.blend_max_velocity.present()) out["blend_max_velocity"] = values_to_json(s.blend_max_velocity);
-  out["start_gain_fraction"] = s.start_gain_fraction;
-  if (s.low.present()) out["low"] = values_to_json(s.low);
-  if (s.high.present()) out["high"] = values_to_json(s.high);
-  out["margin"] = s.margin;
-  if (s.max_velocity.present()) out["max_velocity"] = values_to_json(s.max_velocity);
-  if (s.max_torque.present()) out["max_torque"] = values_to_json(s.max_torque);
-  out["max_tilt"] = s.max_tilt;
-  out["max_rate_limited_steps"] = s.max_rate_limited_steps;
-  out["fallback"] = s.fallback;
-  return out;
-}
-
 }  // namespace
+
+double number(const Parser& p, const json& value, const std::string& field) {
+  if (!value.is_number()) p.fail(field, "expected a number, got " + value.dump());
+  const double result = value.get<double>();
+  if (!std::isfinite(result)) p.fail(field, "expected a finite number, got " + value.dump());
+  return result;
+}
+
+SignalValues values(const Parser& p, const json& signal, const std::string& path,
+                    const char* name, size_t n, SignalValues fallback,
+                    const std::string& prefix, const char* per) {
+  auto it = signal.find(name);
+  if (it == signal.end() || it->is_null()) return fallback;
+  const std::string field = Parser::join(path, name);
+  SignalValues result;
+  if (!it->is_array()) {
+    result.values.push_back(number(p, *it, field));
+    return result;
+  }
+  if (it->size() != n) {
+    p.fail(field, prefix + "has " + std::to_string(it->size()) + " values, expected " +
+                      std::to_string(n) + " (one per " + per + ") or one number");
+  }
+  result.per_element = true;
+  for (size_t i = 0; i < n; ++i) result.values.push_back(number(p, (*it)[i], Parser::index(field, i)));
+  return result;
+}
+
+nlohmann::ordered_json values_to_json(const SignalValues& values) {
+  if (values.per_element) return values.values;
+  return values.values[0];
+}
 
 std::optional<Contract> parse_contract(const Parser& p, const json& root, const Manifest& m) {
   auto it = root.find("contract");

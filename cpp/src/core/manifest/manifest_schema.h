@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -230,5 +231,15 @@ class DuplicateMemberCheck {
 // checked against `m`'s inputs and outputs, which must be parsed first.
 std::optional<Contract> parse_contract(const Parser& p, const json& root, const Manifest& m);
 nlohmann::ordered_json contract_to_json(const Contract& contract);
+
+// The package's record (manifest_records.cpp). "custom_ops": qualified operator names, each once.
+std::vector<std::string> parse_custom_ops(const Parser& p, const json& root);
+// "patches" or "numerics" (`field`): distinct names; nullopt when absent (an older package).
+std::optional<std::vector<std::string>> parse_recorded_names(const Parser& p, const json& root,
+                                                             const char* field);
+// "files": archive file name -> sha256; required in a sealed manifest, refused in an unsealed one.
+std::map<std::string, std::string> parse_files(const Parser& p, const json& root, Sealing sealing);
+// "weights_sha256": 64 lowercase hex digits; empty when absent.
+std::string parse_weights_sha256(const Parser& p, const json& root);
 
 }  // namespace tdaot::detail

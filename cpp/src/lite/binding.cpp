@@ -81,15 +81,15 @@ struct Binding::Impl : detail::BindingCore {
     // this thread's output arrays; nothing is carried.
     call();
     if (options.envelope) envelope.emplace(manifest, batch);
-    if (std::optional<Supervisor> config =
-            detail::chosen_supervisor(manifest, policy->path, options.supervisor)) {
-      supervisor.emplace(manifest, *config, batch);
-    }
+    const std::optional<Supervisor> config =
+        detail::chosen_supervisor(manifest, policy->path, options.supervisor);
+    if (config) supervisor.emplace(manifest, *config, batch);
     carry.reset(*buffers);  // every row starts new
     std::vector<detail::RecordedBuffer> recorded_in, recorded_out;
     for (const BoundBuffer& b : inputs) recorded_in.push_back({b.key, b.dtype, b.shape, b.data, b.bytes});
     for (const BoundBuffer& b : outputs) recorded_out.push_back({b.key, b.dtype, b.shape, b.data, b.bytes});
-    start_recording(options, *policy, "lite", std::move(recorded_in), std::move(recorded_out));
+    start_recording(options, *policy, "lite", config ? &*config : nullptr, std::move(recorded_in),
+                    std::move(recorded_out));
   }
 
   [[noreturn]] void fail(const std::string& problem) const {

@@ -121,7 +121,8 @@ Binding::Impl::Impl(std::shared_ptr<const Policy::Impl> policy_impl, int64_t row
     recorded_out.push_back({manifest.outputs[i].key, manifest.outputs[i].dtype, output_sizes[i],
                             output_data[i], outputs[i].nbytes()});
   }
-  start_recording(options, *policy, "full", std::move(recorded_in), std::move(recorded_out));
+  start_recording(options, *policy, "full", supervisor ? &*supervisor : nullptr, std::move(recorded_in),
+                  std::move(recorded_out));
 }
 
 void Binding::Impl::set_up_cuda_graph() {

@@ -32,6 +32,12 @@ def add_parsers(commands) -> None:
         help="the package to replay it on (default: the path the log records); its sha256 must be the log's",
     )
     r.add_argument(
+        "--weights",
+        metavar="FILE",
+        help="the weight file (tdaot.export_weights) that was live when the log was bound, swapped in "
+        "before the replay; its weights sha256 must be the log's",
+    )
+    r.add_argument(
         "--policy",
         metavar="FILE.py:FACTORY",
         help="also replay the eager policy (the factory's module), recurrent state carried and resets "
@@ -66,7 +72,9 @@ def replay_command(args) -> int:
     from tdaot.testing.flight_replay import replay_report
 
     log = read(args.log)
-    report = replay_report(log, args.policy, package=args.package, rtol=args.rtol, atol=args.atol)
+    report = replay_report(
+        log, args.policy, package=args.package, weights=args.weights, rtol=args.rtol, atol=args.atol
+    )
     print(report.describe())
     return 0 if report.ok else 1
 

@@ -92,6 +92,15 @@ def step_schema(log: FlightLog) -> dict[str, Any]:
         },
         "reset": {"type": "array", "items": {"type": "boolean"}, "description": "rows reset before the step"},
     }
+    if log.weights_generation is not None:
+        properties["weights_generation"] = {
+            "type": "integer",
+            "description": "the weights the step ran: the bind's generation, +1 per swap or rollback since",
+        }
+        properties["weights_changing"] = {
+            "type": "boolean",
+            "description": "weights were made live during the step",
+        }
     if log.supervised:
         properties["supervisor"] = {
             "type": "array",
@@ -145,6 +154,9 @@ def step_message(log: FlightLog, index: int) -> dict[str, Any]:
         "interventions": dict(step.interventions),
         "reset": [bool(r) for r in step.reset.tolist()],
     }
+    if log.weights_generation is not None and step.weights_generation is not None:
+        message["weights_generation"] = step.weights_generation
+        message["weights_changing"] = step.weights_changing
     if step.supervisor is not None:
         message["supervisor"] = [
             {

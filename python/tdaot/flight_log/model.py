@@ -17,6 +17,7 @@ from tdaot.runtime.supervision import MODES
 THREW = 1 << 0
 NONFINITE = 1 << 1
 RATE_LIMITED = 1 << 2
+WEIGHTS_CHANGING = 1 << 3
 #: The envelope's and the supervisor's intervention kinds, as Binding.interventions names them.
 ENVELOPE_KINDS = ("nonfinite", "rate_limited")
 SUPERVISOR_KINDS = ("blended", "clipped", "fallback")
@@ -66,7 +67,8 @@ class Step:
     """One recorded step: its ``seq`` (from 1 since bind), ``start_ns`` (steady clock since bind)
     and ``duration_ns``, ``flags``, the binding's intervention counts after it, the rows
     ``reset`` before it (bool [batch]), each row's supervisor state after it (None without a
-    supervisor), and every input and output by manifest key ([batch, *shape] tensors)."""
+    supervisor), every input and output by manifest key ([batch, *shape] tensors), and the
+    generation of the weights it ran (None in a log from before it was recorded)."""
 
     seq: int
     start_ns: int
@@ -77,6 +79,7 @@ class Step:
     supervisor: tuple[SupervisorRow, ...] | None
     inputs: Mapping[str, torch.Tensor]
     outputs: Mapping[str, torch.Tensor]
+    weights_generation: int | None = None
 
     @property
     def threw(self) -> bool:
@@ -93,14 +96,23 @@ class Step:
         """The envelope rate-limited an output."""
         return bool(self.flags & RATE_LIMITED)
 
+    @property
+    def weights_changing(self) -> bool:
+        """Weights were being made live (swap_weights, rollback_weights) while the step ran:
+        which ones it ran is not known."""
+        return bool(self.flags & WEIGHTS_CHANGING)
+
 
 @dataclass(frozen=True)
 class FlightLog:
     """A flight log as :func:`tdaot.flight_log.read` found it. ``header`` is the JSON header
     whole; ``manifest`` the package's (a :class:`tdaot.manifest.Manifest`, None when the header's
-    could not be parsed: ``manifest_problem`` says why). ``steps`` are the whole slots in ``seq``
-    order; ``torn`` counts slots skipped because a step was overwriting them, ``unwritten`` the
-    slots no step reached."""
+    could not be parsed: ``manifest_problem`` says why). ``supervisor`` is the supervisor the
+    binding ran (the manifest's "contract.supervisor" form: the contract's or one given at bind),
+    ``weights_sha256`` and ``weights_generation`` the weights live when it was bound (each None
+    in a log from before they were recorded). ``steps`` are the whole slots in ``seq`` order;
+    ``torn`` counts slots skipped because a step was overwriting them, ``unwritten`` the slots no
+    step reached."""
 
     path: str
     header: Mapping[str, Any]
@@ -119,6 +131,9 @@ class FlightLog:
     torn: int = 0
     unwritten: int = 0
     manifest_problem: str = ""
+    supervisor: Mapping[str, Any] | None = None
+    weights_sha256: str | None = None
+    weights_generation: int | None = None
     _by_name: dict[str, FieldSpec] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -154,6 +169,14 @@ class FlightLog:
             for before, after in zip(self.steps, self.steps[1:])
             if after.seq != before.seq + 1
         ]
+
+    def other_weights(self, step: Step) -> bool:
+        """Whether ``step`` may have run other weights than those live at bind: swapped in (or
+        rolled back) since, or being made live while it ran. False in a log from before the
+        weights were recorded."""
+        if step.weights_generation is None or self.weights_generation is None:
+            return False
+        return step.weights_changing or step.weights_generation != self.weights_generation
 
     def series(self, key: str, kind: str = "output") -> torch.Tensor:
         """Input or output ``key`` over the steps: [steps, batch, *shape]."""

@@ -86,6 +86,7 @@ def read(source: str | os.PathLike | bytes | bytearray | memoryview) -> FlightLo
     order = [int(i) for i in np.argsort(seq, kind="stable") if whole[i]]
     steps = tuple(_step(columns, fields, header["batch"], i) for i in order)
     package = header["package"]
+    weights = _weights(src, header)
     return FlightLog(
         path=src.name,
         header=header,
@@ -104,6 +105,9 @@ def read(source: str | os.PathLike | bytes | bytearray | memoryview) -> FlightLo
         steps=steps,
         torn=len(slots) - len(order) - unwritten,
         unwritten=unwritten,
+        supervisor=_supervisor(src, header),
+        weights_sha256=weights[0],
+        weights_generation=weights[1],
     )
 
 
@@ -169,6 +173,37 @@ def _header(src: _Source) -> tuple[dict[str, Any], int]:
             src, f"'data_offset' {data_offset} lies inside the header (it ends at {PREAMBLE + header_bytes})"
         )
     return header, data_offset
+
+
+def _supervisor(src: _Source, header: dict[str, Any]) -> dict[str, Any] | None:
+    """The header's "supervisor" (absent in a log from before it was recorded): null exactly
+    when the log is not supervised."""
+    supervisor = header.get("supervisor")
+    if supervisor is not None and not isinstance(supervisor, dict):
+        raise _fail(src, f"header member 'supervisor' is {supervisor!r}, expected a JSON object or null")
+    if "supervisor" in header and (supervisor is not None) != header["supervised"]:
+        raise _fail(
+            src, f"header member 'supervisor' is {supervisor!r} but 'supervised' is {header['supervised']}"
+        )
+    return supervisor
+
+
+def _weights(src: _Source, header: dict[str, Any]) -> tuple[str | None, int | None]:
+    """The header's "weights" {sha256, generation}, or (None, None) in a log from before them."""
+    if "weights" not in header:
+        return None, None
+    weights = header["weights"]
+    generation = weights.get("generation") if isinstance(weights, dict) else None
+    if (
+        not isinstance(weights, dict)
+        or not isinstance(weights.get("sha256"), str)
+        or not isinstance(generation, int)
+        or isinstance(generation, bool)
+        or generation < 0
+    ):
+        expected = "{sha256: string, generation: count}"
+        raise _fail(src, f"header member 'weights' is {weights!r}, expected {expected}")
+    return weights["sha256"], generation
 
 
 def _kind(kind) -> str:
@@ -305,4 +340,5 @@ def _step(columns: Mapping[str, Any], fields: Mapping[str, FieldSpec], batch: in
         supervisor=supervisor,
         inputs=inputs,
         outputs=outputs,
+        weights_generation=int(columns["weights_generation"][i]) if "weights_generation" in columns else None,
     )

@@ -1,14 +1,15 @@
 """A flight log's recorded inputs run through its package again (``tdaot replay``), and the first
 step and key where what comes out differs from what was recorded.
 
-Bound as recorded (the same batch, the envelope and the contract's supervisor when the log had
+Bound as recorded (the same batch and weights, the envelope and the supervisor when the log had
 them), a replay of a log that holds the run from its first step reproduces every output bit for
 bit: the envelope's and the supervisor's state evolve from bind exactly as they did. A log whose
 first steps the ring overwrote (or with torn slots) cannot rebuild that state, so its package is
 bound without them and only the steps they left alone are compared (the counts and flags say
 which). A recurrent package's state is seeded from the recorded state at the first step (and
 after a gap) and then carried by the binding; the recorded state of every later step is
-compared with it. The eager policy's replay is tdaot.testing's (tdaot.testing.flight_replay)."""
+compared with it. Steps that ran weights swapped in after bind are run but not compared. The
+eager policy's replay is tdaot.testing's (tdaot.testing.flight_replay)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tdaot.contract_supervisor import Supervisor
 from tdaot.errors import FlightLogError, IntegrityError, TdaotError
 from tdaot.flight_log.model import ENVELOPE_KINDS, SUPERVISOR_KINDS, FlightLog, Step
 from tdaot.runtime import Policy, load
+
+#: Why a replay runs a step but does not compare it (ReplayCheck.skipped's keys).
+THREW = "threw when recorded"
+ALTERED = "altered by the envelope or supervisor"
+OTHER_WEIGHTS = "ran weights swapped in after bind"
 
 
 @dataclass(frozen=True)
@@ -167,9 +174,15 @@ def untouched(log: FlightLog, index: int, starts: Sequence[bool]) -> bool:
     return all(step.interventions.get(k, 0) == before.get(k, 0) for k in kinds)
 
 
-def package_for(log: FlightLog, package: str | os.PathLike | Policy | None) -> Policy:
+def package_for(
+    log: FlightLog,
+    package: str | os.PathLike | Policy | None,
+    weights: str | os.PathLike | None = None,
+) -> Policy:
     """The package a replay runs: ``package`` (a path or a loaded Policy), else the log's own
-    ``package.path``; IntegrityError naming both digests when it is not the recorded package."""
+    ``package.path``, with the weight file ``weights`` swapped in when given; IntegrityError
+    naming both digests when it is not the recorded package, or when its live weights are not
+    those the log was bound with."""
     if isinstance(package, Policy):
         policy = package
     else:
@@ -187,7 +200,26 @@ def package_for(log: FlightLog, package: str | os.PathLike | Policy | None) -> P
             f"recorded with {log.package_sha256}: replay it with the package it was recorded with",
             policy.path,
         )
+    if weights is not None:
+        policy.swap_weights(weights)
+    if log.weights_sha256 is not None and policy.weights_sha256 != log.weights_sha256:
+        given = f"weight file {os.fspath(weights)!r}" if weights is not None else f"package {policy.path!r}"
+        recorded, live = log.weights_sha256 or "(none recorded)", policy.weights_sha256 or "(none recorded)"
+        raise IntegrityError(
+            f"the flight log {log.path!r} was bound with weights sha256 {recorded}, the {given} has "
+            f"weights sha256 {live}: give the weight file that was live (--weights FILE, weights=)",
+            os.fspath(weights) if weights is not None else policy.path,
+        )
     return policy
+
+
+def bound_supervisor(log: FlightLog) -> Supervisor | bool:
+    """The supervisor a replay bound as recorded runs: the one the log's header names (the
+    contract's or one given at bind), else (a log from before it was named) the contract's when
+    the log was supervised."""
+    if log.supervisor is not None:
+        return Supervisor.from_dict(log.supervisor, f"flight log {log.path!r}: supervisor")
+    return log.supervised
 
 
 def replay_package(
@@ -210,11 +242,13 @@ def replay_package(
         notes.append(
             f"recorded on the {log.runtime} runtime, replayed on the full runtime (the same model library)"
         )
+    # A log that names its supervisor rebuilds it, whichever it was; an older one only the contract's.
+    known_supervisor = log.supervisor is not None or log.supervised == contract_supervisor
     as_recorded = not (log.envelope or log.supervised) or (
-        log.steps[0].seq == 1 and not any(starts[1:]) and log.supervised == contract_supervisor
+        log.steps[0].seq == 1 and not any(starts[1:]) and known_supervisor
     )
     if as_recorded:
-        binding = policy.bind(log.batch, envelope=log.envelope, supervisor=log.supervised)
+        binding = policy.bind(log.batch, envelope=log.envelope, supervisor=bound_supervisor(log))
         guards = " and ".join(
             n for n, on in (("envelope", log.envelope), ("supervisor", log.supervised)) if on
         )
@@ -224,7 +258,7 @@ def replay_package(
         binding = policy.bind(log.batch, envelope=False, supervisor=False)
         why = (
             "a supervisor other than the contract's"
-            if log.supervised and not contract_supervisor
+            if not known_supervisor
             else "its first steps overwritten"
             if log.steps[0].seq != 1
             else "steps missing (torn slots)"
@@ -237,7 +271,7 @@ def replay_package(
         notes.append(f"recorded on model {log.model!r}, replayed on {binding.model!r}")
     exact = rtol is None and atol is None
     carried = state_keys(log)
-    skipped = {"threw when recorded": 0, "altered by the envelope or supervisor": 0}
+    skipped = {THREW: 0, ALTERED: 0, OTHER_WEIGHTS: 0}
     compared = 0
     raw: list[dict[str, torch.Tensor]] | None = None if as_recorded else []
     divergence = None
@@ -259,10 +293,13 @@ def replay_package(
         if raw is not None:
             raw.append({key: binding.outputs[key].clone() for key in log.output_keys})
         if step.threw:
-            skipped["threw when recorded"] += 1
+            skipped[THREW] += 1
+            continue
+        if log.other_weights(step):
+            skipped[OTHER_WEIGHTS] += 1
             continue
         if not as_recorded and not untouched(log, i, starts):
-            skipped["altered by the envelope or supervisor"] += 1
+            skipped[ALTERED] += 1
             continue
         compared += 1
         if divergence is None:

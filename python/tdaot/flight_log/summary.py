@@ -77,6 +77,22 @@ def _when(unix_ns: int) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def weights_changes(log: FlightLog) -> list[str]:
+    """Where the steps' weights differ from the previous step's (the first step from those live
+    at bind): "seq N generation G" or "seq N while weights were made live"."""
+    changes = []
+    previous: int | str | None = log.weights_generation
+    for step in log.steps:
+        if step.weights_generation is None:
+            return []
+        now: int | str = "changing" if step.weights_changing else step.weights_generation
+        if now != previous:
+            what = "while weights were made live" if now == "changing" else f"generation {now}"
+            changes.append(f"seq {step.seq} {what}")
+        previous = now
+    return changes
+
+
 def describe(log: FlightLog) -> str:
     """The text ``tdaot log show`` prints."""
     guards = [name for name, on in (("envelope", log.envelope), ("supervisor", log.supervised)) if on]
@@ -87,6 +103,12 @@ def describe(log: FlightLog) -> str:
         + (f"with the {' and '.join(guards)}" if guards else "without envelope or supervisor")
         + f", bound at {_when(log.bound_at_unix_ns)}",
     ]
+    if log.weights_sha256 is not None:
+        changes = weights_changes(log)
+        lines.append(
+            f"weights at bind: sha256 {log.weights_sha256 or '(none recorded)'}, generation "
+            f"{log.weights_generation}; swapped during the log: " + (_listed(changes) if changes else "no")
+        )
     steps = log.steps
     if not steps:
         lines.append(f"steps: none of {log.capacity} slots holds a whole step ({log.torn} torn)")

@@ -30,6 +30,9 @@ from tdaot.builder.export import PositionalPolicy, export_context
 from tdaot.errors import FlightLogError, InvalidArgumentError
 from tdaot.flight_log import FlightLog, read
 from tdaot.flight_log.replay import (
+    ALTERED,
+    OTHER_WEIGHTS,
+    THREW,
     Divergence,
     ReplayCheck,
     ReplayReport,
@@ -50,19 +53,22 @@ def replay(
     policy: TensorDictModuleBase | str | None = None,
     *,
     package: str | os.PathLike | Policy | None = None,
+    weights: str | os.PathLike | None = None,
     rtol: float | None = None,
     atol: float | None = None,
 ) -> ReplayReport:
     """Replays the flight log ``log`` (a :class:`tdaot.flight_log.FlightLog`, a path or the
     bytes of one) through its package (``package``, else the log's ``package.path``; refused
-    with :class:`tdaot.IntegrityError` naming both digests when its sha256 is not the log's) and,
-    when ``policy`` is given (a tensordict module, or ``"FILE.py:FACTORY"``), the eager policy.
+    with :class:`tdaot.IntegrityError` naming both digests when its sha256 is not the log's, or
+    when its weights are not those the log was bound with: ``weights`` is then the weight file
+    that was live, swapped in first) and, when ``policy`` is given (a tensordict module, or
+    ``"FILE.py:FACTORY"``), the eager policy.
     The package must reproduce the recorded outputs bit for bit (``rtol``/``atol`` relax it); the
     eager policy must agree within each dtype's parity tolerance (``rtol``/``atol`` override it).
     Raises AssertionError naming the first step, key, element and values that differ; returns
     the :class:`tdaot.flight_log.replay.ReplayReport`."""
     __tracebackhide__ = True  # a failure points at the test that asked, not at this helper
-    report = replay_report(log, policy, package=package, rtol=rtol, atol=atol)
+    report = replay_report(log, policy, package=package, weights=weights, rtol=rtol, atol=atol)
     if not report.ok:
         raise AssertionError(report.describe())
     return report
@@ -73,6 +79,7 @@ def replay_report(
     policy: TensorDictModuleBase | str | None = None,
     *,
     package: str | os.PathLike | Policy | None = None,
+    weights: str | os.PathLike | None = None,
     rtol: float | None = None,
     atol: float | None = None,
 ) -> ReplayReport:
@@ -91,7 +98,7 @@ def replay_report(
     native = None
     notes = []
     if package is not None or os.path.isfile(log.package_path) or module is None:
-        native = package_for(log, package)
+        native = package_for(log, package, weights)
     else:
         notes.append(f"package {log.package_path!r} is not here: the eager policy alone was replayed")
     checks = []
@@ -156,7 +163,7 @@ def _replay_eager(
     carried_keys = state_keys(log)
     specs = {spec.key: spec for spec in manifest.inputs}
     carried: dict[str, torch.Tensor] = {}
-    skipped = {"threw when recorded": 0, "altered by the envelope or supervisor": 0}
+    skipped = {THREW: 0, ALTERED: 0, OTHER_WEIGHTS: 0}
     compared = 0
     divergence = None
     for i, step in enumerate(log.steps):
@@ -187,10 +194,14 @@ def _replay_eager(
         if recurrent is not None:
             carried = {pair.input: outputs[pair.output] for pair in recurrent.state}
         if step.threw:
-            skipped["threw when recorded"] += 1
+            skipped[THREW] += 1
+            continue
+        against_recorded = not (guarded and raw is not None)
+        if against_recorded and log.other_weights(step):
+            skipped[OTHER_WEIGHTS] += 1
             continue
         if guarded and raw is None and not untouched(log, i, starts):
-            skipped["altered by the envelope or supervisor"] += 1
+            skipped[ALTERED] += 1
             continue
         compared += 1
         if divergence is None:

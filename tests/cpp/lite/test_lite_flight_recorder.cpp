@@ -103,6 +103,10 @@ TEST(LiteFlightRecorder, TheHeaderCarriesThePackageAndTheLayout) {
   EXPECT_EQ(h["capacity"], 3);
   EXPECT_EQ(h["envelope"], false);
   EXPECT_EQ(h["supervised"], false);
+  EXPECT_TRUE(h["supervisor"].is_null());
+  EXPECT_EQ(h["weights"]["sha256"], policy.weights_sha256());
+  EXPECT_EQ(h["weights"]["generation"], 0);
+  EXPECT_EQ(log.value<uint64_t>(log.whole[0], "weights_generation"), 0u);
   EXPECT_GT(h["bound_at_unix_ns"].get<int64_t>(), 1700000000000000000);
   EXPECT_EQ(h["data_offset"].get<size_t>() % 8, 0u);
   for (const nlohmann::json& f : h["fields"]) EXPECT_EQ(f["offset"].get<size_t>() % 8, 0u) << f;
@@ -156,6 +160,9 @@ TEST(LiteFlightRecorder, InterventionsFlagsAndSupervisorStatesAreRecorded) {
   }
   const FlightLog log(b.snapshot());
   EXPECT_EQ(log.header["supervised"], true);
+  // The supervisor given at bind, in the manifest's form: what a replay binds again.
+  EXPECT_EQ(log.header["supervisor"]["low"], -0.5);
+  EXPECT_EQ(log.header["supervisor"]["max_rate_limited_steps"], 3);
   EXPECT_EQ(log.header["envelope"], true);
   ASSERT_EQ(log.whole.size(), 6u);
   for (size_t i = 0; i < 6; ++i) {

@@ -2,9 +2,11 @@
 #include "core/run/binding_core.h"
 
 #include <cerrno>
+#include <tuple>
 #include <utility>
 
 #include "core/key_hints.h"
+#include "core/manifest/contract_fields.h"
 #include "core/run/busy_guard.h"
 #include "core/run/policy_core.h"
 #include "core/run/supervisor.h"
@@ -44,7 +46,8 @@ size_t BindingCore::index_of(const std::string& key, bool output) const {
 }
 
 void BindingCore::start_recording(const BindOptions& options, const PolicyCore& policy,
-                                  const char* runtime, std::vector<RecordedBuffer> inputs,
+                                  const char* runtime, const Supervisor* supervisor,
+                                  std::vector<RecordedBuffer> inputs,
                                   std::vector<RecordedBuffer> outputs) {
   if (options.record < 0) {
     throw InvalidArgumentError("BindOptions::record is " + std::to_string(options.record) +
@@ -60,8 +63,11 @@ void BindingCore::start_recording(const BindOptions& options, const PolicyCore& 
   info.batch = batch;
   info.capacity = options.record;
   info.envelope = options.envelope;
-  info.supervised = supervisor_state(0) != nullptr;
+  info.supervised = supervisor != nullptr;
+  if (supervisor != nullptr) info.supervisor_json = supervisor_to_json(*supervisor).dump();
+  std::tie(info.weights_sha256, info.weights_generation) = policy.live_weights();
   recorder_ = std::make_unique<FlightRecorder>(std::move(info), std::move(inputs), std::move(outputs));
+  recorded_policy_ = &policy;
 }
 
 const FlightRecorder& BindingCore::require_recorder() const {
@@ -84,13 +90,19 @@ void BindingCore::recorded_step() {
   const Interventions before = interventions();  // a copy: the flags compare the counts
   const int64_t start = recorder.now_ns();
   const bool in_place = buffers_in_place();  // else the step throws, recorded without buffers
-  recorder.begin(start, in_place);
+  // The weights are those of generation version / 2 when no change was being made live while
+  // the step ran: the version even and the same after it.
+  const uint64_t weights = recorded_policy_->weights_version();
+  recorder.begin(start, weights / 2, in_place);
   // Closes the slot: the flags from the counts' change, each row's supervisor state.
   const auto finish = [&](uint32_t flags) noexcept {
     const int64_t duration = recorder.now_ns() - start;
     const Interventions& after = interventions();
     if (after.nonfinite > before.nonfinite) flags |= FlightRecorder::kNonfinite;
     if (after.rate_limited > before.rate_limited) flags |= FlightRecorder::kRateLimited;
+    if (weights % 2 != 0 || recorded_policy_->weights_version() != weights) {
+      flags |= FlightRecorder::kWeightsChanging;
+    }
     for (int64_t row = 0; row < batch; ++row) {
       if (const SupervisorState* state = supervisor_state(row)) recorder.supervisor(row, *state);
     }

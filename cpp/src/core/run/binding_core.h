@@ -61,10 +61,12 @@ class BindingCore {
   void require_resettable() const;
   const char* concurrent_use() const noexcept { return concurrent_use_; }
   // The end of a runtime's bind: with options.record > 0, the ring over the bound buffers' host
-  // memory (each stays in place for the binding's life). `runtime`: "lite" or "full". Throws
-  // InvalidArgumentError for a negative record.
+  // memory (each stays in place for the binding's life). `runtime`: "lite" or "full";
+  // `supervisor`: the one the binding runs (null: none). `policy` outlives the binding (it holds
+  // it). Throws InvalidArgumentError for a negative record.
   void start_recording(const BindOptions& options, const PolicyCore& policy, const char* runtime,
-                       std::vector<RecordedBuffer> inputs, std::vector<RecordedBuffer> outputs);
+                       const Supervisor* supervisor, std::vector<RecordedBuffer> inputs,
+                       std::vector<RecordedBuffer> outputs);
 
   // The runtime's steps, called under the busy guard. step: the model on the bound inputs, the
   // outputs written, the envelope's guard and the supervisor, the carry. reset_rows: the carry's
@@ -83,6 +85,7 @@ class BindingCore {
 
   const char* concurrent_use_;
   std::unique_ptr<FlightRecorder> recorder_;
+  const PolicyCore* recorded_policy_ = nullptr;  // whose weights version the recorder reads
   Interventions none_;
 };
 

@@ -35,6 +35,8 @@ std::string render(const FlightInfo& info, const Json& fields, size_t step_bytes
               {"capacity", info.capacity},
               {"envelope", info.envelope},
               {"supervised", info.supervised},
+              {"supervisor", info.supervisor_json.empty() ? Json() : Json::parse(info.supervisor_json)},
+              {"weights", {{"sha256", info.weights_sha256}, {"generation", info.weights_generation}}},
               {"bound_at_unix_ns", info.bound_at_unix_ns},
               {"data_offset", data_offset},
               {"step_bytes", step_bytes},
@@ -62,6 +64,9 @@ FlightLayout flight_layout(const FlightInfo& info, const std::vector<RecordedBuf
   fields.push_back(Json{{"name", "reset"}, {"offset", FlightLayout::kReset}, {"dtype", "uint8"},
                         {"shape", Json::array({info.batch})}});
   size_t at = FlightLayout::kReset + round8(rows);
+  layout.weights = at;
+  fields.push_back(scalar("weights_generation", at, "uint64"));
+  at += 8;
   if (info.supervised) {
     layout.supervisor = at;
     fields.push_back(Json{{"name", "supervisor"}, {"offset", at}, {"dtype", "record"},

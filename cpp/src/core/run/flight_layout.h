@@ -31,6 +31,13 @@ struct FlightInfo {
   int64_t capacity = 0;       // slots
   bool envelope = false;
   bool supervised = false;
+  // The supervisor the binding runs, as the manifest's "contract.supervisor" JSON ("" none): the
+  // contract's or the one given at bind, so a replay rebuilds it either way.
+  std::string supervisor_json;
+  // The weights live when bound: their digest ("" for a package that records none) and
+  // generation (PolicyCore::live_weights); each slot records the generation its step ran.
+  std::string weights_sha256;
+  uint64_t weights_generation = 0;
   int64_t bound_at_unix_ns = 0;
 };
 
@@ -44,6 +51,7 @@ struct FlightLayout {
   static constexpr size_t kReset = 72;
   static constexpr size_t kSupervisorRowBytes = 40;  // mode, pad, gain, damping, blend, steps
   size_t supervisor = 0;             // meaningful when supervised
+  size_t weights = 0;                // the step's weights generation (uint64)
   std::vector<size_t> inputs;        // one offset per input, manifest order
   std::vector<size_t> outputs;
   size_t seq_end = 0;

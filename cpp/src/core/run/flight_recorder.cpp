@@ -116,11 +116,12 @@ int64_t FlightRecorder::now_ns() const noexcept {
       .count();
 }
 
-void FlightRecorder::begin(int64_t start_ns, bool buffers) noexcept {
+void FlightRecorder::begin(int64_t start_ns, uint64_t weights, bool buffers) noexcept {
   const uint64_t seq = ++seq_;
   open_ = slot(seq);
   __atomic_store_n(open_ + FlightLayout::kSeq / 8, seq, __ATOMIC_RELAXED);  // ordered by the data's
   store_word(open_ + FlightLayout::kStart / 8, static_cast<uint64_t>(start_ns));
+  store_word(open_ + layout_.weights / 8, weights);
   store(open_, FlightLayout::kReset, pending_reset_.data(), pending_reset_.size());
   std::memset(pending_reset_.data(), 0, pending_reset_.size());
   store_buffers(inputs_, layout_.inputs, buffers);

@@ -29,6 +29,9 @@ class FlightRecorder {
   static constexpr uint32_t kThrew = 1u << 0;
   static constexpr uint32_t kNonfinite = 1u << 1;
   static constexpr uint32_t kRateLimited = 1u << 2;
+  // Weights were being made live while the step ran (swap_weights, rollback_weights): which
+  // generation it ran is not known.
+  static constexpr uint32_t kWeightsChanging = 1u << 3;
 
   // Allocates the ring (zeroed: seq 0 marks an unwritten slot) and renders the header.
   // `inputs` and `outputs` stay valid and in place for the recorder's life.
@@ -42,9 +45,10 @@ class FlightRecorder {
   void mark_reset(const std::vector<bool>* rows) noexcept;
   // Nanoseconds of the steady clock since bind.
   int64_t now_ns() const noexcept;
-  // Opens the next slot: its seq, `start_ns`, the resets marked, every input as the step reads it
-  // (`buffers` false: zeros, for a step refused because a buffer is no longer where it was bound).
-  void begin(int64_t start_ns, bool buffers) noexcept;
+  // Opens the next slot: its seq, `start_ns`, the weights generation it runs (`weights`), the
+  // resets marked, every input as the step reads it (`buffers` false: zeros, for a step refused
+  // because a buffer is no longer where it was bound).
+  void begin(int64_t start_ns, uint64_t weights, bool buffers) noexcept;
   // Row `row`'s supervisor state after the step (supervised bindings only).
   void supervisor(int64_t row, const SupervisorState& state) noexcept;
   // Closes the slot: every output (`buffers` false: zeros), the duration, flags, counts; then

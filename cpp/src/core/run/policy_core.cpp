@@ -10,6 +10,25 @@
 
 namespace tdaot {
 namespace detail {
+namespace {
+
+// Marks the weights version odd while `version`'s owner makes weights live, and even again
+// however that ends (a failed swap leaves the old weights live: a new generation all the same,
+// which only costs a recording that spans it its attribution).
+class WeightsChange {
+ public:
+  explicit WeightsChange(std::atomic<uint64_t>& version) : version_(version) {
+    version_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  ~WeightsChange() { version_.fetch_add(1, std::memory_order_acq_rel); }
+  WeightsChange(const WeightsChange&) = delete;
+  WeightsChange& operator=(const WeightsChange&) = delete;
+
+ private:
+  std::atomic<uint64_t>& version_;
+};
+
+}  // namespace
 
 PolicyCore::PolicyCore(const Package& package, const PackageOptions& options)
     : path(package.path()),
@@ -29,20 +48,31 @@ void PolicyCore::swap_weights(const WeightFile& file) const {
   const auto per_model = check_swap(file, manifest_sha256, model_names(), swap_targets());
   // Everything is checked: until the runtime has applied it, there is nothing to roll back to.
   ledger_.swapping();
-  apply_swap(file, per_model);
+  {
+    const WeightsChange change(weights_version_);
+    apply_swap(file, per_model);
+  }
   ledger_.swapped(file.weights_sha256);
 }
 
 void PolicyCore::rollback_weights() const {
   const std::lock_guard<std::mutex> lock(weights_mutex_);
   ledger_.check_rollback(path);
-  exchange_weights();
+  {
+    const WeightsChange change(weights_version_);
+    exchange_weights();
+  }
   ledger_.rolled_back();
 }
 
 std::string PolicyCore::weights_sha256() const {
   const std::lock_guard<std::mutex> lock(weights_mutex_);
   return ledger_.live();
+}
+
+std::pair<std::string, uint64_t> PolicyCore::live_weights() const {
+  const std::lock_guard<std::mutex> lock(weights_mutex_);  // no change is being made live
+  return {ledger_.live(), weights_version() / 2};
 }
 
 size_t PolicyCore::model_index(int64_t batch) const {

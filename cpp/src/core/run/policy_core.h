@@ -2,11 +2,13 @@
 // runtime's own Impl plugs into: its loaded models' specs and its weight swap. Torch-free.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/package/package.h"
@@ -40,6 +42,12 @@ class PolicyCore {
   void swap_weights(const WeightFile& file) const;
   void rollback_weights() const;
   std::string weights_sha256() const;
+  // Counts the weight changes made live: even between them, odd while swap_weights or
+  // rollback_weights makes weights live. A step that reads the same even value before and after
+  // it ran on the weights of generation value / 2 (the flight recorder's attribution).
+  uint64_t weights_version() const noexcept { return weights_version_.load(std::memory_order_acquire); }
+  // The live weights' digest and generation (weights_version / 2), read together.
+  std::pair<std::string, uint64_t> live_weights() const;
 
   std::string path;
   std::string sha256;  // of the package file
@@ -72,6 +80,7 @@ class PolicyCore {
  private:
   mutable std::mutex weights_mutex_;
   mutable WeightsLedger ledger_;  // which weights are live (behind the lock)
+  mutable std::atomic<uint64_t> weights_version_{0};
 };
 
 }  // namespace tdaot::detail

@@ -37,7 +37,6 @@ py::dict interventions_dict(const tdaot::Interventions& counts) {
   return result;
 }
 
-
 tdaot::SupervisorOptions supervisor_options(const py::object& supervisor) {
   tdaot::SupervisorOptions options;
   if (supervisor.is_none()) return options;

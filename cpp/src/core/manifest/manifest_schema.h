@@ -2,7 +2,6 @@
 // (manifest_parse.cpp) reads with; Manifest::to_json and the dtype helpers live in manifest.cpp.
 #pragma once
 
-
 #include <array>
 #include <cstdint>
 #include <limits>

@@ -117,6 +117,32 @@ def test_steps_after_a_weight_swap_are_run_but_not_compared(tutorial, tutorial_w
     assert f"6 {OTHER_WEIGHTS}" in report.describe()
 
 
+def test_a_recurrent_packages_state_after_a_swap_is_not_compared_with_the_old_weights_carry(
+    recurrent, tmp_path
+):
+    """The state a step after the swap reads was carried from the new weights' step: the
+    replay reseeds it from the log instead of reporting it as a divergence."""
+    retrained = copy.deepcopy(recurrent[0])
+    with torch.no_grad():
+        for parameter in retrained.parameters():
+            parameter.add_(0.3)
+    weights = tmp_path / "recurrent-v2.tdw"
+    tdaot.export_weights(retrained, recurrent[2].path, weights)
+    native = tdaot.load(recurrent[2].path)
+    binding = native.bind(2, record=STEPS)
+    for i in range(STEPS):
+        if i == 3:
+            native.swap_weights(weights)
+        binding.inputs["observation"].copy_(_observations(i)["observation"])
+        binding.run()
+    path = tmp_path / "recurrent-swapped.tdlog"
+    binding.dump(str(path))
+    report = replay(read(path))
+    (package,) = report.checks
+    assert report.ok, report.describe()
+    assert package.compared == 3 and package.skipped[OTHER_WEIGHTS] == STEPS - 3
+
+
 def test_a_log_bound_after_a_swap_replays_with_the_weight_file_that_was_live(
     tutorial, tutorial_weights, tmp_path, capsys
 ):

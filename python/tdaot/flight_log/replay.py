@@ -279,8 +279,10 @@ def replay_package(
     for i, step in enumerate(log.steps):
         if step.reset.any() and resettable:
             binding.reset(step.reset.clone())
+        # The state the binding carried from a step that ran other weights is not the recorded one.
+        carried_known = as_recorded and not starts[i] and not log.other_weights(log.steps[i - 1])
         for key, value in step.inputs.items():
-            if key in carried and as_recorded and not starts[i] and divergence is None:
+            if key in carried and carried_known and divergence is None:
                 found = first_divergence(value, binding.inputs[key], rtol, atol)
                 if found is not None:
                     divergence = Divergence(i, step.seq, f"inputs/{key}", *found)

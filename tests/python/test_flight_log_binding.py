@@ -31,16 +31,32 @@ def arm(build_package):
     return build_package("rehearse-arm", arm_policy, {"batch": 1, "contract": arm_contract()})
 
 
-@pytest.fixture(scope="module")
-def tutorial_weights(tutorial, tmp_path_factory):
-    """A weight file of the tutorial policy with every weight changed, as training would."""
-    retrained = copy.deepcopy(tutorial[0])
+def _retrained_weights(built, path) -> str:
+    """A weight file at ``path`` of ``built``'s policy (a build_package triple) with every weight
+    changed, as training would."""
+    retrained = copy.deepcopy(built[0])
     with torch.no_grad():
         for parameter in retrained.parameters():
             parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(5)) * 0.5)
-    path = tmp_path_factory.mktemp("weights") / "tutorial-v2.tdw"
-    tdaot.export_weights(retrained, tutorial[2].path, path)
+    tdaot.export_weights(retrained, built[2].path, path)
     return str(path)
+
+
+def _record_with_swap(native, weights: str, swap_at: int, path) -> None:
+    """STEPS steps of ``native`` bound at batch 2 and recorded, ``weights`` swapped in before
+    step ``swap_at``; the log dumped at ``path``."""
+    binding = native.bind(2, record=STEPS)
+    for i in range(STEPS):
+        if i == swap_at:
+            native.swap_weights(weights)
+        binding.inputs["observation"].copy_(_observations(i)["observation"])
+        binding.run()
+    binding.dump(str(path))
+
+
+@pytest.fixture(scope="module")
+def tutorial_weights(tutorial, tmp_path_factory):
+    return _retrained_weights(tutorial, tmp_path_factory.mktemp("weights") / "tutorial-v2.tdw")
 
 
 def _observations(i: int) -> dict[str, torch.Tensor]:
@@ -95,15 +111,8 @@ def test_an_unsupervised_log_names_no_supervisor_and_the_weights_it_was_bound_wi
 
 
 def test_steps_after_a_weight_swap_are_run_but_not_compared(tutorial, tutorial_weights, tmp_path):
-    native = tdaot.load(tutorial[2].path)
-    binding = native.bind(2, record=STEPS)
-    for i in range(STEPS):
-        if i == 4:
-            native.swap_weights(tutorial_weights)
-        binding.inputs["observation"].copy_(_observations(i)["observation"])
-        binding.run()
     path = tmp_path / "swapped.tdlog"
-    binding.dump(str(path))
+    _record_with_swap(tdaot.load(tutorial[2].path), tutorial_weights, 4, path)
     log = read(path)
     assert [step.weights_generation for step in log.steps] == [0] * 4 + [1] * 6
     assert [log.other_weights(step) for step in log.steps] == [False] * 4 + [True] * 6
@@ -122,21 +131,9 @@ def test_a_recurrent_packages_state_after_a_swap_is_not_compared_with_the_old_we
 ):
     """The state a step after the swap reads was carried from the new weights' step: the
     replay reseeds it from the log instead of reporting it as a divergence."""
-    retrained = copy.deepcopy(recurrent[0])
-    with torch.no_grad():
-        for parameter in retrained.parameters():
-            parameter.add_(0.3)
-    weights = tmp_path / "recurrent-v2.tdw"
-    tdaot.export_weights(retrained, recurrent[2].path, weights)
-    native = tdaot.load(recurrent[2].path)
-    binding = native.bind(2, record=STEPS)
-    for i in range(STEPS):
-        if i == 3:
-            native.swap_weights(weights)
-        binding.inputs["observation"].copy_(_observations(i)["observation"])
-        binding.run()
+    weights = _retrained_weights(recurrent, tmp_path / "recurrent-v2.tdw")
     path = tmp_path / "recurrent-swapped.tdlog"
-    binding.dump(str(path))
+    _record_with_swap(tdaot.load(recurrent[2].path), weights, 3, path)
     report = replay(read(path))
     (package,) = report.checks
     assert report.ok, report.describe()

@@ -30,14 +30,18 @@ def make_inputs(specs: list[dict], batch: int, seed: int | None = None) -> list[
     return tensors
 
 
-def onnx_session(path: Path):
-    """ONNX Runtime's CPU session of ``path`` as the benchmark runs it: one thread, sequential."""
+def onnx_session(path: Path, profile_prefix: str | None = None):
+    """ONNX Runtime's CPU session of ``path`` as the benchmark runs it: one thread, sequential
+    (``profile_prefix``: with ONNX Runtime's profiler on, its trace file named from it)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 

@@ -10,10 +10,10 @@ backend: no display), as ``tdaot rehearse --plots`` draws a rehearsal.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 
+from tdaot._png_figures import PngFigures
 from tdaot.flight_log.model import FlightLog
 from tdaot.flight_log.names import element_names
 from tdaot.flight_log.summary import intervention_steps
@@ -30,29 +30,15 @@ def _file_name(key: str) -> str:
 def write_plots(log: FlightLog, directory: str | os.PathLike) -> list[str]:
     """Writes the PNG files of the module docstring into ``directory`` (made if needed); returns
     the paths written. Without steps, nothing is drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    written: list[str] = []
+    pngs = PngFigures(directory)
+    plt, save = pngs.plt, pngs.save
     if not log.steps:
-        return written
+        return pngs.written
     start = log.steps[0].start_ns
     t = np.array([(step.start_ns - start) / 1e9 for step in log.steps])
     seq_time = {step.seq: t[i] for i, step in enumerate(log.steps)}
     marked = [seq_time[seq] for seq, _ in intervention_steps(log) if seq in seq_time]
-    title = f"{os.path.basename(log.path)}: seq {log.steps[0].seq}..{log.steps[-1].seq}"
-
-    def save(fig, name: str) -> None:
-        fig.suptitle(title, fontsize=10)
-        fig.tight_layout()
-        path = out / name
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        written.append(os.fspath(path))
+    pngs.title = f"{os.path.basename(log.path)}: seq {log.steps[0].seq}..{log.steps[-1].seq}"
 
     for key in log.output_keys:
         values = log.series(key).reshape(len(log.steps), log.batch, -1)[:, 0].double().numpy()
@@ -89,4 +75,4 @@ def write_plots(log: FlightLog, directory: str | os.PathLike) -> list[str]:
         if log.batch <= 8:
             modes.legend(fontsize=7)
         save(fig, "supervisor.png")
-    return written
+    return pngs.written

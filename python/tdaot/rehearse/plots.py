@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tdaot._png_figures import PngFigures
 from tdaot.rehearse.video import forward_speeds
 
 if TYPE_CHECKING:
@@ -49,24 +49,9 @@ def write_plots(
     trajectory ``rows`` (tool.read_trajectory); ``floating``: the robot has a free base (the
     summary's ``floating_base``; else no height or speed plots); ``figures``: the reference's,
     with its series. Returns the paths written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    pngs = PngFigures(directory, title)
+    plt, save = pngs.plt, pngs.save
     t = np.array([r["time"] for r in rows])
-    written = []
-
-    def save(fig, name: str) -> None:
-        if title:
-            fig.suptitle(title, fontsize=10)
-        fig.tight_layout()
-        path = out / name
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        written.append(os.fspath(path))
 
     if floating:
         z = np.array([r["base_z"] for r in rows])
@@ -130,4 +115,4 @@ def write_plots(
         bottom.set(xlabel="time (s)", ylabel="largest |tdaot - eager|")
         bottom.legend(fontsize=8, loc="lower right")
         save(fig, "reference.png")
-    return written
+    return pngs.written

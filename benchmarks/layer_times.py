@@ -1,4 +1,4 @@
-"""Where a call's time goes, layer by layer: tdaot's oneDNN primitives beside ONNX Runtime's nodes.
+"""Where a call's time goes, layer by layer: tdaot's oneDNN primitives beside the peers' layers.
 
     .venv/bin/python benchmarks/layer_times.py --policy nature --batch 64 [--calls 20]
 
@@ -8,7 +8,9 @@ For one `make bench` policy (build/bench/artifacts/<policy>/) at one batch, on o
   over a call's slices; the call less those sums is what inductor's own kernels, the slicing and
   the binding spend.
 - ONNX Runtime: the session's call (p50), and each node's kernel time per call (its profiler).
-Both runtimes see the same seeded inputs. What it found is in benchmarks/README.md ("Layer by
+- OpenVINO (where the build made its file): the request's call (p50), and each executed layer's
+  time (its performance counters, ``PERF_COUNT``) on the last call.
+Every runtime sees the same seeded inputs. What it found is in benchmarks/README.md ("Layer by
 layer on the AMD EPYC"); nothing here is part of tdaot.
 """
 
@@ -100,6 +102,29 @@ def onnx_layers(model: Path, specs: list[dict], batch: int, calls: int) -> tuple
     return call_us, {key: statistics.median(us) for key, us in runs.items()}
 
 
+def openvino_layers(artifacts: Path, specs: list[dict], batch: int, calls: int) -> tuple[float, dict] | None:
+    """OpenVINO's call p50 (µs) and {(layer, type, kernel): µs on the last call}; None without
+    its file (peers.json says why)."""
+    import openvino as ov
+
+    import peers
+    from common import make_inputs
+
+    made = peers.read_status(artifacts).get("openvino", {})
+    if "file" not in made:
+        return None
+    config = {**peers.OPENVINO_CONFIG, "PERF_COUNT": "YES"}
+    request = ov.Core().compile_model(str(artifacts / made["file"]), "CPU", config).create_infer_request()
+    feeds = {i: tensor.numpy() for i, tensor in enumerate(make_inputs(specs, batch))}
+    call_us = p50_us(lambda: request.infer(feeds), calls)
+    layers = {
+        (info.node_name, info.node_type, info.exec_type): info.real_time.total_seconds() * 1e6
+        for info in request.get_profiling_info()
+        if info.status == ov.ProfilingInfo.Status.EXECUTED and info.real_time.total_seconds() > 0
+    }
+    return call_us, layers
+
+
 def table(title: str, call_us: float, layers: dict) -> None:
     total = sum(layers.values())
     print(f"\n{title}: call p50 {call_us:.0f} µs; the layers below {total:.0f} µs; ", end="")
@@ -125,6 +150,9 @@ def main() -> int:
     table("tdaot (oneDNN primitives)", *tdaot_layers(package, args.batch, args.calls, args.cpu))
     specs = input_specs(package)
     table("ONNX Runtime (nodes)", *onnx_layers(artifacts / "policy.onnx", specs, args.batch, args.calls))
+    openvino = openvino_layers(artifacts, specs, args.batch, args.calls)
+    if openvino is not None:
+        table("OpenVINO (executed layers, the last call)", *openvino)
     return 0
 
 

@@ -203,13 +203,17 @@ class ModelSpec:
     built before tdaot recorded it; such a model is taken as needing libtorch). The runner
     sends a call with batch B to the model with the narrowest range holding B. ``chunk_rows``
     (None: never) is the most rows the runner hands the model at once: a larger call runs as
-    slices of rows (tdaot.builder.tuning says when the build records it)."""
+    slices of rows (tdaot.builder.tuning says when the build records it). ``packed_weights``:
+    the original names of the constants its linear layers hand to oneDNN's matmul, which the
+    full runtime gives oneDNN in its packed layout, at load and at every weight swap
+    (tdaot.builder.rewrites.wide_product_weights says which)."""
 
     name: str
     batch: BatchRange
     tuning: str
     lite: LiteSupport | None = None
     chunk_rows: int | None = None
+    packed_weights: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -221,6 +225,8 @@ class ModelSpec:
             data["lite"] = self.lite.to_dict()
         if self.chunk_rows is not None:
             data["chunk_rows"] = self.chunk_rows
+        if self.packed_weights:
+            data["packed_weights"] = list(self.packed_weights)
         return data
 
 
@@ -423,6 +429,7 @@ class Manifest:
                     m["tuning"],
                     LiteSupport.from_dict(m["lite"]) if m.get("lite") is not None else None,
                     m.get("chunk_rows"),
+                    tuple(m.get("packed_weights", ())),
                 )
                 for m in data.get("models") or ()
             ),

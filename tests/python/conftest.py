@@ -32,6 +32,21 @@ from tdaot.builder.cache import ArtifactCache  # noqa: E402
 from tdaot.builder.factories import load_factory  # noqa: E402
 
 
+def retrained_copy(policy, seed: int = 7, scale: float = 0.3):
+    """A copy of ``policy`` with every weight changed, as training would: each gets ``scale``
+    times seeded normal noise."""
+    import copy
+
+    import torch
+
+    changed = copy.deepcopy(policy)
+    with torch.no_grad():
+        for parameter in changed.parameters():
+            noise = torch.randn(parameter.shape, generator=torch.Generator().manual_seed(seed))
+            parameter.add_(noise * scale)
+    return changed
+
+
 def _load_fixture_script():
     spec = importlib.util.spec_from_file_location(
         "build_test_packages", ROOT / "tests" / "cpp" / "build_test_packages.py"

@@ -8,7 +8,6 @@ the conv rewrite checked without compiling.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 import subprocess
@@ -19,7 +18,7 @@ import zipfile
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ROOT
+from conftest import ROOT, retrained_copy
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
@@ -474,10 +473,7 @@ def test_a_pixel_policy_gets_a_bound_lite_batch_one_model_whose_weights_swap(tmp
 
     torch.testing.assert_close(bound_action(), policy(example.clone())["action"], rtol=1e-5, atol=1e-6)
 
-    retrained = copy.deepcopy(policy)
-    with torch.no_grad():
-        for parameter in retrained.parameters():
-            parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(7)) * 0.3)
+    retrained = retrained_copy(policy)
     swap = tmp_path / "pixels-v2.tdw"
     tdaot.export_weights(retrained, artifact.path, swap)
     want = retrained(example.clone())["action"]

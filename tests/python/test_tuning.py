@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, retrained_copy
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
@@ -27,10 +27,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # for `policies` (the benchmark's 
 import tdaot
 import tdaot.builder.cache
 import tdaot.builder.tuning
-from tdaot import _torch_compat_gemm
+from tdaot import _torch_compat, _torch_compat_gemm
 from tdaot.builder.cache import artifact_key
 from tdaot.builder.config import load_config
 from tdaot.builder.export import export_policy
+from tdaot.builder.rewrites import wide_product_weights
 from tdaot.builder.tuning import (
     DECOMPOSED_RNN_MAX_BATCH,
     RECURRENT_OPS,
@@ -415,14 +416,64 @@ def test_avx512_dynamic_throughput_models_put_wide_linear_layers_on_onednn():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.skipif(not _torch_compat.has_onednn_linear(), reason="a torch without oneDNN's linear op")
+def test_the_weights_handed_to_onednn_are_named_for_the_runtime_to_pack():
+    """ModelSpec.packed_weights: each constant whose every use is a wide layer on oneDNN (the
+    runtime replaces it by its packed copy), not one that is also read another way."""
+
+    class Net(torch.nn.Module):
+        def __init__(self, tied: bool = False) -> None:
+            super().__init__()
+            self.inner, self.wide, self.head = (
+                torch.nn.Linear(16, 1024),
+                torch.nn.Linear(1024, 512),
+                torch.nn.Linear(512, 8),
+            )
+            self.tied = tied
+
+        def forward(self, x):
+            y = self.head(self.wide(torch.relu(self.inner(x))))
+            return y + self.wide.weight.sum() if self.tied else y
+
+    example = (torch.randn(4, 16),)
+    assert wide_product_weights(torch.export.export(Net(), example)) == ("wide.weight",)
+    assert wide_product_weights(torch.export.export(Net(tied=True), example)) == ()
+    # _Wide's 1024 x 1024 layer also runs on a 3-D input, which stays ATen's: not packed.
+    assert (
+        wide_product_weights(torch.export.export(_Wide(), (torch.randn(4, 96), torch.randn(2, 3, 1024))))
+        == ()
+    )
+    if not _torch_compat.has_onednn_linear():
+        return
+    plans = plan_models("auto", (1,), "cpu", 1, 4096, vector_isa="avx512")
+    program = torch.export.export(Net(), example)
+    assert [bool(rewrites_made(program, plan)) for plan in plans] == [True, False]
+
+
 @pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX512", reason="AVX-512 kernels only")
-def test_a_wide_layer_runs_on_onednn_in_the_dynamic_model_and_matches_eager(tmp_path):
+def test_a_wide_layer_runs_on_onednn_packed_at_load_and_after_a_swap(tmp_path):
+    """The dynamic model hands its wide layer to oneDNN; the runtime packs that weight at load
+    and again for a swap: outputs match eager before, after the swap and after its rollback."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(16, 1024), torch.nn.SiLU(), torch.nn.Linear(1024, 512))
     policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
     example = TensorDict({"observation": torch.randn(4, 16)}, batch_size=[4])
     artifact = tdaot.build(policy, example, tmp_path / "wide.pt2", specialize=())
     assert artifact.manifest.numerics == ("wide_products_onednn",)
+    (model,) = artifact.manifest.models
+    # The second linear layer's weight, by its name in the exported program.
+    assert [name.split(".")[-2:] for name in model.packed_weights] == [["2", "weight"]], model.packed_weights
+    native = tdaot.load(tmp_path / "wide.pt2")
+    assert native.manifest.models[0].packed_weights == model.packed_weights
     x = torch.randn(64, 16)
     with torch.no_grad():
-        torch.testing.assert_close(tdaot.load(tmp_path / "wide.pt2").run_positional(x)[0], net(x))
+        torch.testing.assert_close(native.run_positional(x)[0], net(x))
+    retrained = retrained_copy(policy)
+    swap = tmp_path / "wide-v2.tdw"
+    tdaot.export_weights(retrained, artifact.path, swap)
+    native.swap_weights(swap)
+    with torch.no_grad():
+        # oneDNN sums in another order than eager's MKL: larger retrained weights, larger sums.
+        torch.testing.assert_close(native.run_positional(x)[0], retrained.module(x), rtol=1e-5, atol=1e-4)
+        native.rollback_weights()
+        torch.testing.assert_close(native.run_positional(x)[0], net(x))

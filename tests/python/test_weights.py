@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import safetensors.torch
 import torch
-from conftest import ROOT
+from conftest import ROOT, retrained_copy
 from examples.policies import tutorial_policy
 from tensordict import TensorDict
 
@@ -50,11 +50,7 @@ OBSERVATIONS = {
 @pytest.fixture(scope="session")
 def retrained(tutorial):
     """The tutorial policy with every weight changed, as training would."""
-    policy = copy.deepcopy(tutorial[0])
-    with torch.no_grad():
-        for parameter in policy.parameters():
-            parameter.add_(torch.randn(parameter.shape, generator=torch.Generator().manual_seed(3)) * 0.5)
-    return policy
+    return retrained_copy(tutorial[0], seed=3, scale=0.5)
 
 
 @pytest.fixture(scope="session")

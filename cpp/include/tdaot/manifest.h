@@ -70,6 +70,10 @@ struct ModelSpec {
   // rows are independent and whose largest intermediate outgrows its budget at the largest
   // batch (tdaot.builder.tuning). Absent (packages built before it, or not needed): never sliced.
   std::optional<int64_t> chunk_rows;
+  // The optional per-model "packed_weights": the original names of the constants its linear
+  // layers hand to oneDNN's matmul, which the full runtime gives oneDNN packed (at load and at
+  // every weight swap). Absent (packages built before it, or none): every constant as built.
+  std::vector<std::string> packed_weights;
 };
 
 // "lite" when the model runs on the lite runtime, else "needs libtorch: <why>" (tools' tables).

@@ -178,6 +178,11 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& opts)
       model.runner = create_runner(extracted, model_metadata, manifest,
                                    static_cast<size_t>(options.num_runners), device, path);
       model.weights = std::make_unique<detail::ModelWeights>(*model.runner);
+      if (!model.spec->packed_weights.empty() && !device.is_cuda()) {
+        model.packed = std::make_unique<detail::PackedWeights>(
+            model.spec->packed_weights, model.weights->table(), path, model.spec->name);
+        model.packed->pack_live(*model.runner);
+      }
     }
     models.push_back(std::move(model));
   }

@@ -33,6 +33,8 @@ struct Policy::Impl : detail::PolicyCore {
     std::unique_ptr<torch::inductor::AOTIModelContainerRunner> runner;
     // Its swappable constants (weights.h).
     std::unique_ptr<detail::ModelWeights> weights;
+    // A runner model's weights given to oneDNN packed (packed_weights.h), or null.
+    std::unique_ptr<detail::PackedWeights> packed;
   };
 
   Impl(std::string package_path, const PolicyOptions& options);

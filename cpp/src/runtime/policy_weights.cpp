@@ -11,7 +11,7 @@ namespace tdaot {
 std::vector<detail::SwapModel> Policy::Impl::swap_models() const {
   std::vector<detail::SwapModel> targets;
   for (const Model& model : models) {
-    targets.push_back({model.spec->name, model.weights.get(), model.runner.get()});
+    targets.push_back({model.spec->name, model.weights.get(), model.runner.get(), model.packed.get()});
   }
   return targets;
 }

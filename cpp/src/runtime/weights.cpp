@@ -91,6 +91,9 @@ void apply_swap(const WeightFile& file, const std::vector<std::map<std::string, 
       try {
         models[i].runner->update_constant_buffer(map, /*use_inactive=*/true,
                                                  /*validate_full_updates=*/true);
+        if (models[i].packed != nullptr) {
+          models[i].packed->pack_inactive(*models[i].runner, set->names, set->tensors);
+        }
       } catch (const std::exception& e) {
         throw WeightsError(file.path, "", "weight file '" + file.path +
                                               "' could not be loaded into model '" +

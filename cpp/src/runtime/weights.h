@@ -24,6 +24,7 @@
 
 #include "core/weights/live_set.h"
 #include "core/weights/weights_check.h"
+#include "runtime/packed_weights.h"
 #include "runtime/arrayref.h"
 
 namespace tdaot::detail {
@@ -69,6 +70,7 @@ struct SwapModel {
   std::string name;
   ModelWeights* weights;
   torch::inductor::AOTIModelContainerRunner* runner;  // null for an arrayref model
+  PackedWeights* packed = nullptr;                      // its weights packed for oneDNN, if any
 };
 std::vector<SwapTarget> swap_targets(const std::vector<SwapModel>& models);
 // Loads the checked constants beside the live ones (runners: their inactive buffers), then makes

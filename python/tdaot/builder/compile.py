@@ -234,13 +234,15 @@ def _served(plan: ModelPlan, package: BatchRange) -> BatchRange:
 
 
 def model_specs(manifest: Manifest, plans: list[ModelPlan]) -> tuple[ModelSpec, ...]:
-    """The manifest's list of models: each plan's name, batches, tuning and chunk rows."""
+    """The manifest's list of models: each plan's name, batches, tuning, chunk rows and the
+    weights the runtime packs."""
     return tuple(
         ModelSpec(
             p.name,
             _served(p, manifest.batch),
             p.tuning,
             chunk_rows=p.chunk_rows,
+            packed_weights=p.packed_weights,
         )
         for p in plans
     )

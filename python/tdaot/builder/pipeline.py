@@ -27,7 +27,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from tdaot._version import __version__
-from tdaot.builder import lite, patches
+from tdaot.builder import lite, patches, rewrites
 from tdaot.builder.cache import ArtifactCache, artifact_key, remember_refusal, remembered_refusal
 from tdaot.builder.compile import build_package, compile_model, known_refusal, planned_manifest, unit_path
 from tdaot.builder.cross_models import cross_manifest, cross_plans
@@ -35,7 +35,7 @@ from tdaot.builder.export import ExportedPolicy, Traces
 from tdaot.builder.options import BuildOptions, fields
 from tdaot.builder.package import check_output_path
 from tdaot.builder.targets import CPU_TARGETS, architecture, vector_isa
-from tdaot.builder.tuning import ModelPlan, calls_recurrent_ops, plan_models, tune_plan
+from tdaot.builder.tuning import ModelPlan, calls_recurrent_ops, plan_models, rewrites_made, tune_plan
 from tdaot.builder.weights_format import program_weights
 from tdaot.errors import BuildError, CompileError, SpecialisationWarning, StaticBatchWarning
 from tdaot.manifest import Manifest, Source, read_manifest
@@ -283,7 +283,13 @@ def _plans(exported: ExportedPolicy, options: BuildOptions, vector_isa: str) -> 
     def sliced(plan: ModelPlan) -> bool:
         return plan.batch is None and rows is not None and rows < (plan.batch_max or batch.max)
 
-    return [dataclasses.replace(p, chunk_rows=rows) if sliced(p) else p for p in plans]
+    plans = [dataclasses.replace(p, chunk_rows=rows) if sliced(p) else p for p in plans]
+    # The weights a model hands to oneDNN's matmul, which the runtime packs for it.
+    packed = rewrites.wide_product_weights(program)
+    if not packed:
+        return plans
+    onednn = [p for p in plans if "wide_products_onednn" in rewrites_made(program, p)]
+    return [dataclasses.replace(p, packed_weights=packed) if p in onednn else p for p in plans]
 
 
 def make_units(

@@ -152,6 +152,8 @@ class ModelPlan:
     decomposed: bool = False
     # How the runtime slices a large call (ModelSpec.chunk_rows); not part of the compile.
     chunk_rows: int | None = None
+    # The weights the runtime packs for oneDNN (ModelSpec.packed_weights); not part of the compile.
+    packed_weights: tuple[str, ...] = ()
     # A throughput model's divisions by constants as multiplications (the latency tuning's too).
     reciprocals: bool = False
     # A throughput model's narrow linear layers computed 16 wide (rewrites.narrow_products_padded).

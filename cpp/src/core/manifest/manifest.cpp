@@ -87,6 +87,7 @@ std::string Manifest::to_json(int indent) const {
         }
       }
       if (model.chunk_rows) entry["chunk_rows"] = *model.chunk_rows;
+      if (!model.packed_weights.empty()) entry["packed_weights"] = model.packed_weights;
       list.push_back(std::move(entry));
     }
     out["models"] = list;

@@ -156,7 +156,7 @@ LiteSupport parse_lite(const Parser& p, const json& value, const std::string& fi
 std::vector<ModelSpec> parse_models(const Parser& p, const json& root, const BatchRange& batch,
                                     bool gaps_allowed) {
   auto it = root.find("models");
-  if (it == root.end() || it->is_null()) return {ModelSpec{kDefaultModelName, batch, "", std::nullopt, std::nullopt}};
+  if (it == root.end() || it->is_null()) return {ModelSpec{kDefaultModelName, batch, "", std::nullopt, std::nullopt, {}}};
   const json& list = p.array(*it, "models");
   if (list.empty()) p.fail("models", "empty; a package holds at least one model");
   std::vector<ModelSpec> models;
@@ -189,6 +189,10 @@ std::vector<ModelSpec> parse_models(const Parser& p, const json& root, const Bat
     if (chunk != list[i].end() && !chunk->is_null()) {
       // A slice is a batch the model serves: never fewer rows than its smallest batch.
       model.chunk_rows = p.integer(*chunk, field + ".chunk_rows", model.batch.min);
+    }
+    auto packed = list[i].find("packed_weights");
+    if (packed != list[i].end() && !packed->is_null()) {
+      model.packed_weights = parse_names(p, *packed, field + ".packed_weights");
     }
     models.push_back(std::move(model));
   }

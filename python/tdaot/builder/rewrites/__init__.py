@@ -25,6 +25,7 @@ from tdaot.builder.rewrites.programs import (
     narrow_product_table,
     narrow_products_padded,
     wide_product_table,
+    wide_product_weights,
     wide_products_onednn,
 )
 
@@ -54,5 +55,6 @@ __all__ = [
     "narrow_products_padded",
     "rewrite_modules",
     "wide_product_table",
+    "wide_product_weights",
     "wide_products_onednn",
 ]

@@ -248,6 +248,29 @@ def wide_product_table(program: torch.export.ExportedProgram) -> dict:
     return {linear: _onednn_linear} if wide else {}
 
 
+def wide_product_weights(program: torch.export.ExportedProgram) -> tuple[str, ...]:
+    """The original names of the weights ``wide_products_onednn`` hands to oneDNN's matmul in
+    ``program``, in graph order: those the full runtime gives oneDNN packed
+    (ModelSpec.packed_weights). A weight counts only when it is a constant of the model (a
+    parameter or buffer) and every use of it is such a layer: its packed copy replaces it."""
+    if not wide_product_table(program):
+        return ()
+    signature = program.graph_signature
+    constants = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+    linear = torch.ops.aten.linear.default
+    names: list[str] = []
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in constants or not node.users:
+            continue
+        if all(_wide_weight_of(user, node, linear) for user in node.users):
+            names.append(constants[node.name])
+    return tuple(names)
+
+
+def _wide_weight_of(user: torch.fx.Node, weight: torch.fx.Node, linear: object) -> bool:
+    return user.target is linear and user.args[1] is weight and _wide(user.args[0], weight)
+
+
 def _value(node: object) -> object:
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
 

@@ -1,0 +1,50 @@
+// oneDNN's packed layout for the weights a model's linear layers hand to oneDNN's matmul
+// (ModelSpec::packed_weights). The package holds them plain, as the model's own weights, so that
+// a weight file can swap them; the generated call (mkldnn._linear_pointwise) takes either form,
+// and on the packed one oneDNN skips repacking the weight on every call (benchmarks/README.md,
+// "Layer by layer on the AMD EPYC": 0.91-0.98 of the call's time, outputs bit for bit the same).
+// So the full runtime packs them once at load and again for each swap, and hands the packed
+// tensors to AOTInductor's container as user-managed constants, which it keeps alive here.
+#pragma once
+
+#include <ATen/Tensor.h>
+#include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
+
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/weights/weights_check.h"
+
+namespace tdaot::detail {
+
+class PackedWeights {
+ public:
+  // The constants of `table` whose original names are `fqns`. Throws PackageError, naming the
+  // package `path`, model `model` and the name, for a name the model has no constant of.
+  PackedWeights(const std::vector<std::string>& fqns, const ConstantTable& table,
+                const std::string& path, const std::string& model);
+
+  // At load: the live plain constants packed, and the packed ones made live.
+  void pack_live(torch::inductor::AOTIModelContainerRunner& runner);
+  // In a swap, once the plain constants `names`/`tensors` are in the inactive buffer: the ones
+  // it packs, packed into that buffer too, before the swap makes it live.
+  void pack_inactive(torch::inductor::AOTIModelContainerRunner& runner,
+                     const std::vector<std::string>& names, const std::vector<at::Tensor>& tensors);
+
+ private:
+  // Packs `names`/`tensors`'s constants and hands them to the live or inactive buffer.
+  void hand_over(torch::inductor::AOTIModelContainerRunner& runner,
+                 const std::vector<std::string>& names, const std::vector<at::Tensor>& tensors,
+                 bool inactive);
+
+  std::map<std::string, std::string> constants_;  // the constants' names -> original names
+  std::string path_;
+  std::string model_;
+  // The packed sets the two buffers hold (the container does not own user-managed constants):
+  // each new set goes into the buffer that held the oldest, which is then dropped.
+  std::deque<std::vector<at::Tensor>> held_;
+};
+
+}  // namespace tdaot::detail

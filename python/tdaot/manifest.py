@@ -305,7 +305,9 @@ class Manifest:
             if model.lite is not None:
                 lite = ", lite" if model.lite.runs else f", needs libtorch ({model.lite.why})"
             sliced = f"; calls of more than {model.chunk_rows} rows run in slices" if model.chunk_rows else ""
-            lines.append(f"    {model.name:<15} batch {served}, {model.tuning}{lite}{sliced}")
+            count = len(model.packed_weights)
+            packed = f"; {count} weight(s) packed for oneDNN at load" if count else ""
+            lines.append(f"    {model.name:<15} batch {served}, {model.tuning}{lite}{sliced}{packed}")
         if any(model.lite is not None for model in self.models):
             lines.append(f"  lite runtime      {self.lite_batches_described()}")
         if self.patches is not None:

@@ -465,6 +465,7 @@ def test_a_wide_layer_runs_on_onednn_packed_at_load_and_after_a_swap(tmp_path):
     assert [name.split(".")[-2:] for name in model.packed_weights] == [["2", "weight"]], model.packed_weights
     native = tdaot.load(tmp_path / "wide.pt2")
     assert native.manifest.models[0].packed_weights == model.packed_weights
+    assert "; 1 weight(s) packed for oneDNN at load" in native.manifest.describe()
     x = torch.randn(64, 16)
     with torch.no_grad():
         torch.testing.assert_close(native.run_positional(x)[0], net(x))

@@ -71,8 +71,9 @@ void PackedWeights::hand_over(torch::inductor::AOTIModelContainerRunner& runner,
   torch::inductor::TensorConstantMap map;
   for (size_t i = 0; i < packed.size(); ++i) map[packed_names[i]] = &packed[i];
   runner.update_constant_buffer(map, inactive, /*validate_full_updates=*/false, /*user_managed=*/true);
-  held_.push_back(std::move(packed));  // the tensors move with the vector's storage
-  if (held_.size() > 2) held_.pop_front();
+  // The buffer no longer holds the set it had; the new tensors keep their addresses (the
+  // vector's storage moves whole).
+  (inactive ? inactive_ : live_) = std::move(packed);
 }
 
 }  // namespace tdaot::detail

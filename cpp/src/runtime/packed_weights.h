@@ -10,7 +10,6 @@
 #include <ATen/Tensor.h>
 #include <torch/csrc/inductor/aoti_runner/model_container_runner.h>
 
-#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,6 +31,8 @@ class PackedWeights {
   // it packs, packed into that buffer too, before the swap makes it live.
   void pack_inactive(torch::inductor::AOTIModelContainerRunner& runner,
                      const std::vector<std::string>& names, const std::vector<at::Tensor>& tensors);
+  // The runner's buffers traded places (swap_constant_buffer: a swap made live, or a rollback).
+  void buffers_swapped() { live_.swap(inactive_); }
 
  private:
   // Packs `names`/`tensors`'s constants and hands them to the live or inactive buffer.
@@ -42,9 +43,10 @@ class PackedWeights {
   std::map<std::string, std::string> constants_;  // the constants' names -> original names
   std::string path_;
   std::string model_;
-  // The packed sets the two buffers hold (the container does not own user-managed constants):
-  // each new set goes into the buffer that held the oldest, which is then dropped.
-  std::deque<std::vector<at::Tensor>> held_;
+  // The packed tensors each buffer holds: the container keeps only their addresses (user-managed
+  // constants), so they live here, never moved, until their buffer gets another set.
+  std::vector<at::Tensor> live_;
+  std::vector<at::Tensor> inactive_;
 };
 
 }  // namespace tdaot::detail

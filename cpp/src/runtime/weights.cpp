@@ -106,6 +106,7 @@ void apply_swap(const WeightFile& file, const std::vector<std::map<std::string, 
   for (size_t i = 0; i < models.size(); ++i) {
     if (models[i].runner != nullptr) {
       models[i].runner->swap_constant_buffer();  // waits for the calls in flight
+      if (models[i].packed != nullptr) models[i].packed->buffers_swapped();
     } else {
       models[i].weights->sets().publish(std::move(sets[i]));
     }
@@ -116,6 +117,7 @@ void exchange_weights(const std::vector<SwapModel>& models) {
   for (const SwapModel& model : models) {
     if (model.runner != nullptr) {
       model.runner->swap_constant_buffer();
+      if (model.packed != nullptr) model.packed->buffers_swapped();
     } else {
       model.weights->sets().exchange();
     }

@@ -276,52 +276,10 @@ class Manifest:
         return [spec.key for spec in self.outputs]
 
     def describe(self) -> str:
-        """The manifest as a human-readable table."""
-        batch = f"{self.batch.min}..{self.batch.max}" if self.batch.dynamic else f"{self.batch.min} (static)"
-        lines = [
-            f"tdaot manifest v{self.schema_version}",
-            f"  source            {self.source.module_class}"
-            + (f"  ({self.source.factory})" if self.source.factory else ""),
-            f"  batch             {batch}",
-            f"  interaction type  {self.interaction_type}",
-            f"  device            {self.device} (cpu target {self.cpu_target}, isa {self.cpu_isa or '-'}"
-            + (f", architecture {self.architecture})" if self.architecture else ")"),
-            f"  built with        torch {self.torch_version}, tensordict {self.tensordict_version}, "
-            f"tdaot {self.tdaot_version}",
-        ]
-        if self.custom_ops:
-            lines.append(f"  custom ops        {', '.join(self.custom_ops)}")
-        if self.files:
-            lines.append(f"  files             {len(self.files)} with sha256 digests")
-            swap = self.weights_sha256 or "none recorded (cannot swap weights)"
-            lines.append(f"  weights sha256    {swap}")
-        if self.contract:
-            lines += ["  contract", *("  " + line for line in self.contract.describe())]
-        if self.models:
-            lines.append("  models")
-        for model in self.models:
-            served = f"{model.batch.min}..{model.batch.max}" if model.batch.dynamic else f"{model.batch.min}"
-            lite = ""
-            if model.lite is not None:
-                lite = ", lite" if model.lite.runs else f", needs libtorch ({model.lite.why})"
-            sliced = f"; calls of more than {model.chunk_rows} rows run in slices" if model.chunk_rows else ""
-            count = len(model.packed_weights)
-            packed = f"; {count} weight(s) packed for oneDNN at load" if count else ""
-            lines.append(f"    {model.name:<15} batch {served}, {model.tuning}{lite}{sliced}{packed}")
-        if any(model.lite is not None for model in self.models):
-            lines.append(f"  lite runtime      {self.lite_batches_described()}")
-        if self.patches is not None:
-            lines.append(f"  torch patches     {', '.join(self.patches) or 'none'}")
-        if self.numerics is not None:
-            numerics = ", ".join(self.numerics) or "none: torch's own results (as inductor computes them)"
-            lines.append(f"  numerics          {numerics}")
-        width = max(len(s.key) for s in (*self.inputs, *self.outputs))
-        for title, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
-            lines.append(f"  {title}")
-            for spec in specs:
-                shape = ", ".join(["B", *map(str, spec.shape)])
-                lines.append(f"    {spec.key.ljust(width)}  {spec.dtype:<8}  [{shape}]")
-        return "\n".join(lines)
+        """The manifest as a human-readable table (tdaot.manifest_text)."""
+        from tdaot.manifest_text import describe
+
+        return describe(self)
 
     def lite_batches(self) -> dict[str, BatchRange]:
         """The models the lite runtime can run (by name) and the batches each serves."""

@@ -54,6 +54,8 @@ TEST(PackedWeights, TheFieldIsReadAndWrittenAndAbsentWithoutIt) {
   Manifest copy = plain.manifest();
   copy.models[0].packed_weights = {"module.0.weight"};
   EXPECT_TRUE(test::Contains(copy.to_json(), "\"packed_weights\":[\"module.0.weight\"]")) << copy.to_json();
+  const Manifest read = Manifest::from_json(copy.to_json(), "copy.pt2");
+  EXPECT_EQ(read.models[0].packed_weights, std::vector<std::string>{"module.0.weight"});
 }
 
 }  // namespace

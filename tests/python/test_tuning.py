@@ -443,8 +443,6 @@ def test_the_weights_handed_to_onednn_are_named_for_the_runtime_to_pack():
         wide_product_weights(torch.export.export(_Wide(), (torch.randn(4, 96), torch.randn(2, 3, 1024))))
         == ()
     )
-    if not _torch_compat.has_onednn_linear():
-        return
     plans = plan_models("auto", (1,), "cpu", 1, 4096, vector_isa="avx512")
     program = torch.export.export(Net(), example)
     assert [bool(rewrites_made(program, plan)) for plan in plans] == [True, False]

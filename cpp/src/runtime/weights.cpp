@@ -23,6 +23,13 @@ at::Tensor to_tensor(const WeightTensor& tensor, const ConstantInfo& info, c10::
   return view.to(device, /*non_blocking=*/false, /*copy=*/true);
 }
 
+// A runner's live and inactive constant buffers traded (waiting for the calls in flight), its
+// packed weights' sets with them.
+void swap_buffers(const SwapModel& model) {
+  model.runner->swap_constant_buffer();
+  if (model.packed != nullptr) model.packed->buffers_swapped();
+}
+
 }  // namespace
 
 ModelWeights::ModelWeights(const torch::inductor::AOTIModelContainerRunner& runner) {
@@ -105,8 +112,7 @@ void apply_swap(const WeightFile& file, const std::vector<std::map<std::string, 
   }
   for (size_t i = 0; i < models.size(); ++i) {
     if (models[i].runner != nullptr) {
-      models[i].runner->swap_constant_buffer();  // waits for the calls in flight
-      if (models[i].packed != nullptr) models[i].packed->buffers_swapped();
+      swap_buffers(models[i]);
     } else {
       models[i].weights->sets().publish(std::move(sets[i]));
     }
@@ -116,8 +122,7 @@ void apply_swap(const WeightFile& file, const std::vector<std::map<std::string, 
 void exchange_weights(const std::vector<SwapModel>& models) {
   for (const SwapModel& model : models) {
     if (model.runner != nullptr) {
-      model.runner->swap_constant_buffer();
-      if (model.packed != nullptr) model.packed->buffers_swapped();
+      swap_buffers(model);
     } else {
       model.weights->sets().exchange();
     }

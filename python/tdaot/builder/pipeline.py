@@ -283,13 +283,14 @@ def _plans(exported: ExportedPolicy, options: BuildOptions, vector_isa: str) -> 
     def sliced(plan: ModelPlan) -> bool:
         return plan.batch is None and rows is not None and rows < (plan.batch_max or batch.max)
 
-    plans = [dataclasses.replace(p, chunk_rows=rows) if sliced(p) else p for p in plans]
     # The weights a model hands to oneDNN's matmul, which the runtime packs for it.
     packed = rewrites.wide_product_weights(program)
-    if not packed:
-        return plans
-    onednn = [p for p in plans if "wide_products_onednn" in rewrites_made(program, p)]
-    return [dataclasses.replace(p, packed_weights=packed) if p in onednn else p for p in plans]
+
+    def packs(plan: ModelPlan) -> bool:
+        return bool(packed) and "wide_products_onednn" in rewrites_made(program, plan)
+
+    plans = [dataclasses.replace(p, chunk_rows=rows) if sliced(p) else p for p in plans]
+    return [dataclasses.replace(p, packed_weights=packed) if packs(p) else p for p in plans]
 
 
 def make_units(

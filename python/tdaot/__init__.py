@@ -23,7 +23,16 @@ from tdaot.errors import *  # noqa: F403 - the error classes are top-level API
 # memo replays a build without torch: tdaot.build_memo) imports neither torch nor tensordict:
 # name -> (module, attribute), attribute None for the module itself.
 _RUNTIME = ("Binding", "BoundTensors", "Policy", "Session", "load", "verify_package", "verify_weights")
-_MANIFEST = ("BatchRange", "LiteSupport", "Manifest", "ModelSpec", "Recurrent", "Source", "StatePair")
+_MANIFEST = (
+    "BatchRange",
+    "LiteSupport",
+    "Manifest",
+    "ModelSpec",
+    "PackedConvolution",
+    "Recurrent",
+    "Source",
+    "StatePair",
+)
 _LAZY = {
     **{name: ("tdaot.runtime", name) for name in _RUNTIME},
     **{name: ("tdaot.manifest", name) for name in (*_MANIFEST, "TensorSpec", "read_manifest")},
@@ -81,6 +90,7 @@ __all__ = [
     "LiteSupport",  # noqa: F405 - imported on first use (__getattr__)
     "Manifest",  # noqa: F405 - imported on first use (__getattr__)
     "ModelSpec",  # noqa: F405 - imported on first use (__getattr__)
+    "PackedConvolution",  # noqa: F405 - imported on first use (__getattr__)
     "Policy",  # noqa: F405 - imported on first use (__getattr__)
     "Recurrent",  # noqa: F405 - imported on first use (__getattr__)
     "Session",  # noqa: F405 - imported on first use (__getattr__)

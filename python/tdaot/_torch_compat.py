@@ -253,20 +253,6 @@ def has_arrayref_entry_point() -> bool:
     return header.is_file() and "AOTInductorModelRunMinimalArrayrefInterfaceV2" in header.read_text()
 
 
-@functools.cache
-def has_onednn_linear() -> bool:
-    """Whether this torch has oneDNN's linear op (``mkldnn._linear_pointwise``, which inductor
-    lowers to a call through AOTInductor's C shim, ``aoti_torch_cpu__linear_pointwise``): torch
-    built with oneDNN, on x86."""
-    return bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-
-
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x @ weight.T + bias`` by oneDNN's linear op on the plain weight (no prepacking, so the
-    constant stays the model's own); only where :func:`has_onednn_linear`."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-
-
 def inductor_config(options: dict):
     """A context manager with inductor's config entries ``options`` set."""
     import torch._inductor.config
@@ -286,7 +272,7 @@ def calls_proxy_executor(records: dict[str, bytes]) -> bool:
     return any(name.endswith(".wrapper.cpp") and call in data for name, data in records.items())
 
 
-# --- inductor's CPU vector ISAs and C++ GEMM template (tdaot._torch_compat_isa, _gemm) ------------
+# --- inductor's CPU vector ISAs, C++ GEMM template and oneDNN ops (_torch_compat_isa, _gemm, _onednn)
 
 from tdaot._torch_compat_cross import (  # noqa: E402, F401
     CROSS_ISAS,
@@ -311,6 +297,13 @@ from tdaot._torch_compat_isa import (  # noqa: E402, F401
     short_loops_scalar,
     tanh_within_3_5_ulp,
     vector_isas_limited_to,
+)
+from tdaot._torch_compat_onednn import (  # noqa: E402, F401
+    has_onednn_convolution,
+    has_onednn_linear,
+    onednn_convolution,
+    onednn_convolution_target,
+    onednn_linear,
 )
 
 # --- the .pt2 archive ---------------------------------------------------------------------

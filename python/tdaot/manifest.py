@@ -197,6 +197,32 @@ class LiteSupport:
 
 
 @dataclass(frozen=True)
+class PackedConvolution:
+    """A convolution weight the full runtime gives oneDNN packed (ModelSpec.packed_convolutions):
+    the constant's original name and its layer's geometry, which decides oneDNN's layout."""
+
+    weight: str
+    padding: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    groups: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "weight": self.weight,
+            "padding": list(self.padding),
+            "stride": list(self.stride),
+            "dilation": list(self.dilation),
+            "groups": self.groups,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PackedConvolution:
+        geometry = (tuple(data[name]) for name in ("padding", "stride", "dilation"))
+        return cls(data["weight"], *geometry, data["groups"])
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One compiled model of the package: its name in the archive, the batch sizes it serves,
     its tuning, and whether it runs on the lite runtime (None: not recorded, as in packages
@@ -206,7 +232,9 @@ class ModelSpec:
     slices of rows (tdaot.builder.tuning says when the build records it). ``packed_weights``:
     the original names of the constants its linear layers hand to oneDNN's matmul, which the
     full runtime gives oneDNN in its packed layout, at load and at every weight swap
-    (tdaot.builder.rewrites.wide_product_weights says which)."""
+    (tdaot.builder.rewrites.wide_product_weights says which); ``packed_convolutions``: the same
+    for its convolutions' weights, each with its layer's geometry
+    (tdaot.builder.rewrites.onednn_convolution_weights)."""
 
     name: str
     batch: BatchRange
@@ -214,6 +242,7 @@ class ModelSpec:
     lite: LiteSupport | None = None
     chunk_rows: int | None = None
     packed_weights: tuple[str, ...] = ()
+    packed_convolutions: tuple[PackedConvolution, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -227,6 +256,8 @@ class ModelSpec:
             data["chunk_rows"] = self.chunk_rows
         if self.packed_weights:
             data["packed_weights"] = list(self.packed_weights)
+        if self.packed_convolutions:
+            data["packed_convolutions"] = [conv.to_dict() for conv in self.packed_convolutions]
         return data
 
 
@@ -390,6 +421,7 @@ class Manifest:
                     LiteSupport.from_dict(m["lite"]) if m.get("lite") is not None else None,
                     m.get("chunk_rows"),
                     tuple(m.get("packed_weights", ())),
+                    tuple(PackedConvolution.from_dict(c) for c in m.get("packed_convolutions", ())),
                 )
                 for m in data.get("models") or ()
             ),

@@ -41,7 +41,7 @@ def describe(manifest: Manifest) -> str:
         if model.lite is not None:
             lite = ", lite" if model.lite.runs else f", needs libtorch ({model.lite.why})"
         sliced = f"; calls of more than {model.chunk_rows} rows run in slices" if model.chunk_rows else ""
-        count = len(model.packed_weights)
+        count = len(model.packed_weights) + len(model.packed_convolutions)
         packed = f"; {count} weight(s) packed for oneDNN at load" if count else ""
         lines.append(f"    {model.name:<15} batch {served}, {model.tuning}{lite}{sliced}{packed}")
     if any(model.lite is not None for model in manifest.models):

@@ -45,10 +45,10 @@ void expect_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tens
 TEST(ModelFor, TakesTheNarrowestRangeAndTheFirstOfEqualOnes) {
   Manifest m;
   m.batch = {1, 64};
-  m.models = {{"model", {1, 64}, "throughput", std::nullopt, std::nullopt, {}},
-              {"small", {1, 8}, "latency", std::nullopt, std::nullopt, {}},
-              {"b4", {4, 4}, "latency", std::nullopt, std::nullopt, {}},
-              {"also_b4", {4, 4}, "latency", std::nullopt, std::nullopt, {}}};
+  m.models = {{"model", {1, 64}, "throughput", std::nullopt, std::nullopt, {}, {}},
+              {"small", {1, 8}, "latency", std::nullopt, std::nullopt, {}, {}},
+              {"b4", {4, 4}, "latency", std::nullopt, std::nullopt, {}, {}},
+              {"also_b4", {4, 4}, "latency", std::nullopt, std::nullopt, {}, {}}};
   EXPECT_EQ(m.model_for(1)->name, "small");
   EXPECT_EQ(m.model_for(4)->name, "b4");
   EXPECT_EQ(m.model_for(9)->name, "model");

@@ -4,6 +4,7 @@
 // compiled library.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -53,6 +54,16 @@ struct LiteSupport {
   std::string why;
 };
 
+// A convolution weight the full runtime gives oneDNN packed (ModelSpec::packed_convolutions):
+// the constant's original name and its layer's geometry, which decides oneDNN's layout.
+struct PackedConvolution {
+  std::string weight;
+  std::array<int64_t, 2> padding{};   // >= 0
+  std::array<int64_t, 2> stride{};    // >= 1
+  std::array<int64_t, 2> dilation{};  // >= 1
+  int64_t groups = 1;                 // >= 1
+};
+
 // One compiled model of the package (AOTInductor's "data/aotinductor/<name>/"): the batch sizes
 // it serves and how it was tuned. A package may hold several, e.g. a dynamic-batch throughput
 // model and static batch-1 latency models; the runner sends each call to Manifest::model_for.
@@ -74,6 +85,9 @@ struct ModelSpec {
   // layers hand to oneDNN's matmul, which the full runtime gives oneDNN packed (at load and at
   // every weight swap). Absent (packages built before it, or none): every constant as built.
   std::vector<std::string> packed_weights;
+  // The optional per-model "packed_convolutions": the same for the weights of its convolutions
+  // on oneDNN's op, each with its layer's geometry; no weight is listed twice, here or above.
+  std::vector<PackedConvolution> packed_convolutions;
 };
 
 // "lite" when the model runs on the lite runtime, else "needs libtorch: <why>" (tools' tables).

@@ -178,9 +178,8 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& opts)
       model.runner = create_runner(extracted, model_metadata, manifest,
                                    static_cast<size_t>(options.num_runners), device, path);
       model.weights = std::make_unique<detail::ModelWeights>(*model.runner);
-      if (!model.spec->packed_weights.empty() && !device.is_cuda()) {
-        model.packed = std::make_unique<detail::PackedWeights>(
-            model.spec->packed_weights, model.weights->table(), path, model.spec->name);
+      if (detail::PackedWeights::wanted(*model.spec) && !device.is_cuda()) {
+        model.packed = std::make_unique<detail::PackedWeights>(*model.spec, model.weights->table(), path);
         model.packed->pack_live(*model.runner);
       }
     }

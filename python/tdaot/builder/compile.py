@@ -243,6 +243,7 @@ def model_specs(manifest: Manifest, plans: list[ModelPlan]) -> tuple[ModelSpec, 
             p.tuning,
             chunk_rows=p.chunk_rows,
             packed_weights=p.packed_weights,
+            packed_convolutions=p.packed_convolutions,
         )
         for p in plans
     )

@@ -165,6 +165,8 @@ NUMERICS: dict[str, str] = {
     "its products in another order: other roundings)",
     "wide_products_onednn": "a linear layer of 2 MiB of weights or more is oneDNN's matmul, not "
     "MKL's sgemm (another summation order: other roundings)",
+    "convolutions_onednn": "a 2-D convolution calls oneDNN's convolution op, with the activation after it "
+    "(ReLU, tanh, sigmoid, SiLU, GELU, leaky ReLU, hardtanh) fused into it as oneDNN computes it",
 }
 
 # tdaot's modules whose source decides what a model compiles to, beside the patches: hashed into
@@ -175,6 +177,7 @@ CODE_MODULES = (
     "tdaot._torch_compat_cross",
     "tdaot._torch_compat_gemm",
     "tdaot._torch_compat_isa",
+    "tdaot._torch_compat_onednn",
     "tdaot._torch_compat_paths",
     "tdaot.builder.compile",
     "tdaot.builder.cross",

@@ -283,14 +283,19 @@ def _plans(exported: ExportedPolicy, options: BuildOptions, vector_isa: str) -> 
     def sliced(plan: ModelPlan) -> bool:
         return plan.batch is None and rows is not None and rows < (plan.batch_max or batch.max)
 
-    # The weights a model hands to oneDNN's matmul, which the runtime packs for it.
+    # The weights a model hands to oneDNN (its matmul, its convolutions), which the runtime packs.
     packed = rewrites.wide_product_weights(program)
+    convolutions = rewrites.onednn_convolution_weights(program)
 
-    def packs(plan: ModelPlan) -> bool:
-        return bool(packed) and "wide_products_onednn" in rewrites_made(program, plan)
+    def packs(plan: ModelPlan) -> dict:
+        made = rewrites_made(program, plan) if packed or convolutions else []
+        return {
+            **({"packed_weights": packed} if "wide_products_onednn" in made else {}),
+            **({"packed_convolutions": convolutions} if "convolutions_onednn" in made else {}),
+        }
 
     plans = [dataclasses.replace(p, chunk_rows=rows) if sliced(p) else p for p in plans]
-    return [dataclasses.replace(p, packed_weights=packed) if packs(p) else p for p in plans]
+    return [dataclasses.replace(p, **packs(p)) for p in plans]
 
 
 def make_units(

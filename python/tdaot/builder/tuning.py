@@ -83,7 +83,7 @@ import torch
 
 from tdaot import _torch_compat
 from tdaot.builder import gemm_choice, rewrites
-from tdaot.manifest import BatchRange
+from tdaot.manifest import BatchRange, PackedConvolution
 
 TUNINGS = ("throughput", "latency", "auto")
 DEFAULT_TUNING = "auto"
@@ -152,14 +152,19 @@ class ModelPlan:
     decomposed: bool = False
     # How the runtime slices a large call (ModelSpec.chunk_rows); not part of the compile.
     chunk_rows: int | None = None
-    # The weights the runtime packs for oneDNN (ModelSpec.packed_weights); not part of the compile.
+    # The weights the runtime packs for oneDNN (ModelSpec.packed_weights, packed_convolutions);
+    # not part of the compile.
     packed_weights: tuple[str, ...] = ()
+    packed_convolutions: tuple[PackedConvolution, ...] = ()
     # A throughput model's divisions by constants as multiplications (the latency tuning's too).
     reciprocals: bool = False
     # A throughput model's narrow linear layers computed 16 wide (rewrites.narrow_products_padded).
     padded_products: bool = False
     # A dynamic throughput model's wide linear layers on oneDNN's matmul (rewrites.wide_products_onednn).
     onednn_products: bool = False
+    # A dynamic throughput model's convolutions on oneDNN's op, activations fused
+    # (rewrites.convolutions_onednn).
+    onednn_convolutions: bool = False
     # No change to results beyond torch's own (BuildOptions.exact_math; patches.NUMERICS).
     exact_math: bool = False
 
@@ -168,7 +173,8 @@ class ModelPlan:
         # Only where set: the other models' cache keys stay what they were.
         if self.batch_max is not None:
             described["batch_max"] = self.batch_max
-        for flag in ("decomposed", "reciprocals", "padded_products", "onednn_products", "exact_math"):
+        flags = ("decomposed", "reciprocals", "padded_products", "onednn_products", "onednn_convolutions")
+        for flag in (*flags, "exact_math"):
             if getattr(self, flag):
                 described[flag] = True
         return described
@@ -221,9 +227,16 @@ def plan_models(
     # Wide products on oneDNN: dynamic models only (its op is libtorch's: a static model keeps
     # ATen's, which the lite runtime serves), AVX-512 kernels only (on AVX2 MKL measured as fast).
     onednn = vector_isa.split()[:1] == ["avx512"]  # "avx512", "avx512 avx512_vnni", "... amx_tile"
+    # Convolutions on oneDNN's op: dynamic models, x86 kernels (ATen's convolution is the same
+    # oneDNN kernel there; what changes is the weight packed once and the activation fused).
+    convolutions = vector_isa.split()[:1] in (["avx2"], ["avx512"])
     plans = [
         dataclasses.replace(
-            p, reciprocals=True, padded_products=padded, onednn_products=onednn and p.batch is None
+            p,
+            reciprocals=True,
+            padded_products=padded,
+            onednn_products=onednn and p.batch is None,
+            onednn_convolutions=convolutions and p.batch is None,
         )
         if p.tuning == "throughput"
         else p
@@ -355,6 +368,8 @@ def _table_rewrites(plan: ModelPlan) -> list[tuple[str, Callable]]:
         chosen.append(("narrow_products_padded", rewrites.narrow_product_table))
     if plan.onednn_products:
         chosen.append(("wide_products_onednn", rewrites.wide_product_table))
+    if plan.onednn_convolutions:
+        chosen.append(("convolutions_onednn", rewrites.onednn_convolution_table))
     return chosen
 
 
@@ -378,7 +393,9 @@ def tune_plan(program: torch.export.ExportedProgram, plan: ModelPlan) -> torch.e
         # Before the retrace: conv2d_as_gemm picks each convolution's patch order by the layout
         # of its weight (a constant the retrace reads).
         program = rewrites.channels_last_weights(program)
-    return rewrites.apply(program, table)  # in one retrace (rewrites.apply says why)
+    fused = plan.onednn_convolutions and bool(rewrites.onednn_convolution_table(program))
+    program = rewrites.apply(program, table)  # in one retrace (rewrites.apply says why)
+    return rewrites.activations_fused(program) if fused else program
 
 
 def tune_program(

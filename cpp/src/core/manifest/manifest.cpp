@@ -88,6 +88,13 @@ std::string Manifest::to_json(int indent) const {
       }
       if (model.chunk_rows) entry["chunk_rows"] = *model.chunk_rows;
       if (!model.packed_weights.empty()) entry["packed_weights"] = model.packed_weights;
+      for (const PackedConvolution& conv : model.packed_convolutions) {
+        entry["packed_convolutions"].push_back({{"weight", conv.weight},
+                                                {"padding", conv.padding},
+                                                {"stride", conv.stride},
+                                                {"dilation", conv.dilation},
+                                                {"groups", conv.groups}});
+      }
       list.push_back(std::move(entry));
     }
     out["models"] = list;

@@ -125,6 +125,42 @@ std::vector<std::string> parse_names(const Parser& p, const json& value, const s
   return names;
 }
 
+// Two integers of at least `min` (a convolution's padding, stride or dilation).
+std::array<int64_t, 2> parse_pair(const Parser& p, const json& value, const std::string& field,
+                                  int64_t min) {
+  const json& list = p.array(value, field);
+  if (list.size() != 2) {
+    p.fail(field, "expected 2 integers (height, width), got " + std::to_string(list.size()));
+  }
+  return {p.integer(list[0], Parser::index(field, 0), min),
+          p.integer(list[1], Parser::index(field, 1), min)};
+}
+
+// A model's optional "packed_convolutions": [{weight, padding, stride, dilation, groups}], no
+// weight listed twice nor among its `packed_weights`.
+std::vector<PackedConvolution> parse_packed_convolutions(const Parser& p, const json& value,
+                                                         const std::string& field,
+                                                         const std::vector<std::string>& packed) {
+  const json& list = p.array(value, field);
+  std::vector<PackedConvolution> convolutions;
+  std::unordered_set<std::string> seen(packed.begin(), packed.end());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string item = Parser::index(field, i);
+    p.object(list[i], item);
+    PackedConvolution conv;
+    conv.weight = p.text_member(list[i], item, "weight");
+    if (!seen.insert(conv.weight).second) {
+      p.fail(item + ".weight", "'" + conv.weight + "' is listed twice among the packed weights");
+    }
+    conv.padding = parse_pair(p, p.member(list[i], item, "padding"), item + ".padding", 0);
+    conv.stride = parse_pair(p, p.member(list[i], item, "stride"), item + ".stride", 1);
+    conv.dilation = parse_pair(p, p.member(list[i], item, "dilation"), item + ".dilation", 1);
+    conv.groups = p.integer_member(list[i], item, "groups", 1);
+    convolutions.push_back(std::move(conv));
+  }
+  return convolutions;
+}
+
 // A model's optional "lite": {runs, needs, missing, why}. A model that runs lacks nothing and
 // needs no reason; one that does not says why.
 LiteSupport parse_lite(const Parser& p, const json& value, const std::string& field) {
@@ -156,7 +192,7 @@ LiteSupport parse_lite(const Parser& p, const json& value, const std::string& fi
 std::vector<ModelSpec> parse_models(const Parser& p, const json& root, const BatchRange& batch,
                                     bool gaps_allowed) {
   auto it = root.find("models");
-  if (it == root.end() || it->is_null()) return {ModelSpec{kDefaultModelName, batch, "", std::nullopt, std::nullopt, {}}};
+  if (it == root.end() || it->is_null()) return {ModelSpec{kDefaultModelName, batch, "", std::nullopt, std::nullopt, {}, {}}};
   const json& list = p.array(*it, "models");
   if (list.empty()) p.fail("models", "empty; a package holds at least one model");
   std::vector<ModelSpec> models;
@@ -193,6 +229,11 @@ std::vector<ModelSpec> parse_models(const Parser& p, const json& root, const Bat
     auto packed = list[i].find("packed_weights");
     if (packed != list[i].end() && !packed->is_null()) {
       model.packed_weights = parse_names(p, *packed, field + ".packed_weights");
+    }
+    auto convolutions = list[i].find("packed_convolutions");
+    if (convolutions != list[i].end() && !convolutions->is_null()) {
+      model.packed_convolutions = parse_packed_convolutions(
+          p, *convolutions, field + ".packed_convolutions", model.packed_weights);
     }
     models.push_back(std::move(model));
   }

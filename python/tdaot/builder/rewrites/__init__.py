@@ -3,8 +3,9 @@
 - module rewrites (:mod:`.modules`; torchrl's in :mod:`.torchrl_modules` and
   :mod:`.torchrl_distributions`): library
   modules that torch.export cannot trace as they come, patched on a copy of the policy;
-- program rewrites (:mod:`.programs`): exported programs changed before compiling so that
-  inductor generates faster or allocation-free code.
+- program rewrites (:mod:`.programs`; oneDNN's convolutions in :mod:`.onednn_convolutions`):
+  exported programs changed before compiling so that inductor generates faster or
+  allocation-free code.
 """
 
 from __future__ import annotations
@@ -13,6 +14,12 @@ from torch import nn
 
 from tdaot.builder.rewrites import torchrl_distributions, torchrl_modules
 from tdaot.builder.rewrites.modules import CHECKED_AGAINST, ModuleRewrite, rewrite_modules
+from tdaot.builder.rewrites.onednn_convolutions import (
+    activations_fused,
+    convolutions_onednn,
+    onednn_convolution_table,
+    onednn_convolution_weights,
+)
 from tdaot.builder.rewrites.programs import (
     RECURRENT_OPS,
     apply,
@@ -43,16 +50,20 @@ __all__ = [
     "MODULE_REWRITES",
     "RECURRENT_OPS",
     "ModuleRewrite",
+    "activations_fused",
     "apply",
     "channels_last_weights",
     "conv2d_as_gemm",
     "convolution_table",
     "convolutions_as_gemm",
+    "convolutions_onednn",
     "division_table",
     "divisions_as_multiplications",
     "for_export",
     "narrow_product_table",
     "narrow_products_padded",
+    "onednn_convolution_table",
+    "onednn_convolution_weights",
     "rewrite_modules",
     "wide_product_table",
     "wide_product_weights",

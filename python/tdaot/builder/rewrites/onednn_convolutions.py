@@ -1,0 +1,159 @@
+"""Convolutions on oneDNN with their weights packed at load (dynamic throughput models on x86).
+
+ATen's convolution already runs oneDNN's kernel, but on every call it repacks the plain weight
+into the kernel's blocked layout and leaves the activation after it to one more pass over the
+output. ``convolutions_onednn`` calls oneDNN's convolution op (``mkldnn._convolution_pointwise``)
+directly on the plain weight (the constant stays the weight a swap writes), and
+``activations_fused`` then hands it the activation that alone reads its output, as a post-op.
+``onednn_convolution_weights`` names the weights, with each layer's geometry, for the full
+runtime to pack once at load and at every swap (ModelSpec.packed_convolutions); the generated
+call takes either form. On the AMD EPYC (AVX-512, and its kernels limited to AVX2) the pixel
+networks' calls took 0.94-0.97 of their time (benchmarks/README.md, "Convolutions packed at
+load").
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tdaot import _torch_compat
+from tdaot.builder.rewrites.programs import apply
+from tdaot.manifest import PackedConvolution
+
+_CONV2D = torch.ops.aten.conv2d.default
+
+
+def convolutions_onednn(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """``program`` with its float 2-D convolutions on oneDNN's op (unchanged without any)."""
+    return apply(program, onednn_convolution_table(program))
+
+
+def onednn_convolution_table(program: torch.export.ExportedProgram) -> dict:
+    """The decomposition entry of ``convolutions_onednn`` where ``program`` has a float 2-D
+    convolution and this torch has oneDNN's convolution op (else empty)."""
+    if not _torch_compat.has_onednn_convolution():
+        return {}
+    found = any(node.target is _CONV2D and _on_onednn(*node.args[:2]) for node in program.graph.nodes)
+    return {_CONV2D: _onednn_convolution} if found else {}
+
+
+def _value(node: object) -> object:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+
+
+def _on_onednn(x: object, weight: object) -> bool:
+    x, weight = _value(x), _value(weight)
+    return (
+        isinstance(x, torch.Tensor)
+        and isinstance(weight, torch.Tensor)
+        and x.dim() == 4
+        and weight.dim() == 4
+        and x.dtype == weight.dtype == torch.float32
+        and all(isinstance(size, int) for size in weight.shape)
+    )
+
+
+def _pair(values) -> list[int]:
+    values = [int(v) for v in values]
+    return values * 2 if len(values) == 1 else values
+
+
+def _onednn_convolution(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    if not _on_onednn(x, weight):
+        return NotImplemented
+    return _torch_compat.onednn_convolution(
+        x, weight, bias, _pair(padding), _pair(stride), _pair(dilation), groups
+    )
+
+
+def _activations() -> dict:
+    """aten activation -> oneDNN's post-op name, its scalars and its algorithm, from the node."""
+    aten = torch.ops.aten
+    plain = {aten.relu.default: "relu", aten.tanh.default: "tanh", aten.sigmoid.default: "sigmoid"}
+    fused = {op: (lambda node, name=name: (name, [], "")) for op, name in plain.items()}
+    fused[aten.silu.default] = lambda node: ("swish", [], "")
+    fused[aten.gelu.default] = lambda node: ("gelu", [], node.kwargs.get("approximate", "none"))
+    fused[aten.leaky_relu.default] = lambda node: ("leaky_relu", [_argument(node, 1, 0.01)], "")
+    fused[aten.hardtanh.default] = lambda node: (
+        "hardtanh",
+        [_argument(node, 1, -1.0), _argument(node, 2, 1.0)],
+        "",
+    )
+    return fused
+
+
+def _argument(node: torch.fx.Node, index: int, default: float) -> float:
+    return float(node.args[index]) if len(node.args) > index else default
+
+
+def activations_fused(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """``program`` (after ``convolutions_onednn``) with each activation that alone reads a oneDNN
+    convolution's output done by that convolution, as its post-op. In place: the fused
+    activation keeps its convolution's shape and layout, so no view changes. (A residual sum
+    as a binary post-op is not taken: torch 2.13 has no fake kernel for that op.)"""
+    pointwise = _torch_compat.onednn_convolution_target()
+    activations = _activations()
+    graph = program.graph_module.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.target is not pointwise or node.args[7] != "none" or len(node.users) != 1:
+            continue
+        (activation,) = node.users
+        if activation.target not in activations or len(activation.all_input_nodes) != 1:
+            continue
+        node.args = (*node.args[:7], *activations[activation.target](activation))
+        activation.replace_all_uses_with(node)
+        graph.erase_node(activation)
+        changed = True
+    if changed:
+        program.graph_module.recompile()
+    return program
+
+
+def onednn_convolution_weights(program: torch.export.ExportedProgram) -> tuple[PackedConvolution, ...]:
+    """The weights ``convolutions_onednn`` hands to oneDNN in ``program``, in graph order, each
+    with its layer's geometry (ModelSpec.packed_convolutions): those the full runtime gives
+    oneDNN packed. A weight counts only when it is a constant of the model and every use of it
+    is such a convolution of one geometry, on an input whose channels-last and contiguous
+    layouts differ: its packed copy replaces it."""
+    if not onednn_convolution_table(program):
+        return ()
+    signature = program.graph_signature
+    constants = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+    packed: list[PackedConvolution] = []
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in constants or not node.users:
+            continue
+        layers = {_geometry(user, node) for user in node.users}
+        if len(layers) == 1 and None not in layers:
+            (geometry,) = layers
+            packed.append(PackedConvolution(constants[node.name], *geometry))
+    return tuple(packed)
+
+
+def _channels_last_apart(x: torch.Tensor) -> bool:
+    """Whether a channels-last layout of ``x`` differs from its contiguous one (more than one
+    channel and more than one pixel, all static). Where the two coincide, inductor's dynamic
+    model expects the convolution's output contiguous, as ATen writes it from the plain weight;
+    from a packed weight ATen writes it channels-last, so such a layer's weight stays plain
+    (seen: a height map's 1-channel first layer read back scrambled)."""
+    channels, *pixels = x.shape[1:]
+    sizes = (channels, *pixels)
+    return all(isinstance(size, int) for size in sizes) and channels > 1 and pixels[0] * pixels[1] > 1
+
+
+def _geometry(user: torch.fx.Node, weight: torch.fx.Node) -> tuple | None:
+    """(padding, stride, dilation, groups) of the convolution ``user`` whose weight is ``weight``,
+    or None where ``user`` is anything else."""
+    if user.target is not _CONV2D or user.args[1] is not weight or not _on_onednn(*user.args[:2]):
+        return None
+    if not _channels_last_apart(_value(user.args[0])):
+        return None
+    arguments = dict(zip(("stride", "padding", "dilation", "groups"), user.args[3:]))
+    arguments |= user.kwargs
+    return (
+        tuple(_pair(arguments.get("padding", (0, 0)))),
+        tuple(_pair(arguments.get("stride", (1, 1)))),
+        tuple(_pair(arguments.get("dilation", (1, 1)))),
+        int(arguments.get("groups", 1)),
+    )

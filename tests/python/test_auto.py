@@ -132,12 +132,15 @@ def test_recurrent_policies_get_decomposed_models_for_few_rows(tuning, specializ
     assert all(p.recurrent_decomposed() for p in plans if p.tuning == "latency")
     assert DECOMPOSED_RNN_MAX_BATCH == 128
     # The same for AVX-512 kernels (under "auto", their dynamic throughput models put wide layers
-    # on oneDNN; "throughput" is inductor's own choice); AVX2 ones decompose at every batch.
+    # and convolutions on oneDNN; "throughput" is inductor's own choice); AVX2 ones decompose at
+    # every batch.
     avx512 = plan_models(tuning, specialize, "cpu", low, high, True, vector_isa="avx512")
-    assert [dataclasses.replace(p, onednn_products=False) for p in avx512] == plans
-    assert [p.onednn_products for p in avx512] == [
-        tuning == "auto" and p.tuning == "throughput" and p.batch is None for p in avx512
+    onednn = [tuning == "auto" and p.tuning == "throughput" and p.batch is None for p in avx512]
+    assert [dataclasses.replace(p, onednn_products=False, onednn_convolutions=False) for p in avx512] == [
+        dataclasses.replace(p, onednn_convolutions=False) for p in plans
     ]
+    assert [p.onednn_products for p in avx512] == onednn
+    assert [p.onednn_convolutions for p in avx512] == onednn
 
 
 def test_avx2_kernels_decompose_recurrent_layers_at_every_batch():

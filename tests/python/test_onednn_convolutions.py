@@ -187,3 +187,25 @@ def test_convolutions_run_on_onednn_packed_at_load_and_after_a_swap(tmp_path):
             torch.testing.assert_close(native.run_positional(x)[0], want, rtol=1e-5, atol=1e-4)
             native.rollback_weights()
             torch.testing.assert_close(native.run_positional(x)[0], net(x), rtol=1e-5, atol=1e-5)
+
+
+def test_the_compat_entries_compute_atens_convolution_from_a_plain_or_a_packed_weight():
+    """tdaot._torch_compat_onednn against this torch: the op the rewrite calls, its graph target,
+    and the packed weight the full runtime hands it (mkldnn._reorder_convolution_weight)."""
+    x = torch.randn(5, 6, 11, 11).contiguous(memory_format=torch.channels_last)
+    weight, bias = torch.randn(8, 3, 3, 3), torch.randn(8)
+    want = F.conv2d(x, weight, bias, stride=2, padding=1, groups=2)
+    got = _torch_compat.onednn_convolution(x, weight, bias, [1, 1], [2, 2], [1, 1], 2)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    packed = torch.ops.mkldnn._reorder_convolution_weight(weight, [1, 1], [2, 2], [1, 1], 2, None)
+    torch.testing.assert_close(
+        _torch_compat.onednn_convolution(x, packed, bias, [1, 1], [2, 2], [1, 1], 2),
+        want,
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    traced = torch.fx.symbolic_trace(
+        lambda x, w: _torch_compat.onednn_convolution(x, w, None, [0, 0], [1, 1], [1, 1], 1)
+    )
+    targets = {node.target for node in traced.graph.nodes if node.op == "call_function"}
+    assert _torch_compat.onednn_convolution_target() in {getattr(t, "default", t) for t in targets} | targets

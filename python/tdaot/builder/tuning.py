@@ -393,9 +393,7 @@ def tune_plan(program: torch.export.ExportedProgram, plan: ModelPlan) -> torch.e
         # Before the retrace: conv2d_as_gemm picks each convolution's patch order by the layout
         # of its weight (a constant the retrace reads).
         program = rewrites.channels_last_weights(program)
-    fused = plan.onednn_convolutions and bool(rewrites.onednn_convolution_table(program))
-    program = rewrites.apply(program, table)  # in one retrace (rewrites.apply says why)
-    return rewrites.activations_fused(program) if fused else program
+    return rewrites.apply(program, table)  # in one retrace (rewrites.apply says why)
 
 
 def tune_program(

@@ -15,7 +15,6 @@ from torch import nn
 from tdaot.builder.rewrites import torchrl_distributions, torchrl_modules
 from tdaot.builder.rewrites.modules import CHECKED_AGAINST, ModuleRewrite, rewrite_modules
 from tdaot.builder.rewrites.onednn_convolutions import (
-    activations_fused,
     convolutions_onednn,
     onednn_convolution_table,
     onednn_convolution_weights,
@@ -50,7 +49,6 @@ __all__ = [
     "MODULE_REWRITES",
     "RECURRENT_OPS",
     "ModuleRewrite",
-    "activations_fused",
     "apply",
     "channels_last_weights",
     "conv2d_as_gemm",

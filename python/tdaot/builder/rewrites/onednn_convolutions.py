@@ -3,13 +3,13 @@
 ATen's convolution already runs oneDNN's kernel, but on every call it repacks the plain weight
 into the kernel's blocked layout and leaves the activation after it to one more pass over the
 output. ``convolutions_onednn`` calls oneDNN's convolution op (``mkldnn._convolution_pointwise``)
-directly on the plain weight (the constant stays the weight a swap writes), and
-``activations_fused`` then hands it the activation that alone reads its output, as a post-op.
-``onednn_convolution_weights`` names the weights, with each layer's geometry, for the full
-runtime to pack once at load and at every swap (ModelSpec.packed_convolutions); the generated
-call takes either form. On the AMD EPYC (AVX-512, and its kernels limited to AVX2) the pixel
-networks' calls took 0.94-0.97 of their time (benchmarks/README.md, "Convolutions packed at
-load").
+directly on the plain weight (the constant stays the weight a swap writes); inductor's own
+post-grad passes then fuse the activation that alone reads its output into it, as a post-op
+(ReLU, tanh, sigmoid, SiLU, GELU, ...; not ELU). ``onednn_convolution_weights`` names the
+weights, with each layer's geometry, for the full runtime to pack once at load and at every
+swap (ModelSpec.packed_convolutions); the generated call takes either form. On the AMD EPYC
+(AVX-512, and its kernels limited to AVX2) the pixel networks' calls took 0.94-0.98 of their
+time (benchmarks/README.md, "Convolutions packed at load").
 """
 
 from __future__ import annotations
@@ -64,50 +64,6 @@ def _onednn_convolution(x, weight, bias=None, stride=(1, 1), padding=(0, 0), dil
     return _torch_compat.onednn_convolution(
         x, weight, bias, _pair(padding), _pair(stride), _pair(dilation), groups
     )
-
-
-def _activations() -> dict:
-    """aten activation -> oneDNN's post-op name, its scalars and its algorithm, from the node."""
-    aten = torch.ops.aten
-    plain = {aten.relu.default: "relu", aten.tanh.default: "tanh", aten.sigmoid.default: "sigmoid"}
-    fused = {op: (lambda node, name=name: (name, [], "")) for op, name in plain.items()}
-    fused[aten.silu.default] = lambda node: ("swish", [], "")
-    fused[aten.gelu.default] = lambda node: ("gelu", [], node.kwargs.get("approximate", "none"))
-    fused[aten.leaky_relu.default] = lambda node: ("leaky_relu", [_argument(node, 1, 0.01)], "")
-    fused[aten.hardtanh.default] = lambda node: (
-        "hardtanh",
-        [_argument(node, 1, -1.0), _argument(node, 2, 1.0)],
-        "",
-    )
-    return fused
-
-
-def _argument(node: torch.fx.Node, index: int, default: float) -> float:
-    return float(node.args[index]) if len(node.args) > index else default
-
-
-def activations_fused(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """``program`` (after ``convolutions_onednn``) with each activation that alone reads a oneDNN
-    convolution's output done by that convolution, as its post-op. In place: the fused
-    activation keeps its convolution's shape and layout, so no view changes. (A residual sum
-    as a binary post-op is not taken: torch 2.13 has no fake kernel for that op.)"""
-    pointwise = _torch_compat.onednn_convolution_target()
-    activations = _activations()
-    graph = program.graph_module.graph
-    changed = False
-    for node in list(graph.nodes):
-        if node.target is not pointwise or node.args[7] != "none" or len(node.users) != 1:
-            continue
-        (activation,) = node.users
-        if activation.target not in activations or len(activation.all_input_nodes) != 1:
-            continue
-        node.args = (*node.args[:7], *activations[activation.target](activation))
-        activation.replace_all_uses_with(node)
-        graph.erase_node(activation)
-        changed = True
-    if changed:
-        program.graph_module.recompile()
-    return program
 
 
 def onednn_convolution_weights(program: torch.export.ExportedProgram) -> tuple[PackedConvolution, ...]:

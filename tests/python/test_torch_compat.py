@@ -16,6 +16,10 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+# Before any test reaches torch._inductor.codegen.cpp_micro_gemm: imported first, that module
+# meets a circular import inside torch 2.13 (tdaot._torch_compat_gemm does the same).
+from torch._inductor import select_algorithm  # noqa: F401
+
 from tdaot import _torch_compat as compat
 
 PACKAGE = Path(__file__).resolve().parents[2] / "python" / "tdaot"
@@ -143,7 +147,6 @@ def test_inductor_config_and_gemm_filter():
 
 
 def test_float_gemm_register_block_narrows_the_avx512_fp32_blocks_and_restores_them():
-    from torch._inductor import select_algorithm  # noqa: F401 - import order
     from torch._inductor.codegen import cpp_micro_gemm
     from torch._inductor.cpu_vec_isa import VecAVX512
 
@@ -168,7 +171,6 @@ def test_float_gemm_register_block_narrows_the_avx512_fp32_blocks_and_restores_t
 
 
 def test_an_avx2_register_block_is_added_and_the_others_kept_off_its_products():
-    from torch._inductor import select_algorithm  # noqa: F401 - import order
     from torch._inductor.codegen import cpp_micro_gemm
     from torch._inductor.cpu_vec_isa import VecAVX2
 
@@ -215,7 +217,6 @@ def test_micro_kernel_bodies_are_replaced_where_inductor_renders_the_known_one(m
 
 
 def test_one_row_gemm_blocks_are_added_for_one_row_products_only_and_removed():
-    from torch._inductor import select_algorithm  # noqa: F401 - import order
     from torch._inductor.codegen import cpp_micro_gemm
     from torch._inductor.cpu_vec_isa import VecAVX2, VecAVX512
 

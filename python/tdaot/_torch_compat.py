@@ -274,6 +274,7 @@ def calls_proxy_executor(records: dict[str, bytes]) -> bool:
 
 # --- inductor's CPU vector ISAs, C++ GEMM template and oneDNN ops (_torch_compat_isa, _gemm, _onednn)
 
+from tdaot._torch_compat_channels import channels_interleaved  # noqa: E402, F401
 from tdaot._torch_compat_cross import (  # noqa: E402, F401
     CROSS_ISAS,
     compiled_constants_read,

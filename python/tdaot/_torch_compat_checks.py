@@ -71,6 +71,22 @@ def byte_loads_direct_lacks() -> str | None:
     )
 
 
+def channels_interleaved_lacks() -> str | None:
+    from tdaot._torch_compat_channels import KERNEL_PREFIX_INCLUDE
+
+    problem = lacks(_CPP, "KernelGroup.codegen_group", ("self", "name"))
+    if problem is not None:
+        return problem
+    from torch._inductor.codegen import cpp
+
+    source = inspect.getsource(cpp.KernelGroup.codegen_group)
+    if KERNEL_PREFIX_INCLUDE not in source:
+        return f"KernelGroup.codegen_group no longer writes {KERNEL_PREFIX_INCLUDE!r}"
+    if "transpose_mxn<" not in inspect.getsource(cpp):
+        return "inductor's CPU codegen no longer calls transpose_mxn"
+    return None
+
+
 def short_loops_scalar_lacks() -> str | None:
     return _first(
         lacks(_CPP, "TilingSelect.select_tiling", ("self", "fn_list", "var_sizes_list")),

@@ -237,20 +237,56 @@ def test_one_row_gemm_blocks_are_added_for_one_row_products_only_and_removed():
     assert configs == before
 
 
-def _avx2_code(fn, inputs, patch=None):
-    """``fn`` compiled by torch.compile for AVX2 under ``patch`` (a tdaot._torch_compat context,
-    or none): its outputs on ``inputs`` and its generated code."""
+def _isa_code(isa_class: str, simdlen: int, fn, inputs, patch=None):
+    """``fn`` compiled by torch.compile for the vector ISA ``isa_class`` under ``patch`` (a
+    tdaot._torch_compat context, or none): its outputs on ``inputs`` and its generated code."""
     from torch._inductor import config
     from torch._inductor.utils import run_and_get_code
 
     torch._dynamo.reset()
     with (
-        config.patch({"cpp.simdlen": 256, "fx_graph_cache": False}),
-        compat.vector_isas_limited_to(("VecAVX2",)),
+        config.patch({"cpp.simdlen": simdlen, "fx_graph_cache": False}),
+        compat.vector_isas_limited_to((isa_class,)),
         patch if patch is not None else compat.inductor_config({}),
     ):
         out, (code, *_) = run_and_get_code(torch.compile(fn, dynamic=False), *inputs)
     return out, code
+
+
+def _avx2_code(fn, inputs, patch=None):
+    return _isa_code("VecAVX2", 256, fn, inputs, patch)
+
+
+def _avx512_code(fn, inputs, patch=None):
+    return _isa_code("VecAVX512", 512, fn, inputs, patch)
+
+
+def _pixels_channels_last(*frames: torch.Tensor):
+    # uint8 frames of 2, 3 and 4 channels to channels-last floats, as a pixel policy's first kernel.
+    return tuple((x.float() * (1 / 255)).contiguous(memory_format=torch.channels_last) for x in frames)
+
+
+@pytest.mark.slow  # two small inductor compiles
+@pytest.mark.skipif("avx512f" not in Path("/proc/cpuinfo").read_text(), reason="the host has no AVX-512")
+def test_channels_are_interleaved_by_permutes_on_avx512_and_match_eager():
+    gen = torch.Generator().manual_seed(0)
+    frames = [torch.randint(0, 256, (3, c, 8, 48), dtype=torch.uint8, generator=gen) for c in (2, 3, 4)]
+    expected = _pixels_channels_last(*frames)
+    plain_out, plain_code = _avx512_code(_pixels_channels_last, frames)
+    fast_out, fast_code = _avx512_code(_pixels_channels_last, frames, compat.channels_interleaved())
+    for c in (2, 3, 4):
+        assert f"transpose_mxn<float,static_cast<int64_t>({c}L),static_cast<int64_t>(16)" in plain_code, (
+            _changed(
+                "channels_interleaved",
+                f"inductor no longer writes {c} channels channels-last by transpose_mxn",
+            )
+        )
+    assert "TDAOT_CHANNELS_INTERLEAVED" not in plain_code
+    assert fast_code.count("#define TDAOT_CHANNELS_INTERLEAVED\n") >= 1
+    for out, plain, want in zip(fast_out, plain_out, expected):
+        assert out.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        torch.testing.assert_close(plain, want, rtol=0, atol=0)
 
 
 def _byte_kernels(x: torch.Tensor, codes: torch.Tensor, divisors: torch.Tensor):

@@ -111,6 +111,13 @@ PATCHES: tuple[Patch, ...] = (
         isas=("avx2",),
     ),
     Patch(
+        "channels_interleaved",
+        "AVX-512 kernels turn 2-4 channel rows into channels-last pixels by a 16 x 16 transposition (slower)",
+        checks.channels_interleaved_lacks,
+        NATIVE,
+        isas=("avx512",),
+    ),
+    Patch(
         "tanh_within_3_5_ulp",
         "AVX2 kernels compute a float tanh with at::vec's 1-ulp function (slower)",
         checks.tanh_within_3_5_ulp_lacks,
@@ -173,6 +180,7 @@ NUMERICS: dict[str, str] = {
 # every model's cache key (code_digest). A package (rewrites) counts with every module in it.
 CODE_MODULES = (
     "tdaot._torch_compat",
+    "tdaot._torch_compat_channels",
     "tdaot._torch_compat_checks",
     "tdaot._torch_compat_cross",
     "tdaot._torch_compat_gemm",
@@ -208,10 +216,14 @@ def concerned(plan, manifest) -> tuple[str, ...]:
     return tuple(
         p.name
         for p in PATCHES
-        if p.where in wanted
-        and (not p.isas or manifest.cpu_isa in p.isas)
-        and not (p.numerics and plan.exact_math)
+        if p.where in wanted and _for_isa(p, manifest.cpu_isa) and not (p.numerics and plan.exact_math)
     )
+
+
+def _for_isa(p: Patch, cpu_isa: str | None) -> bool:
+    """Whether ``p`` concerns kernels of ``cpu_isa``: any, where it names none; else the ISA or
+    its family, its first word ("avx512" for "avx512 avx512_vnni")."""
+    return not p.isas or cpu_isa in p.isas or (cpu_isa or "").split()[:1] in [[isa] for isa in p.isas]
 
 
 def lacking(names: Iterable[str]) -> dict[str, str]:

@@ -98,6 +98,7 @@ def compiling_for(target: CpuTarget, patches: Collection[str] = ()) -> Iterator[
     applied = {
         "vector_isas_limited_to": lambda: _torch_compat.vector_isas_limited_to(target.isa_classes),
         "byte_loads_direct": _torch_compat.byte_loads_direct,
+        "channels_interleaved": _torch_compat.channels_interleaved,
         "short_loops_scalar": _torch_compat.short_loops_scalar,
         "tanh_within_3_5_ulp": _torch_compat.tanh_within_3_5_ulp,
     }

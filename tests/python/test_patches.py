@@ -29,7 +29,7 @@ from tdaot.manifest import Manifest, Source
 
 ALL = tuple(p.name for p in patches.PATCHES)
 # The patches of a model built for this host's architecture (the cross target's two aside) with
-# AVX2 kernels, as this file's builds are (x86-64-v3): AVX-512's own aside.
+# AVX2 kernels, as this file's builds are (x86-64-v3): any of another ISA's own aside.
 NATIVE = tuple(
     p.name for p in patches.PATCHES if p.where != patches.CROSS and (not p.isas or "avx2" in p.isas)
 )

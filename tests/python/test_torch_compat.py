@@ -266,23 +266,26 @@ def _pixels_channels_last(*frames: torch.Tensor):
     return tuple((x.float() * (1 / 255)).contiguous(memory_format=torch.channels_last) for x in frames)
 
 
-@pytest.mark.slow  # two small inductor compiles
-@pytest.mark.skipif("avx512f" not in Path("/proc/cpuinfo").read_text(), reason="the host has no AVX-512")
-def test_channels_are_interleaved_by_permutes_on_avx512_and_match_eager():
+@pytest.mark.slow  # two small inductor compiles for each ISA
+@pytest.mark.parametrize(("flag", "compiled", "width", "interleave"), [
+    ("avx512f", _avx512_code, 16, "interleave16"),
+    ("avx2", _avx2_code, 8, "interleave8"),
+])  # fmt: skip
+def test_channels_are_interleaved_by_permutes_and_match_eager(flag, compiled, width, interleave):
+    if flag not in Path("/proc/cpuinfo").read_text().split():
+        pytest.skip(f"the host has no {flag}")
     gen = torch.Generator().manual_seed(0)
     frames = [torch.randint(0, 256, (3, c, 8, 48), dtype=torch.uint8, generator=gen) for c in (2, 3, 4)]
     expected = _pixels_channels_last(*frames)
-    plain_out, plain_code = _avx512_code(_pixels_channels_last, frames)
-    fast_out, fast_code = _avx512_code(_pixels_channels_last, frames, compat.channels_interleaved())
+    plain_out, plain_code = compiled(_pixels_channels_last, frames)
+    fast_out, fast_code = compiled(_pixels_channels_last, frames, compat.channels_interleaved())
     for c in (2, 3, 4):
-        assert f"transpose_mxn<float,static_cast<int64_t>({c}L),static_cast<int64_t>(16)" in plain_code, (
-            _changed(
-                "channels_interleaved",
-                f"inductor no longer writes {c} channels channels-last by transpose_mxn",
-            )
+        call = f"transpose_mxn<float,static_cast<int64_t>({c}L),static_cast<int64_t>({width})"
+        assert call in plain_code, _changed(
+            "channels_interleaved", f"inductor no longer writes {c} channels channels-last by transpose_mxn"
         )
     assert "TDAOT_CHANNELS_INTERLEAVED" not in plain_code
-    assert fast_code.count("#define TDAOT_CHANNELS_INTERLEAVED\n") >= 1
+    assert f"tdaot_kernels::{interleave}<C>" in fast_code
     for out, plain, want in zip(fast_out, plain_out, expected):
         assert out.is_contiguous(memory_format=torch.channels_last)
         torch.testing.assert_close(out, want, rtol=0, atol=0)

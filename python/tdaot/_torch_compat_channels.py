@@ -25,13 +25,15 @@ KERNEL_PREFIX_INCLUDE = "#include <torch/csrc/inductor/cpp_prefix.h>"
 # transpose_mxn<float, C, 16, false> for C = 2, 3, 4 on AVX-512 (C, 8 on AVX2), where the
 # destination's stride is C: output vector o, lane i holds value k = 16 o + i of the interleaved
 # block, pixel k / C of row k % C. AVX-512: one permute takes rows 0-1, another rows 2-3, a blend
-# joins them; AVX2: one permute a row, a blend a further row. Guarded, as every kernel of a
-# source file opens with the include.
+# joins them; AVX2 (the other branch): one permute a row, a blend a further row. Guarded, as
+# every kernel of a source file opens with the include.
 CHANNELS_INTERLEAVED = r"""
-#if defined(CPU_CAPABILITY_AVX512) && !defined(TDAOT_CHANNELS_INTERLEAVED)
+#if (defined(CPU_CAPABILITY_AVX512) || defined(CPU_CAPABILITY_AVX2)) && !defined(TDAOT_CHANNELS_INTERLEAVED)
 #define TDAOT_CHANNELS_INTERLEAVED
 #include <array>
 namespace tdaot_kernels {
+#if defined(CPU_CAPABILITY_AVX512)
+constexpr int kWidth = 16;
 template <int C>
 struct Interleaving {
   static constexpr std::array<int32_t, 16 * C> indices() {
@@ -47,7 +49,7 @@ struct Interleaving {
   }
 };
 template <int C>
-inline void interleave16(const float* src, int64_t ld_src, float* dst) {
+inline void interleave(const float* src, int64_t ld_src, float* dst) {
   alignas(64) static constexpr auto indices = Interleaving<C>::indices();
   static constexpr auto upper = Interleaving<C>::upper_rows();
   __m512 rows[4];
@@ -62,27 +64,10 @@ inline void interleave16(const float* src, int64_t ld_src, float* dst) {
     _mm512_storeu_ps(dst + 16 * o, out);
   }
 }
-}  // namespace tdaot_kernels
-#define TDAOT_CHANNELS_INTERLEAVED_AS(C)                                                        \
-  template <>                                                                                   \
-  inline void transpose_mxn<float, C, 16, false>(const float* src, int64_t ld_src, float* dst, \
-                                                 int64_t ld_dst) {                              \
-    if (ld_dst == C)                                                                            \
-      tdaot_kernels::interleave16<C>(src, ld_src, dst);                                         \
-    else                                                                                        \
-      at::vec::transpose_mxn<float>(src, ld_src, dst, ld_dst, C, 16);                           \
-  }
-TDAOT_CHANNELS_INTERLEAVED_AS(2)
-TDAOT_CHANNELS_INTERLEAVED_AS(3)
-TDAOT_CHANNELS_INTERLEAVED_AS(4)
-#elif defined(CPU_CAPABILITY_AVX2) && !defined(TDAOT_CHANNELS_INTERLEAVED)
-#define TDAOT_CHANNELS_INTERLEAVED
-#include <array>
-namespace tdaot_kernels {
-// AVX2: 8 pixels a vector; lane i of output vector o takes pixel (8 o + i) / C of every row
-// (one permute each) and row (8 o + i) % C of those (blends).
+#else
+constexpr int kWidth = 8;
 template <int C>
-struct Interleaving8 {
+struct Interleaving {
   static constexpr std::array<int32_t, 8 * C> pixels() {
     std::array<int32_t, 8 * C> table{};
     for (int k = 0; k < 8 * C; ++k) table[k] = k / C;
@@ -96,9 +81,9 @@ struct Interleaving8 {
   }
 };
 template <int C>
-inline void interleave8(const float* src, int64_t ld_src, float* dst) {
-  alignas(32) static constexpr auto pixels = Interleaving8<C>::pixels();
-  alignas(32) static constexpr auto rows = Interleaving8<C>::rows();
+inline void interleave(const float* src, int64_t ld_src, float* dst) {
+  alignas(32) static constexpr auto pixels = Interleaving<C>::pixels();
+  alignas(32) static constexpr auto rows = Interleaving<C>::rows();
   __m256 in[4];
   for (int r = 0; r < C; ++r) in[r] = _mm256_loadu_ps(src + r * ld_src);
   for (int o = 0; o < C; ++o) {
@@ -111,15 +96,21 @@ inline void interleave8(const float* src, int64_t ld_src, float* dst) {
     _mm256_storeu_ps(dst + 8 * o, out);
   }
 }
+#endif
+// C rows into a destination of stride C: interleaved; any other: torch's own transposition.
+template <int C>
+inline void transposed(const float* src, int64_t ld_src, float* dst, int64_t ld_dst) {
+  if (ld_dst == C)
+    interleave<C>(src, ld_src, dst);
+  else
+    at::vec::transpose_mxn<float>(src, ld_src, dst, ld_dst, C, kWidth);
+}
 }  // namespace tdaot_kernels
-#define TDAOT_CHANNELS_INTERLEAVED_AS(C)                                                       \
-  template <>                                                                                  \
-  inline void transpose_mxn<float, C, 8, false>(const float* src, int64_t ld_src, float* dst, \
-                                                int64_t ld_dst) {                              \
-    if (ld_dst == C)                                                                           \
-      tdaot_kernels::interleave8<C>(src, ld_src, dst);                                         \
-    else                                                                                       \
-      at::vec::transpose_mxn<float>(src, ld_src, dst, ld_dst, C, 8);                           \
+#define TDAOT_CHANNELS_INTERLEAVED_AS(C)                                                      \
+  template <>                                                                                 \
+  inline void transpose_mxn<float, C, tdaot_kernels::kWidth, false>(                         \
+      const float* src, int64_t ld_src, float* dst, int64_t ld_dst) {                         \
+    tdaot_kernels::transposed<C>(src, ld_src, dst, ld_dst);                                   \
   }
 TDAOT_CHANNELS_INTERLEAVED_AS(2)
 TDAOT_CHANNELS_INTERLEAVED_AS(3)

@@ -41,16 +41,21 @@ std::string convolution_refusal(const test::TempDir& dir, const std::vector<nloh
   return error ? error->what() : "no error";
 }
 
-TEST(PackedWeights, AWeightTheModelDoesNotHaveIsAPackageErrorNamingIt) {
-  test::TempDir dir;
-  const std::string path = listing(dir, {"module.no_such.weight"});
+// Loading `path`, whose model 'model' lists `name` in `field`, is a PackageError naming the
+// package, the model, the name and the field.
+void expect_unknown_weight(const std::string& path, const std::string& name, const std::string& field) {
   const auto error = test::catch_error<PackageError>([&] { Policy policy(path); });
   ASSERT_TRUE(error);
-  EXPECT_TRUE(test::Contains(error->what(), "model 'model' of package '" + path +
-                                                "' lists 'module.no_such.weight' among its "
-                                                "packed_weights, but has no constant of that name"))
+  EXPECT_TRUE(test::Contains(error->what(), "model 'model' of package '" + path + "' lists '" + name +
+                                                "' among its " + field +
+                                                ", but has no constant of that name"))
       << error->what();
   EXPECT_EQ(error->path(), path);
+}
+
+TEST(PackedWeights, AWeightTheModelDoesNotHaveIsAPackageErrorNamingIt) {
+  test::TempDir dir;
+  expect_unknown_weight(listing(dir, {"module.no_such.weight"}), "module.no_such.weight", "packed_weights");
 }
 
 TEST(PackedWeights, ANameListedTwiceOrNotAStringIsAManifestErrorNamingTheField) {
@@ -78,12 +83,7 @@ TEST(PackedConvolutions, AWeightTheModelDoesNotHaveIsAPackageErrorNamingIt) {
   test::TempDir dir;
   const std::string path =
       listing(dir, nlohmann::json::array({convolution("module.conv.weight")}), "packed_convolutions");
-  const auto error = test::catch_error<PackageError>([&] { Policy policy(path); });
-  ASSERT_TRUE(error);
-  EXPECT_TRUE(test::Contains(error->what(), "model 'model' of package '" + path +
-                                                "' lists 'module.conv.weight' among its "
-                                                "packed_convolutions, but has no constant of that name"))
-      << error->what();
+  expect_unknown_weight(path, "module.conv.weight", "packed_convolutions");
 }
 
 TEST(PackedConvolutions, AnEntryWithAWrongGeometryIsAManifestErrorNamingTheField) {

@@ -47,6 +47,26 @@ def retrained_copy(policy, seed: int = 7, scale: float = 0.3):
     return changed
 
 
+def assert_swapped_and_rolled_back_twice(native, policy, package, swap, x, original, **close) -> None:
+    """``native`` (package ``package`` of ``policy``, loaded) run on ``x`` with
+    ``retrained_copy(policy)``'s weights swapped in (written to ``swap``), then rolled back to
+    ``original`` (compared with ``close``'s tolerances), twice: the second swap writes into the
+    buffer the load's weights were in, so each buffer gets written while it holds packed
+    weights. The retrained outputs within rtol 1e-5, atol 1e-4 (oneDNN sums in another order
+    than eager: larger retrained weights, larger sums)."""
+    import torch
+
+    retrained = retrained_copy(policy)
+    tdaot.export_weights(retrained, package, swap)
+    with torch.no_grad():
+        want = retrained.module(x)
+        for _ in range(2):
+            native.swap_weights(swap)
+            torch.testing.assert_close(native.run_positional(x)[0], want, rtol=1e-5, atol=1e-4)
+            native.rollback_weights()
+            torch.testing.assert_close(native.run_positional(x)[0], original, **close)
+
+
 def _load_fixture_script():
     spec = importlib.util.spec_from_file_location(
         "build_test_packages", ROOT / "tests" / "cpp" / "build_test_packages.py"

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import retrained_copy
+from conftest import assert_swapped_and_rolled_back_twice
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
@@ -171,17 +171,11 @@ def test_convolutions_run_on_onednn_packed_at_load_and_after_a_swap(tmp_path):
     assert "; 2 weight(s) packed for oneDNN at load" in native.manifest.describe()
     x = torch.randn(40, 1, 26, 26)
     with torch.no_grad():
-        torch.testing.assert_close(native.run_positional(x)[0], net(x), rtol=1e-5, atol=1e-5)
-    retrained = retrained_copy(policy)
+        original = net(x)
+    close = {"rtol": 1e-5, "atol": 1e-5}
+    torch.testing.assert_close(native.run_positional(x)[0], original, **close)
     swap = tmp_path / "pixels-v2.tdw"
-    tdaot.export_weights(retrained, artifact.path, swap)
-    with torch.no_grad():
-        want = retrained.module(x)
-        for _ in range(2):
-            native.swap_weights(swap)
-            torch.testing.assert_close(native.run_positional(x)[0], want, rtol=1e-5, atol=1e-4)
-            native.rollback_weights()
-            torch.testing.assert_close(native.run_positional(x)[0], net(x), rtol=1e-5, atol=1e-5)
+    assert_swapped_and_rolled_back_twice(native, policy, artifact.path, swap, x, original, **close)
 
 
 def test_the_compat_entries_compute_atens_convolution_from_a_plain_or_a_packed_weight():

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from tdaot import _torch_compat
-from tdaot.builder.rewrites.programs import apply
+from tdaot.builder.rewrites.programs import apply, node_value, read_constants
 from tdaot.manifest import PackedConvolution
 
 _CONV2D = torch.ops.aten.conv2d.default
@@ -37,12 +37,8 @@ def onednn_convolution_table(program: torch.export.ExportedProgram) -> dict:
     return {_CONV2D: _onednn_convolution} if found else {}
 
 
-def _value(node: object) -> object:
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
-
-
 def _on_onednn(x: object, weight: object) -> bool:
-    x, weight = _value(x), _value(weight)
+    x, weight = node_value(x), node_value(weight)
     return (
         isinstance(x, torch.Tensor)
         and isinstance(weight, torch.Tensor)
@@ -74,16 +70,12 @@ def onednn_convolution_weights(program: torch.export.ExportedProgram) -> tuple[P
     layouts differ: its packed copy replaces it."""
     if not onednn_convolution_table(program):
         return ()
-    signature = program.graph_signature
-    constants = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
     packed: list[PackedConvolution] = []
-    for node in program.graph.nodes:
-        if node.op != "placeholder" or node.name not in constants or not node.users:
-            continue
+    for name, node in read_constants(program):
         layers = {_geometry(user, node) for user in node.users}
         if len(layers) == 1 and None not in layers:
             (geometry,) = layers
-            packed.append(PackedConvolution(constants[node.name], *geometry))
+            packed.append(PackedConvolution(name, *geometry))
     return tuple(packed)
 
 
@@ -103,7 +95,7 @@ def _geometry(user: torch.fx.Node, weight: torch.fx.Node) -> tuple | None:
     or None where ``user`` is anything else."""
     if user.target is not _CONV2D or user.args[1] is not weight or not _on_onednn(*user.args[:2]):
         return None
-    if not _channels_last_apart(_value(user.args[0])):
+    if not _channels_last_apart(node_value(user.args[0])):
         return None
     arguments = dict(zip(("stride", "padding", "dilation", "groups"), user.args[3:]))
     arguments |= user.kwargs

@@ -27,6 +27,7 @@ faster or allocation-free code. Each applies only to the ops it is written for.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -255,28 +256,36 @@ def wide_product_weights(program: torch.export.ExportedProgram) -> tuple[str, ..
     parameter or buffer) and every use of it is such a layer: its packed copy replaces it."""
     if not wide_product_table(program):
         return ()
+    linear = torch.ops.aten.linear.default
+    return tuple(
+        name
+        for name, node in read_constants(program)
+        if all(_wide_weight_of(user, node, linear) for user in node.users)
+    )
+
+
+def read_constants(program: torch.export.ExportedProgram) -> Iterator[tuple[str, torch.fx.Node]]:
+    """Each constant of ``program`` (a parameter or buffer) that something reads, in graph order:
+    its original name and its placeholder."""
     signature = program.graph_signature
     constants = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
-    linear = torch.ops.aten.linear.default
-    names: list[str] = []
     for node in program.graph.nodes:
-        if node.op != "placeholder" or node.name not in constants or not node.users:
-            continue
-        if all(_wide_weight_of(user, node, linear) for user in node.users):
-            names.append(constants[node.name])
-    return tuple(names)
+        if node.op == "placeholder" and node.name in constants and node.users:
+            yield constants[node.name], node
 
 
 def _wide_weight_of(user: torch.fx.Node, weight: torch.fx.Node, linear: object) -> bool:
     return user.target is linear and user.args[1] is weight and _wide(user.args[0], weight)
 
 
-def _value(node: object) -> object:
+def node_value(node: object) -> object:
+    """The value a graph node was traced with (its meta "val"), or ``node`` itself (an argument
+    that is no node)."""
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
 
 
 def _wide(x: object, weight: object) -> bool:
-    x, weight = _value(x), _value(weight)
+    x, weight = node_value(x), node_value(weight)
     return (
         isinstance(x, torch.Tensor)
         and x.dim() == 2

@@ -172,6 +172,8 @@ NUMERICS: dict[str, str] = {
     "its products in another order: other roundings)",
     "wide_products_onednn": "a linear layer of 2 MiB of weights or more is oneDNN's matmul, not "
     "MKL's sgemm (another summation order: other roundings)",
+    "many_rows_products_onednn": "in a dynamic model serving more than 128 rows, a linear layer of 96 "
+    "in-features or more is oneDNN's matmul, not MKL's sgemm (another summation order: other roundings)",
     "convolutions_onednn": "a 2-D convolution calls oneDNN's convolution op, with the activation after it "
     "(ReLU, tanh, sigmoid, SiLU, GELU, leaky ReLU, hardtanh) fused into it as oneDNN computes it",
 }

@@ -276,6 +276,7 @@ def _plans(exported: ExportedPolicy, options: BuildOptions, vector_isa: str) -> 
         recurrent,
         vector_isa,
         options.exact_math,
+        rewrites.many_rows_products_differ(program),
     )
     # A dynamic model runs a call larger than the chunk in slices (tdaot.builder.tuning).
     rows = exported.chunk_rows
@@ -284,13 +285,17 @@ def _plans(exported: ExportedPolicy, options: BuildOptions, vector_isa: str) -> 
         return plan.batch is None and rows is not None and rows < (plan.batch_max or batch.max)
 
     # The weights a model hands to oneDNN (its matmul, its convolutions), which the runtime packs.
-    packed = rewrites.wide_product_weights(program)
+    products = {
+        "wide_products_onednn": rewrites.wide_product_weights,
+        "many_rows_products_onednn": rewrites.many_rows_product_weights,
+    }
     convolutions = rewrites.onednn_convolution_weights(program)
 
     def packs(plan: ModelPlan) -> dict:
-        made = rewrites_made(program, plan) if packed or convolutions else []
+        made = rewrites_made(program, plan)
+        packed = [products[name](program) for name in made if name in products]
         return {
-            **({"packed_weights": packed} if "wide_products_onednn" in made else {}),
+            **({"packed_weights": packed[0]} if packed else {}),
             **({"packed_convolutions": convolutions} if "convolutions_onednn" in made else {}),
         }
 

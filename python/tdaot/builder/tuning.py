@@ -42,7 +42,11 @@ reciprocal, as latency models do (``ModelPlan.reciprocals``; plan_models says wh
 and with AVX2 kernels computes a linear layer of 5-15 out-features 16 wide
 (``ModelPlan.padded_products``; tdaot.builder.rewrites.NARROW_PRODUCT_COLUMNS says why); a
 dynamic one with AVX-512 kernels calls oneDNN's matmul for a linear layer of 2 MiB of weights or
-more (``ModelPlan.onednn_products``; tdaot.builder.rewrites.WIDE_PRODUCT_MIN_WEIGHTS).
+more (``ModelPlan.onednn_products``; tdaot.builder.rewrites.onednn_products). From more than
+``SMALL_PRODUCTS_MAX_BATCH`` rows oneDNN's matmul was faster on most layers of 96 in-features or
+more too; a dynamic package with such a layer hands it to oneDNN in its ``"model"``
+(``ModelPlan.many_rows_products``) and holds one more dynamic model, ``"small"``, with MKL's for
+its batches up to ``SMALL_PRODUCTS_MAX_BATCH`` (the one a recurrent package has, where it has one).
 
 ``"latency"`` is for batch-1 control loops, where those library calls spend most of their
 time setting themselves up:
@@ -96,6 +100,11 @@ DECOMPOSED_RNN_MAX_BATCH = 128
 # The same per vector ISA where it was measured otherwise: AVX2 kernels (with the 3.5-ulp tanh)
 # decompose at every batch (benchmarks/README.md, "The figures behind the build's constants").
 DECOMPOSED_RNN_MAX_BATCH_BY_ISA = {"avx2": math.inf}
+# Up to this many rows a dynamic package's "small" model keeps MKL's sgemm for the linear layers
+# its "model" hands to oneDNN (ModelPlan.many_rows_products): where oneDNN's per-call set-up
+# stops costing more than its kernels gain (benchmarks/README.md, "The figures behind the
+# build's constants").
+SMALL_PRODUCTS_MAX_BATCH = 128
 # Largest static batch compiled for the bound run: its intermediates live on the stack.
 # It is also the largest a specialised model gets the latency tuning for.
 BOUND_MAX_BATCH = 16
@@ -162,6 +171,9 @@ class ModelPlan:
     padded_products: bool = False
     # A dynamic throughput model's wide linear layers on oneDNN's matmul (rewrites.wide_products_onednn).
     onednn_products: bool = False
+    # A dynamic throughput model serving more than SMALL_PRODUCTS_MAX_BATCH rows: its linear layers
+    # of 96 in-features or more on oneDNN's matmul too (rewrites.many_rows_products_onednn).
+    many_rows_products: bool = False
     # A dynamic throughput model's convolutions on oneDNN's op, activations fused
     # (rewrites.convolutions_onednn).
     onednn_convolutions: bool = False
@@ -173,7 +185,14 @@ class ModelPlan:
         # Only where set: the other models' cache keys stay what they were.
         if self.batch_max is not None:
             described["batch_max"] = self.batch_max
-        flags = ("decomposed", "reciprocals", "padded_products", "onednn_products", "onednn_convolutions")
+        flags = (
+            "decomposed",
+            "reciprocals",
+            "padded_products",
+            "onednn_products",
+            "many_rows_products",
+            "onednn_convolutions",
+        )
         for flag in (*flags, "exact_math"):
             if getattr(self, flag):
                 described[flag] = True
@@ -192,11 +211,13 @@ def plan_models(
     recurrent: bool = False,
     vector_isa: str = "",
     exact_math: bool = False,
+    many_rows_products: bool = False,
 ) -> list[ModelPlan]:
     """The models a package serving batches ``low..high`` holds under ``tuning`` (``recurrent``:
     its program calls one of ``RECURRENT_OPS``; ``vector_isa``: the one its kernels are built for,
     as the manifest records it; ``exact_math``: every model is built with no change to results
-    beyond torch's own)."""
+    beyond torch's own; ``many_rows_products``: its program has a linear layer
+    rewrites.many_rows_products_onednn hands to oneDNN and the wide rule does not)."""
     if exact_math:
         plans = plan_models(tuning, specialize, device, low, high, recurrent, vector_isa)
         return [dataclasses.replace(p, exact_math=True) for p in plans]
@@ -206,6 +227,10 @@ def plan_models(
         return [ModelPlan("model", "throughput")]
     static = low == high
     decomposed_max = DECOMPOSED_RNN_MAX_BATCH_BY_ISA.get(vector_isa, DECOMPOSED_RNN_MAX_BATCH)
+    # Wide products on oneDNN: dynamic models only (its op is libtorch's: a static model keeps
+    # ATen's, which the lite runtime serves), AVX-512 kernels only (on AVX2 MKL measured as fast).
+    onednn = vector_isa.split()[:1] == ["avx512"]  # "avx512", "avx512 avx512_vnni", "... amx_tile"
+    many_rows = many_rows_products and onednn and high > SMALL_PRODUCTS_MAX_BATCH
     if tuning == "latency":
         bound = static and low <= BOUND_MAX_BATCH and _torch_compat.has_arrayref_entry_point()
         return [ModelPlan("model", "latency", low if static else None, bound)]
@@ -214,8 +239,14 @@ def plan_models(
     else:
         sizes = DEFAULT_SPECIALIZE if specialize is None else specialize
         plans = [ModelPlan("model", "throughput")]
-        if recurrent and high > decomposed_max > low:
-            plans.append(ModelPlan("small", "throughput", batch_max=decomposed_max))
+        # One "small" model for few rows, serving up to the lower of its reasons' bounds.
+        small_max = min(
+            [decomposed_max] * (recurrent and high > decomposed_max > low)
+            + [SMALL_PRODUCTS_MAX_BATCH] * (many_rows and SMALL_PRODUCTS_MAX_BATCH > low),
+            default=None,
+        )
+        if small_max is not None:
+            plans.append(ModelPlan("small", "throughput", batch_max=small_max))
         for size in sizes:
             if low <= size <= high:
                 plans.append(_specialised(f"b{size}", size))
@@ -224,9 +255,6 @@ def plan_models(
     # constants").
     # Narrow products padded: MKL's AVX2 path (AMD EPYC) only; not measured on an AVX-512 Xeon.
     padded = vector_isa == "avx2"
-    # Wide products on oneDNN: dynamic models only (its op is libtorch's: a static model keeps
-    # ATen's, which the lite runtime serves), AVX-512 kernels only (on AVX2 MKL measured as fast).
-    onednn = vector_isa.split()[:1] == ["avx512"]  # "avx512", "avx512 avx512_vnni", "... amx_tile"
     # Convolutions on oneDNN's op: dynamic models, x86 kernels (ATen's convolution is the same
     # oneDNN kernel there; what changes is the weight packed once and the activation fused).
     convolutions = vector_isa.split()[:1] in (["avx2"], ["avx512"])
@@ -236,6 +264,7 @@ def plan_models(
             reciprocals=True,
             padded_products=padded,
             onednn_products=onednn and p.batch is None,
+            many_rows_products=many_rows and p.batch is None and p.batch_max is None,
             onednn_convolutions=convolutions and p.batch is None,
         )
         if p.tuning == "throughput"
@@ -366,7 +395,9 @@ def _table_rewrites(plan: ModelPlan) -> list[tuple[str, Callable]]:
         chosen.append(("divisions_as_multiplications", rewrites.division_table))
     if plan.padded_products:
         chosen.append(("narrow_products_padded", rewrites.narrow_product_table))
-    if plan.onednn_products:
+    if plan.many_rows_products:  # the wide layers and more
+        chosen.append(("many_rows_products_onednn", rewrites.many_rows_product_table))
+    elif plan.onednn_products:
         chosen.append(("wide_products_onednn", rewrites.wide_product_table))
     if plan.onednn_convolutions:
         chosen.append(("convolutions_onednn", rewrites.onednn_convolution_table))

@@ -3,7 +3,8 @@
 - module rewrites (:mod:`.modules`; torchrl's in :mod:`.torchrl_modules` and
   :mod:`.torchrl_distributions`): library
   modules that torch.export cannot trace as they come, patched on a copy of the policy;
-- program rewrites (:mod:`.programs`; oneDNN's convolutions in :mod:`.onednn_convolutions`):
+- program rewrites (:mod:`.programs`; oneDNN's matmul in :mod:`.onednn_products`, its
+  convolutions in :mod:`.onednn_convolutions`):
   exported programs changed before compiling so that inductor generates faster or
   allocation-free code.
 """
@@ -19,6 +20,14 @@ from tdaot.builder.rewrites.onednn_convolutions import (
     onednn_convolution_table,
     onednn_convolution_weights,
 )
+from tdaot.builder.rewrites.onednn_products import (
+    many_rows_product_table,
+    many_rows_product_weights,
+    many_rows_products_differ,
+    wide_product_table,
+    wide_product_weights,
+    wide_products_onednn,
+)
 from tdaot.builder.rewrites.programs import (
     RECURRENT_OPS,
     apply,
@@ -30,9 +39,6 @@ from tdaot.builder.rewrites.programs import (
     divisions_as_multiplications,
     narrow_product_table,
     narrow_products_padded,
-    wide_product_table,
-    wide_product_weights,
-    wide_products_onednn,
 )
 
 # Every module rewrite, in the order they are applied.
@@ -58,6 +64,9 @@ __all__ = [
     "division_table",
     "divisions_as_multiplications",
     "for_export",
+    "many_rows_product_table",
+    "many_rows_product_weights",
+    "many_rows_products_differ",
     "narrow_product_table",
     "narrow_products_padded",
     "onednn_convolution_table",

@@ -18,10 +18,9 @@ faster or allocation-free code. Each applies only to the ops it is written for.
 - ``narrow_products_padded`` (throughput models with AVX2 kernels): a linear layer of
   ``NARROW_PRODUCT_COLUMNS`` out-features (an action head: 6, 12, 15) computed 16 wide, its
   weight and bias padded with zero rows in the graph, the extra columns sliced off.
-- ``wide_products_onednn`` (dynamic throughput models with AVX-512 kernels): a linear layer
-  whose weight holds at least ``WIDE_PRODUCT_MIN_WEIGHTS`` floats calls oneDNN's matmul
-  (``mkldnn._linear_pointwise`` on the plain weight, no prepacking: the constant stays the
-  weight a swap writes) instead of MKL's sgemm; on AVX-512 it ran those shapes 0.8-0.9x MKL's time.
+
+Linear layers and convolutions on oneDNN (dynamic throughput models) are in :mod:`.onednn_products`
+and :mod:`.onednn_convolutions`.
 """
 
 from __future__ import annotations
@@ -226,44 +225,6 @@ def _padded_linear(x, weight, bias=None):
     return wide[..., : weight.shape[0]].contiguous()
 
 
-# A linear layer of at least this many weights (K x N: 2 MiB of floats, the 1024 x 1024 and
-# 3136 x 512 and 2048 x 256 layers) and WIDE_PRODUCT_MIN_COLUMNS out-features goes to oneDNN's matmul in a
-# dynamic throughput model with AVX-512 kernels (benchmarks/README.md, "The figures behind the
-# build's constants"): below it MKL's sgemm is as fast or faster at 64 rows.
-WIDE_PRODUCT_MIN_WEIGHTS = 1 << 19
-WIDE_PRODUCT_MIN_COLUMNS = 64
-
-
-def wide_products_onednn(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    """``program`` with its wide linear layers on oneDNN's matmul (unchanged without any)."""
-    return apply(program, wide_product_table(program))
-
-
-def wide_product_table(program: torch.export.ExportedProgram) -> dict:
-    """The decomposition entry of ``wide_products_onednn`` where ``program`` has a wide linear
-    layer on a 2-D input and this torch has oneDNN's linear op (else empty)."""
-    linear = torch.ops.aten.linear.default
-    if not _torch_compat.has_onednn_linear():
-        return {}
-    wide = any(node.target is linear and _wide(node.args[0], node.args[1]) for node in program.graph.nodes)
-    return {linear: _onednn_linear} if wide else {}
-
-
-def wide_product_weights(program: torch.export.ExportedProgram) -> tuple[str, ...]:
-    """The original names of the weights ``wide_products_onednn`` hands to oneDNN's matmul in
-    ``program``, in graph order: those the full runtime gives oneDNN packed
-    (ModelSpec.packed_weights). A weight counts only when it is a constant of the model (a
-    parameter or buffer) and every use of it is such a layer: its packed copy replaces it."""
-    if not wide_product_table(program):
-        return ()
-    linear = torch.ops.aten.linear.default
-    return tuple(
-        name
-        for name, node in read_constants(program)
-        if all(_wide_weight_of(user, node, linear) for user in node.users)
-    )
-
-
 def read_constants(program: torch.export.ExportedProgram) -> Iterator[tuple[str, torch.fx.Node]]:
     """Each constant of ``program`` (a parameter or buffer) that something reads, in graph order:
     its original name and its placeholder."""
@@ -274,34 +235,10 @@ def read_constants(program: torch.export.ExportedProgram) -> Iterator[tuple[str,
             yield constants[node.name], node
 
 
-def _wide_weight_of(user: torch.fx.Node, weight: torch.fx.Node, linear: object) -> bool:
-    return user.target is linear and user.args[1] is weight and _wide(user.args[0], weight)
-
-
 def node_value(node: object) -> object:
     """The value a graph node was traced with (its meta "val"), or ``node`` itself (an argument
     that is no node)."""
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
-
-
-def _wide(x: object, weight: object) -> bool:
-    x, weight = node_value(x), node_value(weight)
-    return (
-        isinstance(x, torch.Tensor)
-        and x.dim() == 2
-        and isinstance(weight, torch.Tensor)
-        and weight.dim() == 2
-        and weight.dtype == x.dtype == torch.float32
-        and all(isinstance(size, int) for size in weight.shape)
-        and weight.shape[0] >= WIDE_PRODUCT_MIN_COLUMNS
-        and weight.shape[0] * weight.shape[1] >= WIDE_PRODUCT_MIN_WEIGHTS
-    )
-
-
-def _onednn_linear(x, weight, bias=None):
-    if not _wide(x, weight):
-        return NotImplemented
-    return _torch_compat.onednn_linear(x, weight, bias)
 
 
 def convolutions_as_gemm(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:

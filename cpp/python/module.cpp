@@ -92,6 +92,7 @@ struct PolicyOptionsFields {
   uint64_t max_package_bytes;
   std::string model_name;
   int intra_op_threads, num_runners, warmup_runs, device_index;
+  bool keep_freed_memory;
   std::vector<std::string> op_libraries;
 };
 static_assert(sizeof(PolicyOptionsFields) == sizeof(tdaot::PolicyOptions),
@@ -110,6 +111,7 @@ py::dict load_option_defaults() {
   d["num_runners"] = kLoadDefaults.num_runners;
   d["warmup_runs"] = kLoadDefaults.warmup_runs;
   d["device_index"] = kLoadDefaults.device_index;
+  d["keep_freed_memory"] = kLoadDefaults.keep_freed_memory;
   d["op_libraries"] = kLoadDefaults.op_libraries;
   return d;
 }
@@ -129,8 +131,9 @@ PYBIND11_MODULE(_C, m) {
                        int warmup_runs, std::vector<std::string> op_libraries,
                        std::string expected_sha256, std::string temp_dir,
                        uint64_t max_package_bytes, std::string model_name,
-                       std::vector<std::string> trusted_keys) {
+                       std::vector<std::string> trusted_keys, bool keep_freed_memory) {
              tdaot::PolicyOptions options;
+             options.keep_freed_memory = keep_freed_memory;
              options.model_name = std::move(model_name);
              options.intra_op_threads = intra_op_threads;
              options.num_runners = num_runners;
@@ -153,6 +156,7 @@ PYBIND11_MODULE(_C, m) {
            py::arg("max_package_bytes") = kLoadDefaults.max_package_bytes,
            py::arg("model_name") = kLoadDefaults.model_name,
            py::arg("trusted_keys") = kLoadDefaults.trusted_keys,
+           py::arg("keep_freed_memory") = kLoadDefaults.keep_freed_memory,
            "Loads a package (see tdaot::PolicyOptions; intra_op_threads=0 leaves torch's alone; "
            "model_name loads one model only).")
       .def_property_readonly("path", &tdaot::Policy::path)

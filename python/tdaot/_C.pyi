@@ -38,6 +38,7 @@ class Policy:
         max_package_bytes: int = 4294967296,
         model_name: str = "",
         trusted_keys: list[str] = [],
+        keep_freed_memory: bool = True,
     ) -> None:
         """Defaults: tdaot::PolicyOptions' (load_option_defaults), but intra_op_threads 0."""
     @property

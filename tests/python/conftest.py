@@ -47,6 +47,22 @@ def retrained_copy(policy, seed: int = 7, scale: float = 0.3):
     return changed
 
 
+def elu_mlp_policy(inputs: int, hidden: int, outputs: int):
+    """A seeded TensorDictModule MLP ``inputs -> hidden -> hidden -> outputs`` (ELU) on
+    "observation" -> "action", its network and a 4-row example TensorDict."""
+    import torch
+    from tensordict import TensorDict
+    from tensordict.nn import TensorDictModule
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    net = nn.Sequential(
+        nn.Linear(inputs, hidden), nn.ELU(), nn.Linear(hidden, hidden), nn.ELU(), nn.Linear(hidden, outputs)
+    )
+    policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
+    return policy, net, TensorDict({"observation": torch.randn(4, inputs)}, batch_size=[4])
+
+
 def assert_swapped_and_rolled_back_twice(native, policy, package, swap, x, original, **close) -> None:
     """``native`` (package ``package`` of ``policy``, loaded) run on ``x`` with
     ``retrained_copy(policy)``'s weights swapped in (written to ``swap``), then rolled back to

@@ -11,9 +11,7 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import assert_swapped_and_rolled_back_twice
-from tensordict import TensorDict
-from tensordict.nn import TensorDictModule
+from conftest import assert_swapped_and_rolled_back_twice, elu_mlp_policy
 
 import tdaot
 from tdaot import _torch_compat
@@ -134,16 +132,7 @@ def test_many_rows_run_on_onednn_packed_at_load_and_few_rows_on_mkl(tmp_path):
     """The package holds "model" (its 128 -> 128 layer and 128 -> 12 head on oneDNN, packed by the
     runtime at load and at each swap) and "small" (MKL, nothing packed); each batch reaches the
     model of its range and matches eager, before and after a swap and its rollback."""
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(
-        torch.nn.Linear(16, 128),
-        torch.nn.ELU(),
-        torch.nn.Linear(128, 128),
-        torch.nn.ELU(),
-        torch.nn.Linear(128, 12),
-    )
-    policy = TensorDictModule(net, in_keys=["observation"], out_keys=["action"])
-    example = TensorDict({"observation": torch.randn(4, 16)}, batch_size=[4])
+    policy, net, example = elu_mlp_policy(16, 128, 12)
     artifact = tdaot.build(policy, example, tmp_path / "mlp.pt2", specialize=())
     assert artifact.manifest.numerics == ("many_rows_products_onednn",)
     models = {m.name: m for m in artifact.manifest.models}

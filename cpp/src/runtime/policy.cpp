@@ -17,6 +17,7 @@
 #include "runtime/torch_host.h"
 #include "runtime/ops.h"
 #include "runtime/policy_impl.h"
+#include "runtime/heap.h"
 
 #ifdef TDAOT_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -151,6 +152,7 @@ Policy::Impl::Impl(const detail::Package& package, const PolicyOptions& opts)
       device((detail::check_host(manifest, path, detail::current_host()), model_device(manifest, options, path))),
       validator(manifest, device) {
   if (options.intra_op_threads > 0) at::set_num_threads(options.intra_op_threads);
+  if (options.keep_freed_memory) detail::keep_freed_memory();
   detail::load_op_libraries(options.op_libraries);
   detail::check_custom_ops(manifest, path);
   files.emplace(package.extract(options.temp_dir, models_to_load(package, options)));

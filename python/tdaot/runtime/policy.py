@@ -185,6 +185,7 @@ def load(
     max_package_bytes: int = _DEFAULTS["max_package_bytes"],
     model_name: str | None = None,
     trusted_keys: TrustedKeys = (),
+    keep_freed_memory: bool = _DEFAULTS["keep_freed_memory"],
 ) -> Policy:
     """Loads a tdaot package into the native runner: a :class:`tdaot.Policy`, a tensordict
     module (the one way to load a package).
@@ -217,6 +218,12 @@ def load(
     throughput model and a batch-1 latency model); all are loaded and each call runs on the
     model serving its batch size. ``model_name`` loads that model only (calls at batch sizes it
     does not serve raise :class:`tdaot.BatchSizeError`).
+
+    ``keep_freed_memory`` (default True) keeps the memory a call frees for the next one: glibc's
+    malloc trim threshold raised to 256 MiB and its mmap threshold fixed at 32 MiB, for the whole
+    process, once, unless the environment sets them (``MALLOC_TRIM_THRESHOLD_``,
+    ``MALLOC_MMAP_THRESHOLD_``, ``GLIBC_TUNABLES``). Otherwise glibc may return a call's freed
+    intermediates to the system and the next call page-faults them in again (tdaot::PolicyOptions).
     """
     return Policy(
         _C.Policy(
@@ -230,6 +237,7 @@ def load(
             max_package_bytes=max_package_bytes,
             model_name=model_name or "",
             trusted_keys=trusted_key_texts(trusted_keys),
+            keep_freed_memory=keep_freed_memory,
         )
     )
 

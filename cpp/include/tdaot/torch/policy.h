@@ -61,6 +61,14 @@ struct PolicyOptions : PackageOptions {
   int warmup_runs = 1;
   // CUDA packages: the device index to load on; -1 is the current device. Ignored for cpu.
   int device_index = -1;
+  // Keep the memory a call frees for the next call. A dynamic model allocates its intermediates
+  // on every call; glibc's malloc may hand freed blocks back to the system in between, and the
+  // next call then page-faults them in again (the MLP benchmark policy at 4096 rows: 1.4x its
+  // time). True: at load, glibc's trim threshold is raised to 256 MiB and its mmap threshold
+  // fixed at 32 MiB, process-wide, once, unless the environment sets either
+  // (MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_, GLIBC_TUNABLES). The process then keeps up
+  // to 256 MiB of freed heap. False leaves malloc as the process set it. No effect without glibc.
+  bool keep_freed_memory = true;
   // Shared libraries that register the custom operators the package calls (its manifest's
   // custom_ops), dlopen-ed with RTLD_NOW | RTLD_GLOBAL before the model is loaded and never
   // unloaded (the dispatcher keeps pointing into them). Libraries already in the process count

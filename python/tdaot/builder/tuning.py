@@ -240,13 +240,13 @@ def plan_models(
         sizes = DEFAULT_SPECIALIZE if specialize is None else specialize
         plans = [ModelPlan("model", "throughput")]
         # One "small" model for few rows, serving up to the lower of its reasons' bounds.
-        small_max = min(
-            [decomposed_max] * (recurrent and high > decomposed_max > low)
-            + [SMALL_PRODUCTS_MAX_BATCH] * (many_rows and SMALL_PRODUCTS_MAX_BATCH > low),
-            default=None,
-        )
-        if small_max is not None:
-            plans.append(ModelPlan("small", "throughput", batch_max=small_max))
+        bounds = []
+        if recurrent and high > decomposed_max > low:
+            bounds.append(decomposed_max)
+        if many_rows and SMALL_PRODUCTS_MAX_BATCH > low:
+            bounds.append(SMALL_PRODUCTS_MAX_BATCH)
+        if bounds:
+            plans.append(ModelPlan("small", "throughput", batch_max=min(bounds)))
         for size in sizes:
             if low <= size <= high:
                 plans.append(_specialised(f"b{size}", size))

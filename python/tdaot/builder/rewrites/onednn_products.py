@@ -77,7 +77,7 @@ def many_rows_product_weights(program: torch.export.ExportedProgram) -> tuple[st
 def many_rows_products_differ(program: torch.export.ExportedProgram) -> bool:
     """Whether ``program`` has a layer ``many_rows_products_onednn`` hands to oneDNN and
     ``wide_products_onednn`` does not: then its batches of few rows are a model of their own."""
-    return bool(many_rows_product_table(program)) and any(
+    return _torch_compat.has_onednn_linear() and any(
         node.target is _LINEAR and _many_rows(*node.args[:2]) and not _wide(*node.args[:2])
         for node in program.graph.nodes
     )
@@ -110,9 +110,11 @@ def _only_chosen_layers_read(weight: torch.fx.Node, chosen: Rule) -> bool:
     )
 
 
-def _float_matrix(x: object, weight: object) -> bool:
-    """A linear layer on a 2-D float input with a static 2-D float weight."""
-    return (
+def _shape(x: object, weight: object) -> tuple[int, int] | None:
+    """(out-features, in-features) of a linear layer on a 2-D float input with a static 2-D float
+    weight (graph nodes or their values); None for any other."""
+    x, weight = node_value(x), node_value(weight)
+    matrix = (
         isinstance(x, torch.Tensor)
         and x.dim() == 2
         and isinstance(weight, torch.Tensor)
@@ -120,22 +122,23 @@ def _float_matrix(x: object, weight: object) -> bool:
         and weight.dtype == x.dtype == torch.float32
         and all(isinstance(size, int) for size in weight.shape)
     )
+    return tuple(weight.shape) if matrix else None
+
+
+def _wide_shape(columns: int, inputs: int) -> bool:
+    return columns >= WIDE_PRODUCT_MIN_COLUMNS and columns * inputs >= WIDE_PRODUCT_MIN_WEIGHTS
 
 
 def _wide(x: object, weight: object) -> bool:
-    x, weight = node_value(x), node_value(weight)
-    return (
-        _float_matrix(x, weight)
-        and weight.shape[0] >= WIDE_PRODUCT_MIN_COLUMNS
-        and weight.shape[0] * weight.shape[1] >= WIDE_PRODUCT_MIN_WEIGHTS
-    )
+    shape = _shape(x, weight)
+    return shape is not None and _wide_shape(*shape)
 
 
 def _many_rows(x: object, weight: object) -> bool:
-    x, weight = node_value(x), node_value(weight)
-    if not _float_matrix(x, weight):
+    shape = _shape(x, weight)
+    if shape is None:
         return False
-    columns, inputs = weight.shape
-    return _wide(x, weight) or (
+    columns, inputs = shape
+    return _wide_shape(columns, inputs) or (
         inputs >= MANY_ROWS_PRODUCT_MIN_INPUTS and (inputs, columns) not in MANY_ROWS_MKL_SHAPES
     )
